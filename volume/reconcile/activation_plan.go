@@ -16,6 +16,9 @@ var (
 	// ErrExtentCountMismatch means replicas reported different numbers of
 	// extents, so they do not hold the same region geometry.
 	ErrExtentCountMismatch = errors.New("replicas disagree on extent count")
+	// ErrStaleGeneration means the activation generation does not exceed
+	// a generation already stored on an extent.
+	ErrStaleGeneration = errors.New("activation generation is stale")
 )
 
 // ReplicaVersions is what one replica reported at activation: the version
@@ -28,7 +31,7 @@ type ReplicaVersions struct {
 }
 
 // ExtentRepair is the repair of one extent: copy from Source to each of
-// Dests, then leave every present replica at Target.
+// Dests, then leave the source and every destination at Target.
 type ExtentRepair struct {
 	// Extent is the extent to repair.
 	Extent ExtentID
@@ -40,10 +43,18 @@ type ExtentRepair struct {
 	Dests []ReplicaID
 	// SourceVersion is the source's version as reported.
 	SourceVersion Version
-	// Target is the version the source and every destination must carry
-	// once the repair of this extent is complete; see RepairedVersion.
+	// Target is the clean version the source and every destination carry
+	// once the extent is repaired. For a clean source it is the source's
+	// version. For a dirty source it is a fresh version, {activation
+	// generation, Plan.MaxFlush}, that no replica can already hold: see
+	// the package documentation for why the source's own numbers would
+	// be unsafe there.
 	Target Version
 }
+
+// SourceNeedsStamp reports whether the source itself must be flushed and
+// stamped with Target before its blocks are read: true when it is dirty.
+func (r ExtentRepair) SourceNeedsStamp() bool { return r.SourceVersion != r.Target }
 
 // Plan is the activation repair of a region: every extent that needs
 // repair, in increasing extent order, with totals for progress reporting.
@@ -53,46 +64,63 @@ type Plan struct {
 	Extents []ExtentRepair
 	// Replicas lists the replicas that took part, in increasing order.
 	Replicas []ReplicaID
+	// Gen is the generation of the activation being planned.
+	Gen uint64
 	// ExtentCount is the number of extents each replica holds.
 	ExtentCount int
-	// Copies is the number of (extent, destination) pairs: the number of
-	// extent comparisons the repair performs.
+	// Copies is the number of (extent, destination) pairs: how many
+	// block-hash comparisons, each followed by a copy, the repair makes.
 	Copies int
 	// MaxGen and MaxFlush are the largest generation and flush number
-	// found on any present extent. The new activation's generation must
-	// exceed MaxGen and its first flush number must exceed MaxFlush.
+	// found on any present extent. Gen exceeds MaxGen; the activation's
+	// first flush number must exceed MaxFlush (see NextFlush).
 	MaxGen, MaxFlush uint64
 }
 
+// NextFlush returns the first flush number the activated session may use:
+// one above every flush number present, and so above every Target.
+func (p Plan) NextFlush() uint64 { return p.MaxFlush + 1 }
+
 // PlanActivation compares the extent versions the present replicas
-// reported and returns the repairs that make them agree. Replicas that did
-// not answer are simply left out of replicas; they are not compared and
-// will need live repair.
+// reported to an activation at generation gen and returns the repairs that
+// make them agree. Replicas that did not answer are simply left out of
+// replicas; they are not compared and will need live repair.
 //
 // An extent needs repair when any present replica holds it dirty or the
 // replicas' versions differ. Its source is the replica with the greatest
 // version (see Version.Compare), the lowest ReplicaID among equals. Its
 // destinations are every other present replica when the source is dirty
-// (a dirty extent's data cannot be trusted to match anyone's, even with
-// equal numbers), otherwise the replicas whose version differs from the
+// (a dirty extent's blocks need not match anyone's, even with equal
+// numbers), otherwise the replicas whose version differs from the
 // source's.
 //
-// PlanActivation reports every input problem at once, joined, each
-// wrapping ErrNoReplicas, ErrBadReplica or ErrExtentCountMismatch.
-func PlanActivation(replicas []ReplicaVersions) (Plan, error) {
+// gen must exceed every generation present (a downstairs only accepts a
+// higher generation, so a lower one means the inputs are stale), else
+// the error wraps ErrStaleGeneration. Problems with replicas are
+// reported all at once, joined, each wrapping ErrNoReplicas,
+// ErrBadReplica or ErrExtentCountMismatch.
+func PlanActivation(gen uint64, replicas []ReplicaVersions) (Plan, error) {
 	if err := validateReplicaVersions(replicas); err != nil {
 		return Plan{}, fmt.Errorf("planning activation repair: %w", err)
 	}
 	byID := slices.Clone(replicas)
 	slices.SortFunc(byID, func(a, b ReplicaVersions) int { return int(a.Replica - b.Replica) })
 
-	plan := Plan{ExtentCount: len(byID[0].Extents)}
+	plan := Plan{Gen: gen, ExtentCount: len(byID[0].Extents)}
 	for _, r := range byID {
 		plan.Replicas = append(plan.Replicas, r.Replica)
+		for _, v := range r.Extents {
+			plan.MaxGen = max(plan.MaxGen, v.Gen)
+			plan.MaxFlush = max(plan.MaxFlush, v.Flush)
+		}
 	}
+	if gen <= plan.MaxGen {
+		return Plan{}, fmt.Errorf("planning activation repair: %w: activation generation %d, extents hold generation %d",
+			ErrStaleGeneration, gen, plan.MaxGen)
+	}
+	fresh := Version{Gen: gen, Flush: plan.MaxFlush}
 	for e := range plan.ExtentCount {
-		repair, ok := planExtent(ExtentID(e), byID, &plan)
-		if ok {
+		if repair, ok := planExtent(ExtentID(e), byID, fresh); ok {
 			plan.Extents = append(plan.Extents, repair)
 			plan.Copies += len(repair.Dests)
 		}
@@ -101,14 +129,12 @@ func PlanActivation(replicas []ReplicaVersions) (Plan, error) {
 }
 
 // planExtent decides the repair of extent e across byID (sorted by
-// replica), folding the extent's numbers into plan's maxima.
-func planExtent(e ExtentID, byID []ReplicaVersions, plan *Plan) (ExtentRepair, bool) {
+// replica); fresh is the Target for a dirty source.
+func planExtent(e ExtentID, byID []ReplicaVersions, fresh Version) (ExtentRepair, bool) {
 	src := 0
 	needs := false
 	for i, r := range byID {
 		v := r.Extents[e]
-		plan.MaxGen = max(plan.MaxGen, v.Gen)
-		plan.MaxFlush = max(plan.MaxFlush, v.Flush)
 		if v.Dirty || v != byID[0].Extents[e] {
 			needs = true
 		}
@@ -121,11 +147,9 @@ func planExtent(e ExtentID, byID []ReplicaVersions, plan *Plan) (ExtentRepair, b
 		return ExtentRepair{}, false
 	}
 	sv := byID[src].Extents[e]
-	repair := ExtentRepair{
-		Extent:        e,
-		Source:        byID[src].Replica,
-		SourceVersion: sv,
-		Target:        RepairedVersion(sv),
+	repair := ExtentRepair{Extent: e, Source: byID[src].Replica, SourceVersion: sv, Target: sv}
+	if sv.Dirty {
+		repair.Target = fresh
 	}
 	for i, r := range byID {
 		if i != src && (sv.Dirty || r.Extents[e] != sv) {
@@ -133,23 +157,6 @@ func planExtent(e ExtentID, byID []ReplicaVersions, plan *Plan) (ExtentRepair, b
 		}
 	}
 	return repair, true
-}
-
-// RepairedVersion returns the version every replica of an extent must
-// carry after the extent is repaired from a source at version source: the
-// source's generation and flush number, clean.
-//
-// Keeping the source's numbers is safe: the version only has to be equal
-// on every replica (so the next activation finds nothing to repair) and
-// not exceed what later flushes stamp. Every later flush carries the new
-// activation's generation, which exceeds every stored one (Plan.MaxGen),
-// so it always supersedes this version. Clearing Dirty is correct because
-// after the repair every replica holds the same blocks and that state is
-// durable. A dirty source must therefore be flushed (stamped with Target)
-// before its blocks are read for copying; see the package documentation
-// for the full order.
-func RepairedVersion(source Version) Version {
-	return Version{Gen: source.Gen, Flush: source.Flush}
 }
 
 // validateReplicaVersions returns every problem with replicas, joined.
