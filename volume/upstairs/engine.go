@@ -1,0 +1,379 @@
+package upstairs
+
+import (
+	"errors"
+	"slices"
+
+	"tern/volume/wire"
+)
+
+// engine is the upstairs' decision core: the job list, per-replica queues
+// and dependencies, quorum accounting and the replica state machine. It is
+// plain data: no locks, no goroutines, no clock, no IO. Each input (a
+// submission, a reply, a connection event) is one method call; the decisions
+// it makes pile up in actions for the driver to carry out, in order, after
+// the call. The driver serializes calls (it holds Upstairs.mu).
+type engine struct {
+	limits engineLimits
+
+	nextID    wire.JobID
+	nextFlush uint64
+	running   bool // activated and not stopped
+	stopErr   error
+
+	jobs  map[wire.JobID]*job
+	order []*job // live jobs in increasing ID order
+	free  []*job
+
+	replicas [replicaCount]replicaCore
+
+	// liveJobs and liveBytes count unretired jobs for backpressure.
+	liveJobs  int
+	liveBytes int
+
+	actions []action
+	spare   []action
+}
+
+// engineLimits bounds memory: an Offline replica faults once it owes more
+// than backlogJobs or backlogBytes, and submission waits while more than
+// inflightJobs or inflightBytes are unretired.
+type engineLimits struct {
+	backlogJobs   int
+	backlogBytes  int
+	inflightJobs  int
+	inflightBytes int
+}
+
+// replicaCore is the engine's view of one replica.
+type replicaCore struct {
+	state ReplicaState
+	queue jobQueue // jobs to send, in increasing ID order
+	// owedJobs and owedBytes count jobs pending on this replica.
+	owedJobs  int
+	owedBytes int
+}
+
+// actionKind says what the driver must do.
+type actionKind uint8
+
+const (
+	// actWake: replica has jobs queued; wake its connection goroutine.
+	actWake actionKind = iota + 1
+	// actComplete: tell the caller of job its result (err may be nil).
+	actComplete
+	// actPrivatize: copy write job's data out of the caller's buffer,
+	// recompute its hashes and report with privatized.
+	actPrivatize
+	// actRetire: the engine forgot job; free the driver's record of it.
+	actRetire
+	// actRepairRead: read job got good data after replica returned bad
+	// blocks; the driver may copy the good data and call submitRepair.
+	actRepairRead
+	// actState: replica changed state (to state).
+	actState
+	// actRewrite: job id is the rewrite of torn write parent; it sends the
+	// parent's private copy.
+	actRewrite
+)
+
+// action is one decision for the driver.
+type action struct {
+	kind    actionKind
+	id      wire.JobID
+	replica int
+	state   ReplicaState
+	parent  wire.JobID
+	err     error
+}
+
+// Errors the engine hands to callers.
+var (
+	// errAbandoned completes a job whose caller gave up; the driver
+	// reports the caller's context error instead.
+	errAbandoned = errors.New("job abandoned by caller")
+)
+
+func newEngine(limits engineLimits) *engine {
+	return &engine{
+		limits: limits,
+		nextID: 1000,
+		jobs:   make(map[wire.JobID]*job),
+	}
+}
+
+// takeActions hands the pending actions to the driver. The slice stays
+// valid while the driver calls into the engine again (which collects new
+// actions elsewhere) and is reused by the call after next.
+func (e *engine) takeActions() []action {
+	a := e.actions
+	e.actions = e.spare[:0]
+	e.spare = a
+	return a
+}
+
+func (e *engine) emit(a action) { e.actions = append(e.actions, a) }
+
+// activate starts IO with replicas Active (true) and the rest Faulted,
+// numbering flushes from nextFlush.
+func (e *engine) activate(active [replicaCount]bool, nextFlush uint64) {
+	e.running = true
+	e.nextFlush = nextFlush
+	for r := range e.replicas {
+		if active[r] {
+			e.transition(r, evConnected)
+		} else {
+			e.transition(r, evFault)
+		}
+	}
+}
+
+// stop fails every job with err and stops all replicas; no IO is accepted
+// afterwards. Jobs whose slots are busy in the driver stay until released.
+func (e *engine) stop(err error) {
+	if e.stopErr == nil {
+		e.stopErr = err
+	}
+	e.running = false
+	for r := range e.replicas {
+		e.transition(r, evStop)
+	}
+	for _, j := range slices.Clone(e.order) {
+		e.progress(j)
+	}
+}
+
+// canWrite reports how many replicas can take a write now.
+func (e *engine) takers() int {
+	n := 0
+	for r := range e.replicas {
+		if e.replicas[r].state.takesIO() {
+			n++
+		}
+	}
+	return n
+}
+
+// full reports whether a submission of bytes must wait for space.
+func (e *engine) full(bytes int) bool {
+	if e.liveJobs == 0 {
+		return false
+	}
+	return e.liveJobs >= e.limits.inflightJobs || e.liveBytes+bytes > e.limits.inflightBytes
+}
+
+// submitErr reports why no job can be submitted now, or nil.
+func (e *engine) submitErr(kind jobKind) error {
+	if e.stopErr != nil {
+		return e.stopErr
+	}
+	if !e.running {
+		return ErrNotActive
+	}
+	switch kind {
+	case kindRead:
+		for r := range e.replicas {
+			if e.replicas[r].state.takesIO() {
+				return nil
+			}
+		}
+		return ErrNotEnoughReplicas
+	default:
+		if e.takers() < quorum {
+			return ErrNotEnoughReplicas
+		}
+	}
+	return nil
+}
+
+func (e *engine) newJob(kind jobKind, first wire.BlockIndex, count uint32, bytes int) *job {
+	var j *job
+	if n := len(e.free); n > 0 {
+		j = e.free[n-1]
+		e.free = e.free[:n-1]
+	} else {
+		j = new(job)
+	}
+	j.id = e.nextID
+	e.nextID++
+	j.kind, j.first, j.count, j.bytes = kind, first, count, bytes
+	e.jobs[j.id] = j
+	e.order = append(e.order, j)
+	e.liveJobs++
+	e.liveBytes += bytes
+	return j
+}
+
+// submitWrite adds a caller's write of count blocks at first, whose data is
+// in the caller's buffer, and queues it to every replica taking IO.
+func (e *engine) submitWrite(first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.submitErr(kindWrite); err != nil {
+		return 0, err
+	}
+	j := e.newJob(kindWrite, first, count, bytes)
+	j.hasCaller, j.callerMem = true, true
+	e.queueAll(j)
+	return j.id, nil
+}
+
+// submitFlush adds a flush of everything submitted before it.
+func (e *engine) submitFlush() (wire.JobID, error) {
+	if err := e.submitErr(kindFlush); err != nil {
+		return 0, err
+	}
+	j := e.newJob(kindFlush, 0, 0, 0)
+	j.hasCaller = true
+	j.flushNumber = e.nextFlush
+	e.nextFlush++
+	e.queueAll(j)
+	return j.id, nil
+}
+
+// submitRead adds a read and routes it to the Active replica with the
+// least owed work, or parks it until one is Active.
+func (e *engine) submitRead(first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.submitErr(kindRead); err != nil {
+		return 0, err
+	}
+	j := e.newJob(kindRead, first, count, bytes)
+	j.hasCaller = true
+	e.routeRead(j)
+	return j.id, nil
+}
+
+// submitRepair adds a write of good data to replica r only, fixing blocks
+// that failed verification when read job readID was served. It refuses
+// (returns false) when a write overlapping the range was submitted after the
+// read, since that write rewrites the blocks anyway and the good data would
+// be stale, or when r does not take IO.
+func (e *engine) submitRepair(r int, readID wire.JobID, first wire.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
+	if !e.running || e.replicas[r].state != ReplicaActive {
+		return 0, false
+	}
+	probe := job{kind: kindWrite, first: first, count: count}
+	for i := len(e.order) - 1; i >= 0 && e.order[i].id > readID; i-- {
+		if k := e.order[i]; k.kind == kindWrite && k.overlaps(&probe) {
+			return 0, false
+		}
+	}
+	j := e.newJob(kindWrite, first, count, bytes)
+	j.completed = true // nobody waits
+	e.queueTo(j, r)
+	return j.id, true
+}
+
+// queueAll queues j to every replica that takes IO.
+func (e *engine) queueAll(j *job) {
+	for r := range e.replicas {
+		if e.replicas[r].state.takesIO() {
+			e.queueTo(j, r)
+		}
+	}
+	e.checkBacklogs()
+}
+
+// queueTo queues j to replica r, recording the earlier jobs it must follow
+// there.
+func (e *engine) queueTo(j *job, r int) {
+	deps := j.deps[r][:0]
+	for _, k := range e.order {
+		if k.id >= j.id {
+			break
+		}
+		if k.slot[r].pending() && j.conflicts(k) {
+			deps = append(deps, k.id)
+		}
+	}
+	j.deps[r] = deps
+	j.slot[r] = slotQueued
+	rc := &e.replicas[r]
+	rc.owedJobs++
+	rc.owedBytes += j.bytes
+	rc.queue.insert(j)
+	if rc.state == ReplicaActive {
+		e.emit(action{kind: actWake, replica: r})
+	}
+}
+
+// routeRead queues read j to the Active replica with the least owed work
+// that has not answered it yet; it parks j when none is Active but one may
+// come back, and fails it when none can.
+func (e *engine) routeRead(j *job) {
+	best := -1
+	hope := false
+	for r := range e.replicas {
+		if j.readTried[r] {
+			continue
+		}
+		switch e.replicas[r].state {
+		case ReplicaActive:
+			if best < 0 || e.replicas[r].owedJobs < e.replicas[best].owedJobs {
+				best = r
+			}
+		case ReplicaOffline:
+			hope = true
+		}
+	}
+	switch {
+	case best >= 0:
+		j.parked = false
+		e.queueTo(j, best)
+	case hope:
+		j.parked = true
+	case j.anySlot(slotDone) || j.anySlot(slotFailed):
+		e.complete(j, ErrCorrupt)
+	default:
+		e.complete(j, ErrNotEnoughReplicas)
+	}
+}
+
+// takeNext hands the driver of replica r the next job to send and marks it
+// sending. The driver calls sent (or disconnected) afterwards.
+func (e *engine) takeNext(r int) (*job, bool) {
+	rc := &e.replicas[r]
+	if rc.state != ReplicaActive {
+		return nil, false
+	}
+	for {
+		j, ok := rc.queue.pop()
+		if !ok {
+			return nil, false
+		}
+		if j.slot[r] != slotQueued {
+			continue // rerouted or skipped since it was queued
+		}
+		j.slot[r] = slotSent
+		j.sending[r] = true
+		j.fromCaller[r] = j.callerMem
+		return j, true
+	}
+}
+
+// sendDeps appends to dst the dependencies of j on r that are still pending
+// there: jobs known to be done need no waiting, and jobs done in an earlier
+// session are unknown to the downstairs.
+func (e *engine) sendDeps(dst []wire.JobID, j *job, r int) []wire.JobID {
+	for _, d := range j.deps[r] {
+		if k, ok := e.jobs[d]; ok && k.slot[r].pending() {
+			dst = append(dst, d)
+		}
+	}
+	return dst
+}
+
+// sent records that the driver finished writing j's request to r (or gave
+// up on it); it no longer reads the job's data.
+func (e *engine) sent(r int, id wire.JobID) {
+	j, ok := e.jobs[id]
+	if !ok || !j.sending[r] {
+		return
+	}
+	j.sending[r] = false
+	e.progress(j)
+}
+
+// lookup returns the live job id.
+func (e *engine) lookup(id wire.JobID) (*job, bool) {
+	j, ok := e.jobs[id]
+	return j, ok
+}

@@ -1,0 +1,31 @@
+package upstairs
+
+import "errors"
+
+// Errors callers branch on. Every error the upstairs returns wraps one of
+// these or a context error.
+var (
+	// ErrUnaligned: an offset or length is not a multiple of the block size.
+	ErrUnaligned = errors.New("unaligned IO")
+	// ErrOutOfRange: the IO reaches past the end of the volume.
+	ErrOutOfRange = errors.New("IO out of range")
+	// ErrNotActive: the upstairs is not activated (or was closed).
+	ErrNotActive = errors.New("upstairs not active")
+	// ErrClosed: the upstairs was closed.
+	ErrClosed = errors.New("upstairs closed")
+	// ErrFenced: another upstairs activated the region with a higher
+	// generation; this one may no longer do IO.
+	ErrFenced = errors.New("upstairs fenced by a higher generation")
+	// ErrNotEnoughReplicas: fewer than two replicas can take a write or
+	// flush, or none can serve a read.
+	ErrNotEnoughReplicas = errors.New("not enough replicas")
+	// ErrCorrupt: no replica returned a block matching its hash.
+	ErrCorrupt = errors.New("corrupt data on every replica")
+	// ErrRegionMismatch: replicas disagree on the region's identity or
+	// geometry, or it differs from the configured one.
+	ErrRegionMismatch = errors.New("region mismatch")
+	// ErrGenTooLow: a downstairs refused the activation generation.
+	ErrGenTooLow = errors.New("activation generation too low")
+	// ErrInvalidConfig: Config failed validation.
+	ErrInvalidConfig = errors.New("invalid upstairs config")
+)

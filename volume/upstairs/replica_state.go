@@ -1,0 +1,140 @@
+package upstairs
+
+import "fmt"
+
+// ReplicaState is where one downstairs stands in the upstairs' eyes. The
+// transitions are drawn here and decided only by nextReplicaState:
+//
+//	Connecting ──connected──▶ Active ──disconnected──▶ Offline
+//	     │                      ▲  │                     │  │
+//	     │                      │  └──fault──▶ Faulted ◀─┘  │ backlog overflow
+//	     │                      │               │  ▲        │ or fault
+//	     │                      └─ repairDone ─ Repairing ◀─┘ (repairStart from Faulted)
+//	     │                      ▲
+//	     │                      └──── connected (replay) ──── Offline
+//	     └──fault──▶ Faulted
+//	any ──stop──▶ Stopped
+//
+// Active replicas take IO. Offline replicas keep a bounded backlog of jobs
+// that is replayed when they reconnect. Faulted replicas get no IO at all
+// until something repairs them (Repairing → Active); Stopped is terminal.
+type ReplicaState uint8
+
+// Replica states.
+const (
+	// ReplicaConnecting: not yet part of this activation.
+	ReplicaConnecting ReplicaState = iota
+	// ReplicaActive: serving IO.
+	ReplicaActive
+	// ReplicaOffline: the connection was lost; jobs are kept for replay.
+	ReplicaOffline
+	// ReplicaFaulted: the replica missed jobs or failed one; it needs repair
+	// and receives no IO.
+	ReplicaFaulted
+	// ReplicaRepairing: a repair is bringing the replica back.
+	ReplicaRepairing
+	// ReplicaStopped: the upstairs was closed or fenced.
+	ReplicaStopped
+)
+
+var replicaStateNames = [...]string{
+	ReplicaConnecting: "connecting",
+	ReplicaActive:     "active",
+	ReplicaOffline:    "offline",
+	ReplicaFaulted:    "faulted",
+	ReplicaRepairing:  "repairing",
+	ReplicaStopped:    "stopped",
+}
+
+// String returns the state's lower-case name.
+func (s ReplicaState) String() string {
+	if int(s) < len(replicaStateNames) {
+		return replicaStateNames[s]
+	}
+	return fmt.Sprintf("ReplicaState(%d)", uint8(s))
+}
+
+// replicaEvent is an input to the replica state machine.
+type replicaEvent uint8
+
+const (
+	// evConnected: a session was negotiated and activated.
+	evConnected replicaEvent = iota
+	// evDisconnected: the connection was lost.
+	evDisconnected
+	// evOverflow: the offline backlog exceeded its bound.
+	evOverflow
+	// evFault: the replica failed a job, returned inconsistent data or
+	// missed the activation.
+	evFault
+	// evRepairStart: a repair took the faulted replica over.
+	evRepairStart
+	// evRepairDone: the repair finished; the replica matches its peers.
+	evRepairDone
+	// evStop: the upstairs closed or was fenced.
+	evStop
+)
+
+var replicaEventNames = [...]string{
+	evConnected:    "connected",
+	evDisconnected: "disconnected",
+	evOverflow:     "overflow",
+	evFault:        "fault",
+	evRepairStart:  "repairStart",
+	evRepairDone:   "repairDone",
+	evStop:         "stop",
+}
+
+func (e replicaEvent) String() string {
+	if int(e) < len(replicaEventNames) {
+		return replicaEventNames[e]
+	}
+	return fmt.Sprintf("replicaEvent(%d)", uint8(e))
+}
+
+// nextReplicaState is the whole replica state machine: the state after ev
+// in state cur. An event that does not apply leaves the state unchanged.
+func nextReplicaState(cur ReplicaState, ev replicaEvent) ReplicaState {
+	if ev == evStop {
+		return ReplicaStopped
+	}
+	switch cur {
+	case ReplicaConnecting:
+		switch ev {
+		case evConnected:
+			return ReplicaActive
+		case evFault, evOverflow:
+			return ReplicaFaulted
+		}
+	case ReplicaActive:
+		switch ev {
+		case evDisconnected:
+			return ReplicaOffline
+		case evFault, evOverflow:
+			return ReplicaFaulted
+		}
+	case ReplicaOffline:
+		switch ev {
+		case evConnected:
+			return ReplicaActive
+		case evFault, evOverflow:
+			return ReplicaFaulted
+		}
+	case ReplicaFaulted:
+		if ev == evRepairStart {
+			return ReplicaRepairing
+		}
+	case ReplicaRepairing:
+		switch ev {
+		case evRepairDone:
+			return ReplicaActive
+		case evFault, evOverflow, evDisconnected:
+			return ReplicaFaulted
+		}
+	}
+	return cur
+}
+
+// takesIO reports whether jobs are queued to a replica in state s: Active
+// replicas get them sent, Offline ones keep them for replay.
+func (s ReplicaState) takesIO() bool { return s == ReplicaActive || s == ReplicaOffline }
