@@ -1,0 +1,71 @@
+package extent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// fence is the content of fence.json.
+type fence struct {
+	HighestGen Generation `json:"highest_gen"`
+}
+
+// readFence reads dir/fence.json; a missing file means generation 0.
+func readFence(dir string) (Generation, error) {
+	js, err := os.ReadFile(filepath.Join(dir, fenceFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read fence: %w", err)
+	}
+	var f fence
+	if err := json.Unmarshal(js, &f); err != nil {
+		// fence.json is only ever replaced by rename, so a crash cannot
+		// garble it.
+		return 0, fmt.Errorf("%w: decode %s: %w", ErrBadRegion, fenceFileName, err)
+	}
+	return f.HighestGen, nil
+}
+
+// HighestGen returns the highest activation generation ever accepted by
+// this region (0 for a new region).
+func (r *Region) HighestGen() Generation {
+	r.genMu.Lock()
+	defer r.genMu.Unlock()
+	return r.highestGen
+}
+
+// SetHighestGen durably records g as the highest activation generation
+// accepted (temporary file, fsync, rename, fsync of the directory) before
+// returning. Setting the current value again is a no-op; a lower value
+// fails with ErrStaleGeneration.
+func (r *Region) SetHighestGen(g Generation) error {
+	if err := r.begin(); err != nil {
+		return fmt.Errorf("set highest generation: %w", err)
+	}
+	defer r.end()
+	r.genMu.Lock()
+	defer r.genMu.Unlock()
+	switch {
+	case g == r.highestGen:
+		return nil
+	case g < r.highestGen:
+		return fmt.Errorf("set highest generation %d: %w (%d)", g, ErrStaleGeneration, r.highestGen)
+	case r.readOnly:
+		return fmt.Errorf("set highest generation: %w", ErrReadOnly)
+	}
+	js, err := json.Marshal(fence{HighestGen: g})
+	if err != nil {
+		return fmt.Errorf("encode fence: %w", err)
+	}
+	if err := writeFileAtomic(r.lock, r.dir, fenceFileName, append(js, '\n')); err != nil {
+		return fmt.Errorf("set highest generation: %w", err)
+	}
+	r.highestGen = g
+	return nil
+}
