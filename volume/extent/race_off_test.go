@@ -1,0 +1,5 @@
+//go:build !race
+
+package extent
+
+const raceEnabled = false
