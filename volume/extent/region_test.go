@@ -333,8 +333,8 @@ func TestUnflushedButCompleteWritesSurviveCloseAndOpen(t *testing.T) {
 
 func TestFlushStampsOnlyExtentsWrittenSinceLastFlush(t *testing.T) {
 	r := createRegion(t, testSpec(512, 4, 4))
-	mustWrite(t, r, 0, pattern(8, 1, 512))  // extent 0
-	mustWrite(t, r, 9, pattern(9, 1, 512))  // extent 2
+	mustWrite(t, r, 0, pattern(8, 1, 512)) // extent 0
+	mustWrite(t, r, 9, pattern(9, 1, 512)) // extent 2
 	if v := r.Versions(); !v[0].Dirty || v[1].Dirty || !v[2].Dirty || v[3].Dirty {
 		t.Fatalf("before flush Versions = %+v, want 0 and 2 dirty", v)
 	}
