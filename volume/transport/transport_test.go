@@ -1,0 +1,189 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"tern/dataplane/tlsconf"
+)
+
+func certs(t *testing.T) *tlsconf.Bundle {
+	t.Helper()
+	dir := t.TempDir()
+	if err := tlsconf.Generate(dir, []string{"127.0.0.1"}, false); err != nil {
+		t.Fatal(err)
+	}
+	b, err := tlsconf.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestMutualTLSSessionStreamCarriesBytesBothWays(t *testing.T) {
+	b := certs(t)
+	ln, err := Listen("127.0.0.1:0", b.ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.CloseWithError(0, "")
+		if got := c.ConnectionState().TLS.NegotiatedProtocol; got != NextProto {
+			served <- errors.New("negotiated " + got)
+			return
+		}
+		if len(c.ConnectionState().TLS.PeerCertificates) == 0 {
+			served <- errors.New("no client certificate")
+			return
+		}
+		s, err := c.AcceptStream(ctx)
+		if err != nil {
+			served <- err
+			return
+		}
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(s, buf); err != nil {
+			served <- err
+			return
+		}
+		_, err = s.Write([]byte(strings.ToUpper(string(buf))))
+		s.Close()
+		served <- err
+	}()
+
+	conn, err := Dial(ctx, ln.Addr().String(), b.ClientConfig("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := io.ReadAll(s)
+	if err != nil || string(reply) != "HELLO" {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	conn.CloseWithError(0, "")
+}
+
+func TestUntrustedClientCertificateIsRefused(t *testing.T) {
+	server, stranger := certs(t), certs(t)
+	ln, err := Listen("127.0.0.1:0", server.ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The stranger trusts the server's CA but presents its own certificate.
+	conf := stranger.ClientConfig("127.0.0.1")
+	conf.RootCAs = server.ServerConfig().ClientCAs
+	conn, err := Dial(ctx, ln.Addr().String(), conf)
+	if err == nil {
+		// TLS 1.3 clients learn of the rejection after the handshake.
+		_, err = conn.AcceptStream(ctx)
+	}
+	if err == nil {
+		t.Fatal("connection with an untrusted client certificate was accepted")
+	}
+}
+
+func TestClientWithoutCertificateIsRefused(t *testing.T) {
+	b := certs(t)
+	ln, err := Listen("127.0.0.1:0", b.ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conf := &tls.Config{RootCAs: b.ServerConfig().ClientCAs, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+	conn, err := Dial(ctx, ln.Addr().String(), conf)
+	if err == nil {
+		_, err = conn.AcceptStream(ctx)
+	}
+	if err == nil {
+		t.Fatal("connection without a client certificate was accepted")
+	}
+}
+
+func TestDialedSocketClosesWithConnection(t *testing.T) {
+	b := certs(t)
+	ln, err := Listen("127.0.0.1:0", b.ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before := runtime.NumGoroutine()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err == nil {
+			<-c.Context().Done()
+		}
+		accepted <- err
+	}()
+	conn, err := Dial(ctx, ln.Addr().String(), b.ClientConfig("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := conn.LocalAddr().(*net.UDPAddr)
+	conn.CloseWithError(0, "done")
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	// The dial's socket is released: its port can be bound again.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: local.Port})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dialed socket still bound: %v", err)
+		}
+		runtime.Gosched()
+	}
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines waits until no more goroutines run than before, yielding
+// rather than sleeping; quic-go's per-connection goroutines exit
+// asynchronously after Close.
+func waitGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		runtime.Gosched()
+	}
+}
