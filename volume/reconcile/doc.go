@@ -69,6 +69,17 @@
 // is complete. On failure Abort leaves the replica faulted; Retry starts
 // again at extent 0.
 //
+// # Progress
+//
+// One Tracker per run (an activation, or one live-repair attempt). The
+// activation driver moves it through PhaseNegotiating, PhaseComparing
+// (collecting versions, planning) and PhaseRepairing (per extent: compare
+// hashes, copy); a live repair sets PhaseLiveRepair at once. Totals grow
+// as work is discovered — GrowTotals(len(plan.Extents), 0) after
+// planning, then the differing bytes of each extent as DiffBlocks finds
+// them — and Finish or Fail ends the run. Pull with Status, push with
+// Subscribe; the final value is always delivered (unlike Crucible #1319).
+//
 // # Invariants
 //
 //   - A plan lists each extent at most once, in increasing order; its
