@@ -167,10 +167,10 @@ func createFiles(dir string, spec Spec, lock *os.File) (err error) {
 		}
 	}()
 	for id := range spec.ExtentCount {
+		created++ // counted first, so a half-made file is removed too
 		if err := createExtentFile(filepath.Join(dir, extentFileName(ExtentID(id))), lay, ExtentID(id)); err != nil {
 			return err
 		}
-		created++
 	}
 	if err := os.Remove(filepath.Join(dir, fenceFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove old fence: %w", classify(err))
