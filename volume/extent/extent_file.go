@@ -62,7 +62,7 @@ func (e *extent) writeTrailerLocked(lay layout, t trailer) error {
 	return nil
 }
 
-// isCorrupt reports whether any of blocks [first, first+n) is marked
+// firstCorrupt reports whether any of blocks [first, first+n) is marked
 // corrupt, and the first such block.
 func (e *extent) firstCorrupt(first, n uint32) (uint32, bool) {
 	if e.corruptCount.Load() == 0 {
@@ -76,12 +76,6 @@ func (e *extent) firstCorrupt(first, n uint32) (uint32, bool) {
 		}
 	}
 	return 0, false
-}
-
-// isCorrupt reports whether block b is marked corrupt.
-func (e *extent) isCorrupt(b uint32) bool {
-	_, bad := e.firstCorrupt(b, 1)
-	return bad
 }
 
 // markCorrupt marks blocks [first, first+n) corrupt.
