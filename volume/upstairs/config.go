@@ -1,0 +1,152 @@
+package upstairs
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/google/uuid"
+
+	"tern/volume/wire"
+)
+
+// Defaults for the zero values of Config.
+const (
+	// DefaultBacklogJobs is how many jobs an Offline replica may owe before
+	// it is faulted (Crucible's limit).
+	DefaultBacklogJobs = 1000
+	// DefaultBacklogBytes is how many bytes of jobs an Offline replica may
+	// owe before it is faulted.
+	DefaultBacklogBytes = 64 << 20
+	// DefaultActivationQuorumWait is how long Activate waits for all three
+	// replicas before going ahead with two.
+	DefaultActivationQuorumWait = 5 * time.Second
+	// DefaultReconnectMin and DefaultReconnectMax bound the reconnect
+	// backoff, which doubles from min to max.
+	DefaultReconnectMin = 50 * time.Millisecond
+	DefaultReconnectMax = 2 * time.Second
+)
+
+// maxBacklogJobs keeps a flush's dependency list within wire.MaxDeps: the
+// engine lets at most twice the backlog be live.
+const maxBacklogJobs = wire.MaxDeps/2 - 16
+
+// Config is what New needs. Zero values of optional fields take defaults.
+type Config struct {
+	// Targets are the addresses (host:port) of the three downstairs, in a
+	// fixed order: Targets[i] is replica i.
+	Targets []string
+	// TLS is the client configuration for mutual TLS (with a client
+	// certificate and the CA of the downstairs). Required.
+	TLS *tls.Config
+	// UpstairsID identifies this upstairs to the downstairs; zero picks a
+	// random one.
+	UpstairsID uuid.UUID
+	// Region, if its UUID or BlockSize is set, is the region the replicas
+	// must serve: a non-zero UUID, BlockSize, ExtentBlocks or ExtentCount
+	// must match. Zero fields accept what the replicas agree on.
+	Region wire.RegionInfo
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics receives IO counters and latency histograms; nil keeps them
+	// in a private set.
+	Metrics *metrics.Set
+	// BacklogJobs and BacklogBytes bound what an Offline replica may owe
+	// before it is faulted; twice as much may be in flight before WriteAt
+	// blocks (backpressure).
+	BacklogJobs  int
+	BacklogBytes int64
+	// ActivationQuorumWait is how long Activate waits for all three
+	// replicas before activating with two (the third then needs repair).
+	ActivationQuorumWait time.Duration
+	// ReconnectMin and ReconnectMax bound the reconnect backoff.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+}
+
+// withDefaults returns cfg with defaults filled in and every problem found,
+// joined into one error wrapping ErrInvalidConfig.
+func (cfg Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if len(cfg.Targets) != replicaCount {
+		bad("targets: want %d addresses, got %d", replicaCount, len(cfg.Targets))
+	}
+	seen := map[string]int{}
+	for i, t := range cfg.Targets {
+		if t == "" {
+			bad("targets[%d]: empty address", i)
+			continue
+		}
+		if j, dup := seen[t]; dup {
+			bad("targets[%d]: %q repeats targets[%d]", i, t, j)
+		}
+		seen[t] = i
+	}
+	if cfg.TLS == nil {
+		bad("tls: a client configuration is required")
+	}
+	if cfg.UpstairsID == uuid.Nil {
+		cfg.UpstairsID = uuid.New()
+	}
+	if bs := cfg.Region.BlockSize; bs != 0 && (bs < 512 || bs&(bs-1) != 0) {
+		bad("region block size %d: want a power of two of at least 512", bs)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewSet()
+	}
+	switch {
+	case cfg.BacklogJobs < 0:
+		bad("backlog jobs %d: must not be negative", cfg.BacklogJobs)
+	case cfg.BacklogJobs > maxBacklogJobs:
+		bad("backlog jobs %d: at most %d", cfg.BacklogJobs, maxBacklogJobs)
+	case cfg.BacklogJobs == 0:
+		cfg.BacklogJobs = DefaultBacklogJobs
+	}
+	switch {
+	case cfg.BacklogBytes < 0:
+		bad("backlog bytes %d: must not be negative", cfg.BacklogBytes)
+	case cfg.BacklogBytes > 0 && cfg.BacklogBytes < wire.MaxDataSize:
+		bad("backlog bytes %d: at least %d (one IO)", cfg.BacklogBytes, wire.MaxDataSize)
+	case cfg.BacklogBytes == 0:
+		cfg.BacklogBytes = DefaultBacklogBytes
+	}
+	if cfg.ActivationQuorumWait < 0 {
+		bad("activation quorum wait %v: must not be negative", cfg.ActivationQuorumWait)
+	} else if cfg.ActivationQuorumWait == 0 {
+		cfg.ActivationQuorumWait = DefaultActivationQuorumWait
+	}
+	if cfg.ReconnectMin < 0 || cfg.ReconnectMax < 0 {
+		bad("reconnect backoff %v..%v: must not be negative", cfg.ReconnectMin, cfg.ReconnectMax)
+	}
+	if cfg.ReconnectMin == 0 {
+		cfg.ReconnectMin = DefaultReconnectMin
+	}
+	if cfg.ReconnectMax == 0 {
+		cfg.ReconnectMax = max(DefaultReconnectMax, cfg.ReconnectMin)
+	}
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		bad("reconnect backoff: max %v below min %v", cfg.ReconnectMax, cfg.ReconnectMin)
+	}
+	if len(errs) > 0 {
+		return cfg, fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return cfg, nil
+}
+
+func (cfg Config) limits() engineLimits {
+	return engineLimits{
+		backlogJobs:   cfg.BacklogJobs,
+		backlogBytes:  int(cfg.BacklogBytes),
+		inflightJobs:  2 * cfg.BacklogJobs,
+		inflightBytes: int(2 * cfg.BacklogBytes),
+	}
+}

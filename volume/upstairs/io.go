@@ -1,0 +1,186 @@
+package upstairs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"tern/volume/wire"
+)
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
+
+// WriteAt writes p at byte offset off, both multiples of the block size.
+// It returns once two replicas have applied every block (the third follows
+// from a private copy if it lags), so p may be reused as soon as it
+// returns. It blocks while too much IO is in flight, and fails only when
+// fewer than two replicas can take the write.
+func (u *Upstairs) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	start := time.Now()
+	err := u.do(ctx, kindWrite, p, off)
+	u.met.observe(kindWrite, len(p), start, err)
+	if err != nil {
+		return 0, fmt.Errorf("writing %d bytes at %d: %w", len(p), off, err)
+	}
+	return len(p), nil
+}
+
+// ReadAt reads len(p) bytes at byte offset off, both multiples of the block
+// size, straight into p. Each block is verified against its recorded hash;
+// a replica returning a bad block is bypassed (and the block rewritten from
+// good data). A read never returns data older than a write already
+// acknowledged.
+func (u *Upstairs) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	start := time.Now()
+	err := u.do(ctx, kindRead, p, off)
+	u.met.observe(kindRead, len(p), start, err)
+	if err != nil {
+		return 0, fmt.Errorf("reading %d bytes at %d: %w", len(p), off, err)
+	}
+	return len(p), nil
+}
+
+// Flush makes every write acknowledged before it durable on at least two
+// replicas.
+func (u *Upstairs) Flush(ctx context.Context) error {
+	start := time.Now()
+	err := u.do(ctx, kindFlush, nil, 0)
+	u.met.observe(kindFlush, 0, start, err)
+	if err != nil {
+		return fmt.Errorf("flushing volume: %w", err)
+	}
+	return nil
+}
+
+// do submits one caller IO, split into jobs of at most wire.MaxDataSize
+// that do not cross extents, and waits for all of them.
+func (u *Upstairs) do(ctx context.Context, kind jobKind, p []byte, off int64) error {
+	w := waiterPool.Get().(*waiter)
+	defer func() {
+		w.pending, w.err, w.ids = 0, nil, w.ids[:0]
+		waiterPool.Put(w)
+	}()
+	u.mu.Lock()
+	bs := int64(u.blockSize)
+	if err := u.checkIOLocked(kind, p, off); err != nil || kind != kindFlush && len(p) == 0 {
+		u.mu.Unlock()
+		return err
+	}
+	if kind == kindWrite {
+		// Hash outside the lock, into the waiter's reused array.
+		u.mu.Unlock()
+		blocks := len(p) / int(bs)
+		if cap(w.hashes) < blocks {
+			w.hashes = make([]uint64, blocks)
+		}
+		w.hashes = w.hashes[:blocks]
+		hashBlocks(w.hashes, p, int(bs))
+		u.mu.Lock()
+	}
+	w.pending = 1 // held until every job is submitted
+	var err error
+	if kind == kindFlush {
+		err = u.submitLocked(ctx, w, kindFlush, nil, nil, 0)
+	} else {
+		extentBytes := int64(u.region.ExtentBlocks) * bs
+		for pos := int64(0); pos < int64(len(p)) && err == nil; {
+			at := off + pos
+			n := min(int64(len(p))-pos, wire.MaxDataSize, extentBytes-at%extentBytes)
+			var hashes []uint64
+			if kind == kindWrite {
+				hashes = w.hashes[pos/bs : (pos+n)/bs]
+			}
+			err = u.submitLocked(ctx, w, kind, p[pos:pos+n], hashes, wire.BlockIndex(at/bs))
+			pos += n
+		}
+	}
+	w.pending--
+	if w.pending == 0 {
+		u.finishLocked()
+		return errors.Join(err, w.err)
+	}
+	if err != nil && ctx.Err() != nil {
+		// Backpressure wait was cancelled: release what was submitted.
+		for _, id := range w.ids {
+			u.eng.abandon(id)
+		}
+		u.stepLocked()
+	}
+	u.finishLocked()
+	select {
+	case <-w.ch:
+	case <-ctx.Done():
+		u.mu.Lock()
+		for _, id := range w.ids {
+			u.eng.abandon(id)
+		}
+		u.stepLocked()
+		u.finishLocked()
+		<-w.ch
+	}
+	if err == nil {
+		err = w.err
+	}
+	if errors.Is(err, errAbandoned) {
+		err = ctx.Err()
+	}
+	return err
+}
+
+// checkIOLocked validates an IO against the activated region.
+func (u *Upstairs) checkIOLocked(kind jobKind, p []byte, off int64) error {
+	if err := u.eng.submitErr(kind); err != nil {
+		return err
+	}
+	if kind == kindFlush {
+		return nil
+	}
+	bs := int64(u.blockSize)
+	if off%bs != 0 || int64(len(p))%bs != 0 {
+		return fmt.Errorf("offset %d, length %d, block size %d: %w", off, len(p), bs, ErrUnaligned)
+	}
+	if size := int64(u.region.Blocks()) * bs; off < 0 || off+int64(len(p)) > size {
+		return fmt.Errorf("offset %d, length %d, volume size %d: %w", off, len(p), size, ErrOutOfRange)
+	}
+	return nil
+}
+
+// submitLocked waits for room (backpressure), then submits one job for
+// waiter w.
+func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, data []byte, hashes []uint64, first wire.BlockIndex) error {
+	for u.eng.full(len(data)) {
+		u.spaceWaiters++
+		ch := u.spaceCh
+		u.finishLocked()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			u.mu.Lock()
+			return ctx.Err()
+		}
+		u.mu.Lock()
+	}
+	var id wire.JobID
+	var err error
+	blocks := uint32(len(data) / max(u.blockSize, 1))
+	switch kind {
+	case kindWrite:
+		id, err = u.eng.submitWrite(first, blocks, len(data))
+	case kindRead:
+		id, err = u.eng.submitRead(first, blocks, len(data))
+	default:
+		id, err = u.eng.submitFlush()
+	}
+	if err != nil {
+		return err
+	}
+	rec := u.pools.record()
+	rec.data, rec.hashes, rec.waiter, rec.start = data, hashes, w, first
+	u.recs[id] = rec
+	w.pending++
+	w.ids = append(w.ids, id)
+	u.stepLocked()
+	return nil
+}

@@ -1,0 +1,513 @@
+package upstairs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/quic-go/quic-go"
+
+	"tern/volume/transport"
+	"tern/volume/wire"
+)
+
+// replica drives the connection to one downstairs. Its run goroutine owns
+// the connection and everything on it: it dials, negotiates, activates,
+// sends jobs, and on any failure tears the session down and redials with
+// backoff. A helper goroutine it starts and waits for decodes replies.
+type replica struct {
+	// Immutable.
+	u      *Upstairs
+	id     int
+	target string
+	wake   chan struct{} // one-slot notify: jobs queued or state changed
+
+	// Owned by the run goroutine.
+	deps     []wire.JobID
+	writeMsg wire.Write
+	readMsg  wire.Read
+	flushMsg wire.Flush
+
+	// Owned by the reader goroutine.
+	landed    wire.JobID // read whose data the decoder put in the caller's buffer
+	landedBuf []byte
+	blockSize int
+
+	// Guarded by u.mu.
+	lastErr error
+}
+
+// errSessionEnded ends a session without a fault of the connection: the
+// replica stopped taking IO (faulted, stopped).
+var errSessionEnded = errors.New("session ended")
+
+// Control messages of a session use job IDs below the engine's first.
+const (
+	activateJobID wire.JobID = 1
+	versionsJobID wire.JobID = 2
+)
+
+func newReplica(u *Upstairs, id int, target string) *replica {
+	return &replica{u: u, id: id, target: target, wake: make(chan struct{}, 1)}
+}
+
+func (r *replica) wakeUp() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stateChanged is called under u.mu when the engine moves this replica.
+func (r *replica) stateChanged(ReplicaState) { r.wakeUp() }
+
+func (r *replica) lastErrLocked() string {
+	if r.lastErr == nil {
+		return ""
+	}
+	return r.lastErr.Error()
+}
+
+// stateLocked is the engine's state of this replica.
+func (r *replica) state() ReplicaState {
+	r.u.mu.Lock()
+	defer r.u.mu.Unlock()
+	return r.u.eng.replicas[r.id].state
+}
+
+// run is the replica's owner goroutine; it ends when the upstairs closes.
+func (r *replica) run() {
+	u := r.u
+	defer u.wg.Done()
+	backoff := u.cfg.ReconnectMin
+	for u.ctx.Err() == nil {
+		// A faulted replica gets no IO until something repairs it.
+		switch r.state() {
+		case ReplicaFaulted, ReplicaRepairing, ReplicaStopped:
+			select {
+			case <-r.wake:
+			case <-u.ctx.Done():
+			}
+			continue
+		}
+		began := time.Now()
+		err := r.session(u.ctx)
+		if u.ctx.Err() != nil {
+			return
+		}
+		u.mu.Lock()
+		r.lastErr = err
+		u.mu.Unlock()
+		if errors.Is(err, errSessionEnded) {
+			continue
+		}
+		u.log.Warn("downstairs session ended", "replica", r.id, "target", r.target, "err", err)
+		if time.Since(began) > 4*u.cfg.ReconnectMax {
+			backoff = u.cfg.ReconnectMin
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-u.ctx.Done():
+			t.Stop()
+		}
+		backoff = min(2*backoff, u.cfg.ReconnectMax)
+	}
+}
+
+// session runs one connection from dial to teardown.
+func (r *replica) session(ctx context.Context) error {
+	u := r.u
+	conn, err := transport.Dial(ctx, r.target, u.cfg.TLS)
+	if err != nil {
+		return fmt.Errorf("connecting replica %d: %w", r.id, err)
+	}
+	defer func() {
+		_ = conn.CloseWithError(0, "session closed")
+	}()
+	// Closing the connection is how a blocked read or write is interrupted.
+	stopClose := context.AfterFunc(ctx, func() { _ = conn.CloseWithError(0, "upstairs closing") })
+	defer stopClose()
+	stream, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return fmt.Errorf("opening session stream to replica %d: %w", r.id, err)
+	}
+	enc, dec := wire.NewEncoder(stream), wire.NewDecoder(stream)
+	if err := r.negotiate(ctx, enc, dec); err != nil {
+		return err
+	}
+	return r.serve(conn, enc, dec)
+}
+
+// negotiate says Hello, compares the region, activates with the upstairs'
+// generation and reports the session to the upstairs (Activate's
+// bookkeeping the first time, replay afterwards).
+func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec *wire.Decoder) error {
+	u := r.u
+	sessionID := uuid.New()
+	hello := &wire.Hello{
+		Versions:   wire.SupportedVersions,
+		RegionUUID: u.cfg.Region.UUID,
+		UpstairsID: u.cfg.UpstairsID,
+		SessionID:  sessionID,
+	}
+	if err := enc.Encode(hello); err != nil {
+		return fmt.Errorf("greeting replica %d: %w", r.id, err)
+	}
+	m, err := dec.Next()
+	if err != nil {
+		return fmt.Errorf("reading hello reply from replica %d: %w", r.id, err)
+	}
+	var region wire.RegionInfo
+	switch m := m.(type) {
+	case *wire.HelloReply:
+		region = m.Region
+	case *wire.Error:
+		err := fmt.Errorf("replica %d (%s) refused hello: %w", r.id, r.target, m.Err())
+		if m.Code == wire.CodeRegionMismatch {
+			err = fmt.Errorf("%w: %w", ErrRegionMismatch, err)
+		}
+		return r.activationFailed(err)
+	default:
+		return fmt.Errorf("replica %d answered hello with %v", r.id, m.Type())
+	}
+
+	gen, err := r.await(ctx, region)
+	if err != nil {
+		return err
+	}
+	if err := enc.Encode(&wire.Activate{JobID: activateJobID, UpstairsID: u.cfg.UpstairsID, SessionID: sessionID, Gen: gen}); err != nil {
+		return fmt.Errorf("activating replica %d: %w", r.id, err)
+	}
+	if m, err = dec.Next(); err != nil {
+		return fmt.Errorf("reading activation reply from replica %d: %w", r.id, err)
+	}
+	switch m := m.(type) {
+	case *wire.ActivateAck:
+	case *wire.Fenced:
+		err := fmt.Errorf("replica %d was activated by generation %d: %w", r.id, m.ByGen, ErrFenced)
+		r.fenceOrFail(m.ByGen, err)
+		return err
+	case *wire.Error:
+		err := fmt.Errorf("replica %d (%s) refused generation %d: %w", r.id, r.target, gen, m.Err())
+		if m.Code == wire.CodeGenTooLow || m.Code == wire.CodeFenced {
+			err = fmt.Errorf("%w: %w", ErrGenTooLow, err)
+			r.fenceOrFail(0, err)
+		}
+		return err
+	default:
+		return fmt.Errorf("replica %d answered activation with %v", r.id, m.Type())
+	}
+	versions, err := r.extentVersions(enc, dec, region)
+	if err != nil {
+		return err
+	}
+	return r.activated(versions)
+}
+
+// await reports the negotiated region and returns the generation to
+// activate with once the upstairs lets this replica go ahead.
+func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Generation, error) {
+	u := r.u
+	u.mu.Lock()
+	a := u.act
+	if a == nil {
+		u.mu.Unlock()
+		return 0, errSessionEnded
+	}
+	if !a.decided {
+		a.region[r.id] = &region
+		a.notifyLocked()
+		proceed := a.proceed
+		u.mu.Unlock()
+		select {
+		case <-proceed:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		u.mu.Lock()
+	}
+	defer u.mu.Unlock()
+	if d := regionDiff(u.region, region); d != "" {
+		// A replica that comes back serving another region is not one
+		// of ours any more.
+		u.eng.fault(r.id)
+		u.stepLocked()
+		return 0, fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
+	}
+	if a.region[r.id] == nil && !u.eng.running {
+		// Activation went ahead without this replica; it needs repair.
+		return 0, errSessionEnded
+	}
+	return u.gen, nil
+}
+
+// extentVersions reads every extent's version.
+func (r *replica) extentVersions(enc *wire.Encoder, dec *wire.Decoder, region wire.RegionInfo) ([]wire.ExtentVersion, error) {
+	versions := make([]wire.ExtentVersion, 0, region.ExtentCount)
+	for uint32(len(versions)) < region.ExtentCount {
+		req := &wire.ExtentVersionsRequest{JobID: versionsJobID, First: wire.ExtentID(len(versions))}
+		if err := enc.Encode(req); err != nil {
+			return nil, fmt.Errorf("asking replica %d for extent versions: %w", r.id, err)
+		}
+		m, err := dec.Next()
+		if err != nil {
+			return nil, fmt.Errorf("reading extent versions from replica %d: %w", r.id, err)
+		}
+		ev, ok := m.(*wire.ExtentVersions)
+		if !ok || ev.First != req.First || len(ev.Versions) == 0 {
+			return nil, fmt.Errorf("replica %d answered extent versions with %v", r.id, m.Type())
+		}
+		versions = append(versions, ev.Versions...)
+	}
+	return versions[:region.ExtentCount], nil
+}
+
+// activated reports an activated session: to Activate during activation,
+// to the engine (which replays the backlog) on a reconnect.
+func (r *replica) activated(versions []wire.ExtentVersion) error {
+	u := r.u
+	u.mu.Lock()
+	a := u.act
+	if !u.eng.running && u.eng.stopErr == nil {
+		a.done[r.id] = true
+		a.versions[r.id] = versions
+		a.notifyLocked()
+		u.mu.Unlock()
+		// Wait for Activate to start IO (or give up).
+		for {
+			u.mu.Lock()
+			running, stopped := u.eng.running, u.eng.stopErr != nil
+			ch := a.changed
+			u.mu.Unlock()
+			if running || stopped {
+				break
+			}
+			select {
+			case <-ch:
+			case <-u.ctx.Done():
+				return u.ctx.Err()
+			}
+		}
+		return nil
+	}
+	u.eng.connected(r.id)
+	u.stepLocked()
+	u.finishLocked()
+	return nil
+}
+
+// activationFailed records err for Activate if it is still waiting.
+func (r *replica) activationFailed(err error) error {
+	u := r.u
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if a := u.act; a != nil && !u.eng.running {
+		a.err[r.id] = err
+		a.notifyLocked()
+	} else if errors.Is(err, ErrRegionMismatch) {
+		u.eng.fault(r.id)
+		u.stepLocked()
+	}
+	return err
+}
+
+// fenceOrFail fences the running upstairs, or fails the activation.
+func (r *replica) fenceOrFail(byGen wire.Generation, err error) {
+	u := r.u
+	u.mu.Lock()
+	running := u.eng.running
+	u.mu.Unlock()
+	if running {
+		u.fence(r.id, byGen)
+		return
+	}
+	_ = r.activationFailed(err)
+}
+
+// serve runs the IO phase of a session: this goroutine sends, a helper
+// decodes replies. It returns when the connection fails, the replica stops
+// taking IO or the upstairs closes, after the helper has ended and the
+// engine has been told.
+func (r *replica) serve(conn *quic.Conn, enc *wire.Encoder, dec *wire.Decoder) error {
+	u := r.u
+	r.blockSize = u.blockSize // fixed once activated
+	readerDone := make(chan error, 1)
+	go func() { readerDone <- r.readLoop(dec) }()
+	var err error
+	readerEnded := false
+loop:
+	for {
+		if err = r.sendQueued(enc); err != nil {
+			break
+		}
+		select {
+		case <-r.wake:
+		case err = <-readerDone:
+			readerEnded = true
+			break loop
+		case <-u.ctx.Done():
+			err = u.ctx.Err()
+			break loop
+		}
+	}
+	_ = conn.CloseWithError(0, "session closed")
+	if !readerEnded {
+		<-readerDone
+	}
+	u.mu.Lock()
+	u.eng.disconnected(r.id)
+	u.stepLocked()
+	u.finishLocked()
+	return err
+}
+
+// sendQueued sends every job the engine has queued for this replica.
+func (r *replica) sendQueued(enc *wire.Encoder) error {
+	u := r.u
+	for {
+		u.mu.Lock()
+		if st := u.eng.replicas[r.id].state; st != ReplicaActive {
+			u.mu.Unlock()
+			return fmt.Errorf("replica %d is %v: %w", r.id, st, errSessionEnded)
+		}
+		j, ok := u.eng.takeNext(r.id)
+		if !ok {
+			u.mu.Unlock()
+			return nil
+		}
+		msg := r.messageLocked(j)
+		id := j.id
+		u.mu.Unlock()
+		err := enc.Encode(msg)
+		u.mu.Lock()
+		u.eng.sent(r.id, id)
+		u.stepLocked()
+		u.finishLocked()
+		if err != nil {
+			return fmt.Errorf("sending to replica %d: %w", r.id, err)
+		}
+	}
+}
+
+// messageLocked builds j's request in one of the replica's reused messages.
+func (r *replica) messageLocked(j *job) wire.Message {
+	u := r.u
+	r.deps = u.eng.sendDeps(r.deps[:0], j, r.id)
+	switch j.kind {
+	case kindWrite:
+		rec := u.recs[j.id]
+		if rec == nil {
+			panic(fmt.Sprintf("upstairs: write job %d has no record", j.id))
+		}
+		r.writeMsg = wire.Write{JobID: j.id, Deps: r.deps, Offset: j.first, Hashes: rec.hashes, Data: rec.data}
+		return &r.writeMsg
+	case kindRead:
+		r.readMsg = wire.Read{JobID: j.id, Deps: r.deps, Offset: j.first, Count: j.count}
+		return &r.readMsg
+	default:
+		r.flushMsg = wire.Flush{JobID: j.id, Deps: r.deps, FlushNumber: j.flushNumber, Gen: u.gen}
+		return &r.flushMsg
+	}
+}
+
+// dataBuffer tells the decoder to put a read's data straight into the
+// caller's buffer when the engine allows it.
+func (r *replica) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
+	r.landed, r.landedBuf = 0, nil
+	if t != wire.TypeReadResponse {
+		return nil
+	}
+	u := r.u
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	rec := u.recs[id]
+	if rec == nil || len(rec.data) != n || !u.eng.readBegin(r.id, id) {
+		return nil
+	}
+	r.landed, r.landedBuf = id, rec.data
+	return rec.data
+}
+
+// readLoop decodes replies until the connection fails.
+func (r *replica) readLoop(dec *wire.Decoder) error {
+	u := r.u
+	dec.DataBuffer = r.dataBuffer
+	for {
+		m, err := dec.Next()
+		if err != nil {
+			return fmt.Errorf("reading from replica %d: %w", r.id, err)
+		}
+		switch m := m.(type) {
+		case *wire.Ack:
+			u.mu.Lock()
+			u.eng.done(r.id, m.JobID)
+			u.stepLocked()
+			u.finishLocked()
+		case *wire.ReadResponse:
+			out := readFailed
+			if r.landed == m.JobID && r.landedBuf != nil {
+				out = verifyBlocks(r.landedBuf, m.Hashes, r.blockSize)
+			}
+			r.landed, r.landedBuf = 0, nil
+			u.mu.Lock()
+			u.eng.readResult(r.id, m.JobID, out)
+			u.stepLocked()
+			u.finishLocked()
+		case *wire.Fenced:
+			u.fence(r.id, m.ByGen)
+			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
+		case *wire.Error:
+			if err := r.replyError(m); err != nil {
+				return err
+			}
+		default:
+			// Replies to nothing we asked are ignored.
+		}
+	}
+}
+
+// verifyBlocks checks every block against the hash the downstairs
+// returned.
+func verifyBlocks(data []byte, hashes []uint64, blockSize int) readOutcome {
+	if blockSize <= 0 || len(hashes)*blockSize != len(data) {
+		return readFailed
+	}
+	for i, h := range hashes {
+		if !blockMatches(data[i*blockSize:(i+1)*blockSize], h) {
+			return readBadData
+		}
+	}
+	return readGood
+}
+
+// replyError handles an Error reply; a non-nil result ends the session.
+func (r *replica) replyError(m *wire.Error) error {
+	u := r.u
+	if m.JobID == 0 || m.Code == wire.CodeFenced {
+		if m.Code == wire.CodeFenced {
+			u.fence(r.id, 0)
+			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
+		}
+		return fmt.Errorf("replica %d session failed: %w", r.id, m.Err())
+	}
+	u.mu.Lock()
+	j, ok := u.eng.lookup(m.JobID)
+	switch {
+	case !ok:
+	case j.kind == kindRead && m.Code == wire.CodeCorruptBlock:
+		u.eng.readResult(r.id, m.JobID, readBadData)
+	case j.kind == kindRead:
+		u.eng.readResult(r.id, m.JobID, readFailed)
+	case m.Code == wire.CodeHashMismatch:
+		u.eng.rejected(r.id, m.JobID)
+	default:
+		u.log.Warn("replica failed a job", "replica", r.id, "job", m.JobID, "kind", j.kind, "err", m.Err())
+		u.eng.failed(r.id, m.JobID)
+	}
+	u.stepLocked()
+	u.finishLocked()
+	return nil
+}

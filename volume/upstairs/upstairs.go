@@ -1,0 +1,543 @@
+package upstairs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"tern/volume/wire"
+)
+
+// Upstairs is a volume client replicating to three downstairs. Its IO
+// methods are safe for concurrent use; buffers passed to them are used in
+// place (never copied on the steady path) and are not touched after the
+// call returns.
+type Upstairs struct {
+	// Immutable after New.
+	cfg      Config
+	log      *slog.Logger
+	met      *ioMetrics
+	replicas [replicaCount]*replica
+	ctx      context.Context // ends when Close starts
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // replica goroutines
+
+	// mu guards everything below, including the engine and the records.
+	mu    sync.Mutex
+	eng   *engine
+	recs  map[wire.JobID]*ioRecord
+	pools pools
+
+	started bool
+	closed  bool
+	// act is the activation in progress or done; nil before Activate.
+	act *activation
+	// region is the agreed geometry once activated.
+	region wire.RegionInfo
+	// blockSize is region.BlockSize as an int, 0 before activation.
+	blockSize int
+	gen       wire.Generation
+	// spaceCh is closed (and replaced) when backpressure eases and
+	// spaceWaiters > 0.
+	spaceCh      chan struct{}
+	spaceWaiters int
+	// privatize collects actPrivatize IDs for the step that emitted them.
+	privatize []wire.JobID
+}
+
+// activation is what Activate and the replica goroutines share while the
+// sessions are negotiated; guarded by Upstairs.mu.
+type activation struct {
+	gen wire.Generation
+	// changed is closed (and replaced) whenever a replica reports.
+	changed chan struct{}
+	// proceed is closed when Activate has checked the regions and lets the
+	// replicas send Activate.
+	proceed chan struct{}
+	// decided is set once Activate chose the replicas that take part.
+	decided bool
+	region  [replicaCount]*wire.RegionInfo
+	done    [replicaCount]bool
+	err     [replicaCount]error
+	// versions are the extent versions each replica reported.
+	versions [replicaCount][]wire.ExtentVersion
+}
+
+// New validates cfg (reporting every problem at once) and returns an
+// Upstairs that connects when Activate is called.
+func New(cfg Config) (*Upstairs, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("creating upstairs: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	u := &Upstairs{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "upstairs", "upstairs_id", cfg.UpstairsID),
+		met:     newIOMetrics(cfg.Metrics, cfg.UpstairsID),
+		ctx:     ctx,
+		cancel:  cancel,
+		eng:     newEngine(cfg.limits()),
+		recs:    make(map[wire.JobID]*ioRecord),
+		spaceCh: make(chan struct{}),
+	}
+	for i := range u.replicas {
+		u.replicas[i] = newReplica(u, i, cfg.Targets[i])
+	}
+	return u, nil
+}
+
+// Activate negotiates a session with every downstairs, checks that they
+// serve the same region, and activates it with generation gen, which fences
+// any upstairs that activated with a lower one. It waits up to
+// Config.ActivationQuorumWait for all three, then goes ahead with two; a
+// replica that missed the activation is faulted (it needs repair). Replicas
+// that disagree on the region's UUID or geometry make Activate fail with an
+// error wrapping ErrRegionMismatch that names them.
+func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
+	u.mu.Lock()
+	switch {
+	case u.closed:
+		u.mu.Unlock()
+		return fmt.Errorf("activating volume: %w", ErrClosed)
+	case u.act != nil:
+		u.mu.Unlock()
+		return fmt.Errorf("activating volume: already activated")
+	}
+	a := &activation{gen: gen, changed: make(chan struct{}), proceed: make(chan struct{})}
+	u.act, u.gen = a, gen
+	u.started = true
+	for _, r := range u.replicas {
+		u.wg.Add(1)
+		go r.run()
+	}
+	u.mu.Unlock()
+
+	err := u.activate(ctx, a)
+	if err != nil {
+		// Leave nothing running: an upstairs that failed to activate is
+		// only good for Close.
+		u.mu.Lock()
+		u.eng.stop(err)
+		u.stepLocked()
+		u.finishLocked()
+		u.cancel()
+		return fmt.Errorf("activating volume: %w", err)
+	}
+	return nil
+}
+
+func (u *Upstairs) activate(ctx context.Context, a *activation) error {
+	quorumTimer := time.NewTimer(u.cfg.ActivationQuorumWait)
+	defer quorumTimer.Stop()
+	quorumWaited := false
+	// Phase 1: sessions negotiated; regions compared.
+	for {
+		u.mu.Lock()
+		n, fatal := a.countLocked(func(r int) bool { return a.region[r] != nil })
+		if fatal != nil {
+			u.mu.Unlock()
+			return fatal
+		}
+		if n == replicaCount || quorumWaited && n >= quorum {
+			err := u.checkRegionsLocked(a)
+			if err == nil {
+				a.decided = true
+				close(a.proceed)
+			}
+			u.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			break
+		}
+		ch := a.changed
+		u.mu.Unlock()
+		select {
+		case <-ch:
+		case <-quorumTimer.C:
+			quorumWaited = true
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Phase 2: the replicas that negotiated activate with gen.
+	for {
+		u.mu.Lock()
+		n, fatal := a.countLocked(func(r int) bool { return a.done[r] })
+		if fatal != nil {
+			u.mu.Unlock()
+			return fatal
+		}
+		waiting := 0
+		for r := range replicaCount {
+			if a.region[r] != nil && !a.done[r] && a.err[r] == nil {
+				waiting++
+			}
+		}
+		if waiting == 0 {
+			if n < quorum {
+				u.mu.Unlock()
+				return fmt.Errorf("%d of %d replicas activated: %w", n, replicaCount, ErrNotEnoughReplicas)
+			}
+			u.startIOLocked(a)
+			u.mu.Unlock()
+			return nil
+		}
+		ch := a.changed
+		u.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// countLocked counts replicas for which ok holds, and returns a fencing or
+// generation error any replica met, which ends the activation.
+func (a *activation) countLocked(ok func(r int) bool) (int, error) {
+	n := 0
+	for r := range replicaCount {
+		if err := a.err[r]; errors.Is(err, ErrFenced) || errors.Is(err, ErrGenTooLow) || errors.Is(err, ErrRegionMismatch) {
+			return 0, err
+		}
+		if ok(r) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// notifyLocked wakes Activate.
+func (a *activation) notifyLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// checkRegionsLocked compares the regions of the replicas that negotiated
+// with each other and with the configured region, naming every difference.
+func (u *Upstairs) checkRegionsLocked(a *activation) error {
+	var errs []error
+	ref := -1
+	for r := range replicaCount {
+		if a.region[r] == nil {
+			continue
+		}
+		if want := u.cfg.Region; !regionMatchesConfig(*a.region[r], want) {
+			errs = append(errs, fmt.Errorf("replica %d (%s): serves %s, configured %s",
+				r, u.cfg.Targets[r], describeRegion(*a.region[r]), describeRegion(want)))
+			continue
+		}
+		if ref < 0 {
+			ref = r
+			continue
+		}
+		if d := regionDiff(*a.region[ref], *a.region[r]); d != "" {
+			errs = append(errs, fmt.Errorf("replica %d (%s) and replica %d (%s): %s",
+				ref, u.cfg.Targets[ref], r, u.cfg.Targets[r], d))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrRegionMismatch, errors.Join(errs...))
+	}
+	u.region = *a.region[ref]
+	u.blockSize = int(u.region.BlockSize)
+	return nil
+}
+
+func regionMatchesConfig(got, want wire.RegionInfo) bool {
+	var zero [16]byte
+	return (want.UUID == zero || want.UUID == got.UUID) &&
+		(want.BlockSize == 0 || want.BlockSize == got.BlockSize) &&
+		(want.ExtentBlocks == 0 || want.ExtentBlocks == got.ExtentBlocks) &&
+		(want.ExtentCount == 0 || want.ExtentCount == got.ExtentCount)
+}
+
+// regionDiff names how b differs from a, or returns "".
+func regionDiff(a, b wire.RegionInfo) string {
+	switch {
+	case a.UUID != b.UUID:
+		return fmt.Sprintf("region uuid %s differs from %s", b.UUID, a.UUID)
+	case a.BlockSize != b.BlockSize:
+		return fmt.Sprintf("block size %d differs from %d", b.BlockSize, a.BlockSize)
+	case a.ExtentBlocks != b.ExtentBlocks:
+		return fmt.Sprintf("extent size %d blocks differs from %d", b.ExtentBlocks, a.ExtentBlocks)
+	case a.ExtentCount != b.ExtentCount:
+		return fmt.Sprintf("extent count %d differs from %d", b.ExtentCount, a.ExtentCount)
+	}
+	return ""
+}
+
+func describeRegion(r wire.RegionInfo) string {
+	return fmt.Sprintf("region %s (%d-byte blocks, %d blocks per extent, %d extents)",
+		r.UUID, r.BlockSize, r.ExtentBlocks, r.ExtentCount)
+}
+
+// startIOLocked turns the activation into running IO: replicas that
+// activated are Active, the rest Faulted; flush numbers continue after the
+// highest any replica has.
+func (u *Upstairs) startIOLocked(a *activation) {
+	var active [replicaCount]bool
+	var maxFlush uint64
+	for r := range replicaCount {
+		active[r] = a.done[r]
+		for _, v := range a.versions[r] {
+			maxFlush = max(maxFlush, v.Flush)
+		}
+	}
+	u.eng.activate(active, maxFlush+1)
+	u.stepLocked()
+	for r := range replicaCount {
+		if a.done[r] {
+			u.log.Info("replica active", "replica", r, "target", u.cfg.Targets[r], "gen", a.gen)
+		}
+	}
+	u.reportExtentMismatchLocked(a)
+}
+
+// reportExtentMismatchLocked logs extents whose versions differ between the
+// activated replicas; reconciling them is the repair engine's job.
+func (u *Upstairs) reportExtentMismatchLocked(a *activation) {
+	ref := -1
+	for r := range replicaCount {
+		if !a.done[r] {
+			continue
+		}
+		if ref < 0 {
+			ref = r
+			continue
+		}
+		differ := 0
+		for i, v := range a.versions[r] {
+			if i < len(a.versions[ref]) && a.versions[ref][i] != v {
+				differ++
+			}
+		}
+		if differ > 0 {
+			u.log.Warn("replica extent versions differ", "replica", r, "reference", ref, "extents", differ)
+		}
+	}
+}
+
+// Close stops all IO (pending calls fail with ErrClosed), closes every
+// connection and waits for every goroutine to end. It does not flush: call
+// Flush first for durability.
+func (u *Upstairs) Close() error {
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		return nil
+	}
+	u.closed = true
+	u.eng.stop(ErrClosed)
+	u.stepLocked()
+	u.finishLocked()
+	u.cancel()
+	u.wg.Wait()
+	return nil
+}
+
+// fence stops all IO with ErrFenced after a downstairs said another
+// upstairs took over.
+func (u *Upstairs) fence(r int, byGen wire.Generation) {
+	u.mu.Lock()
+	if u.eng.stopErr != nil {
+		u.mu.Unlock()
+		return
+	}
+	u.log.Warn("fenced by a higher generation", "replica", r, "gen", u.gen, "by_gen", byGen)
+	u.eng.stop(fmt.Errorf("replica %d reports generation %d: %w", r, byGen, ErrFenced))
+	u.stepLocked()
+	u.finishLocked()
+}
+
+// stepLocked carries out the engine's actions. Cheap ones (bookkeeping,
+// wakeups, completions on buffered channels) and rare ones (read repair)
+// happen here under mu; privatizing copies are collected for finishLocked,
+// which copies with mu released.
+func (u *Upstairs) stepLocked() {
+	for {
+		acts := u.eng.takeActions()
+		if len(acts) == 0 {
+			break
+		}
+		for _, a := range acts {
+			u.applyLocked(a)
+		}
+	}
+	if u.spaceWaiters > 0 && !u.eng.full(0) {
+		close(u.spaceCh)
+		u.spaceCh = make(chan struct{})
+		u.spaceWaiters = 0
+	}
+}
+
+func (u *Upstairs) applyLocked(a action) {
+	switch a.kind {
+	case actWake:
+		u.replicas[a.replica].wakeUp()
+	case actComplete:
+		rec := u.recs[a.id]
+		if rec == nil || rec.waiter == nil {
+			return
+		}
+		w := rec.waiter
+		rec.waiter = nil
+		if a.err != nil && w.err == nil {
+			w.err = a.err
+		}
+		w.pending--
+		if w.pending == 0 {
+			w.ch <- struct{}{}
+		}
+	case actRetire:
+		if rec := u.recs[a.id]; rec != nil {
+			delete(u.recs, a.id)
+			u.pools.putRecord(rec)
+		}
+	case actPrivatize:
+		u.privatize = append(u.privatize, a.id)
+	case actRepairRead:
+		u.repairLocked(a)
+	case actRewrite:
+		parent, child := u.recs[a.parent], u.pools.record()
+		if parent != nil && parent.priv != nil {
+			parent.priv.refs++
+			child.priv, child.data, child.hashes = parent.priv, parent.priv.data, parent.priv.hashes
+			child.start = parent.start
+		}
+		u.recs[a.id] = child
+	case actState:
+		u.log.Info("replica state", "replica", a.replica, "target", u.cfg.Targets[a.replica], "state", a.state)
+		u.replicas[a.replica].stateChanged(a.state)
+	}
+}
+
+// finishLocked runs the privatizing copies with mu released, re-locking to
+// report their results, until none are left; it returns with mu unlocked.
+func (u *Upstairs) finishLocked() {
+	for n := len(u.privatize); n > 0; n = len(u.privatize) {
+		id := u.privatize[n-1]
+		u.privatize = u.privatize[:n-1]
+		u.privatizeLocked(id)
+	}
+	u.mu.Unlock()
+}
+
+// privatizeLocked copies write id's data out of the caller's buffer (with
+// mu released: the caller is still blocked, so the buffer is stable unless
+// the caller races with itself) and reports whether the hashes still hold.
+func (u *Upstairs) privatizeLocked(id wire.JobID) {
+	rec := u.recs[id]
+	if rec == nil {
+		u.eng.privatized(id, true)
+		u.stepLocked()
+		return
+	}
+	blocks := len(rec.hashes)
+	b := u.pools.buf(len(rec.data), blocks)
+	src, bs := rec.data, 0
+	if blocks > 0 {
+		bs = len(src) / blocks
+	}
+	u.mu.Unlock()
+	copy(b.data, src)
+	hashBlocks(b.hashes, b.data, bs)
+	u.mu.Lock()
+	same := true
+	for i, h := range b.hashes {
+		if rec.hashes[i] != h {
+			same = false
+			break
+		}
+	}
+	rec.priv, rec.data, rec.hashes = b, b.data, b.hashes
+	u.eng.privatized(id, same)
+	u.stepLocked()
+}
+
+// repairLocked rewrites the blocks of read a.id on replica a.replica, which
+// returned data that failed verification, from the good data now in the
+// caller's buffer. It runs while the engine's actions are applied, before
+// the read's completion releases the caller, and must not step the engine
+// itself: the actions it causes are applied by the loop in stepLocked.
+func (u *Upstairs) repairLocked(a action) {
+	rec := u.recs[a.id]
+	j, ok := u.eng.lookup(a.id)
+	if rec == nil || !ok {
+		return
+	}
+	blocks := int(j.count)
+	b := u.pools.buf(len(rec.data), blocks)
+	copy(b.data, rec.data)
+	hashBlocks(b.hashes, b.data, len(rec.data)/blocks)
+	id, ok := u.eng.submitRepair(a.replica, a.id, j.first, j.count, len(b.data))
+	if !ok {
+		u.pools.unref(b)
+		return
+	}
+	r := u.pools.record()
+	r.priv, r.data, r.hashes, r.start = b, b.data, b.hashes, j.first
+	u.recs[id] = r
+	u.log.Warn("rewriting blocks that failed verification", "replica", a.replica, "first_block", j.first, "blocks", j.count)
+}
+
+// Status is a snapshot of the upstairs for operators.
+type Status struct {
+	// Active is true between a successful Activate and Close or fencing.
+	Active bool
+	// Gen is the activation generation.
+	Gen wire.Generation
+	// Region is the agreed region geometry (zero before activation).
+	Region wire.RegionInfo
+	// Replicas describes each downstairs, in target order.
+	Replicas [replicaCount]ReplicaStatus
+	// LiveJobs and LiveBytes count jobs not yet retired by every replica.
+	LiveJobs  int
+	LiveBytes int64
+	// Err is why IO stopped (fenced, closed), if it did.
+	Err error
+}
+
+// ReplicaStatus describes one downstairs.
+type ReplicaStatus struct {
+	// Target is the downstairs address.
+	Target string
+	// State is the replica's state.
+	State ReplicaState
+	// OutstandingJobs and OutstandingBytes count jobs the replica owes: in
+	// flight when Active, the replay backlog when Offline.
+	OutstandingJobs  int
+	OutstandingBytes int64
+	// LastError is the last connection error, if any.
+	LastError string
+}
+
+// Status returns a snapshot of the upstairs.
+func (u *Upstairs) Status() Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := Status{
+		Active:    u.eng.running,
+		Gen:       u.gen,
+		Region:    u.region,
+		LiveJobs:  u.eng.liveJobs,
+		LiveBytes: int64(u.eng.liveBytes),
+		Err:       u.eng.stopErr,
+	}
+	for r := range replicaCount {
+		rc := &u.eng.replicas[r]
+		s.Replicas[r] = ReplicaStatus{
+			Target:           u.cfg.Targets[r],
+			State:            rc.state,
+			OutstandingJobs:  rc.owedJobs,
+			OutstandingBytes: int64(rc.owedBytes),
+			LastError:        u.replicas[r].lastErrLocked(),
+		}
+	}
+	return s
+}
