@@ -95,10 +95,10 @@ func (r *Region) verifyHashes(first BlockIndex, p []byte, hashes []uint64) error
 	return nil
 }
 
-// readRun reads blocks [off, off+len(hashes)) of one extent.
+// readRun reads blocks [off, off+len(hashes)) of one extent. It takes no
+// extent lock: a read never waits behind a Flush of its extent, and the
+// caller orders reads against overlapping writes and repairs.
 func (r *Region) readRun(e *extent, off uint32, p []byte, hashes []uint64) error {
-	e.io.RLock()
-	defer e.io.RUnlock()
 	if b, bad := e.firstCorrupt(off, uint32(len(hashes))); bad {
 		return &BlockError{Block: r.blockIndex(e.id, b), Err: ErrCorruptBlock}
 	}

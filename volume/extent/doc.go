@@ -87,10 +87,12 @@
 // # Concurrency
 //
 // A Region is safe for concurrent use. Reads and writes of different
-// blocks run in parallel (pread/pwrite, one shared lock per extent); the
-// caller orders overlapping IO. Flush waits for writes in flight to the
+// blocks run in parallel (pread/pwrite; writes share one lock per extent,
+// reads take none); the caller orders overlapping IO, and IO to an extent
+// against a RepairExtent of it. Flush waits for writes in flight to the
 // extents it cleans and sees every write completed before it was called;
-// writes arriving during a Flush wait for the extent they touch. Close
+// writes arriving during a Flush wait for the extent they touch, reads do
+// not wait. Close
 // waits for every operation in flight. The steady-state read and write
 // paths allocate nothing: metadata scratch comes from a per-Region pool.
 //

@@ -17,10 +17,10 @@ type extent struct {
 	file *os.File // owns fd
 	fd   int
 
-	// io is held shared by every read and write of the extent, and
-	// exclusively by Flush and RepairExtent while they fdatasync the file
-	// and rewrite its trailer: no write can land between the fdatasync and
-	// the clean trailer that vouches for it.
+	// io is held shared by every write to the extent, and exclusively by
+	// Flush and RepairExtent while they fdatasync the file and rewrite its
+	// trailer: no write can land between the fdatasync and the clean
+	// trailer that vouches for it. Reads do not take it.
 	io sync.RWMutex
 
 	// dirty mirrors the trailer's durable dirty bit: it becomes true only

@@ -49,8 +49,6 @@ func (r *Region) ExtentHashes(e ExtentID, dst []uint64) ([]uint64, error) {
 	defer r.end()
 	ext := r.extents[e]
 	dst = slices.Grow(dst[:0], int(r.spec.ExtentBlocks))[:r.spec.ExtentBlocks]
-	ext.io.RLock()
-	defer ext.io.RUnlock()
 	if err := r.readMeta(ext, 0, dst); err != nil {
 		return dst[:0], fmt.Errorf("get extent %d hashes: %w", e, err)
 	}
