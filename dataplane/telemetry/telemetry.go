@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -52,8 +53,10 @@ func MetricsHandler(set *metrics.Set) http.Handler {
 
 // MetricsServer serves /metrics for one set on its own listener.
 type MetricsServer struct {
-	srv  *http.Server
-	done chan error
+	srv       *http.Server
+	done      chan error
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // ServeMetrics starts serving set at /metrics on ln until Close.
@@ -68,13 +71,17 @@ func ServeMetrics(ln net.Listener, set *metrics.Set) *MetricsServer {
 	return s
 }
 
-// Close stops the server and waits for its goroutine to end.
+// Close stops the server and waits for its goroutine to end. Calling it
+// again returns the first call's result.
 func (s *MetricsServer) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	return err
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := s.srv.Shutdown(ctx)
+		if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		s.closeErr = err
+	})
+	return s.closeErr
 }
