@@ -90,9 +90,10 @@ func (r *Region) flushParallel(list []*extent, v Version) error {
 func (r *Region) flushExtent(e *extent, v Version) error {
 	e.io.Lock()
 	defer e.io.Unlock()
-	e.trailerMu.Lock()
-	defer e.trailerMu.Unlock()
-	if !e.ver.Dirty {
+	// With e.io held exclusively only this goroutine changes the trailer;
+	// trailerMu is taken for the trailer itself, so Versions waits for at
+	// most one trailer write, not for the data sync.
+	if !e.version().Dirty {
 		return nil // cleaned meanwhile by RepairExtent
 	}
 	if err := fdatasync(e.fd); err != nil {
@@ -104,6 +105,8 @@ func (r *Region) flushExtent(e *extent, v Version) error {
 	if e.corruptCount.Load() > 0 {
 		return nil
 	}
+	e.trailerMu.Lock()
+	defer e.trailerMu.Unlock()
 	// Until the clean trailer is durable the on-disk dirty bit is unknown;
 	// if writing it fails, the next write must rewrite a dirty trailer.
 	e.dirty.Store(false)

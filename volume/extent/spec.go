@@ -112,3 +112,30 @@ func (s Spec) SizeBytes() uint64 { return s.Blocks() * uint64(s.BlockSize) }
 
 // ExtentBytes returns the size of one extent's block data in bytes.
 func (s Spec) ExtentBytes() uint64 { return uint64(s.ExtentBlocks) * uint64(s.BlockSize) }
+
+// SpecForSize returns a Spec (fresh UUID, current format) for a region of
+// at least sizeBytes: extents of DefaultExtentBytes, or a single smaller
+// extent when the region is smaller than that. The size is rounded up to
+// whole blocks and extents. The result is validated.
+func SpecForSize(sizeBytes uint64, blockSize uint32) (Spec, error) {
+	if sizeBytes == 0 {
+		return Spec{}, fmt.Errorf("size region: %w: size is 0", ErrInvalidSpec)
+	}
+	if blockSize != 512 && blockSize != 4096 {
+		return Spec{}, fmt.Errorf("size region: %w: block size %d is not 512 or 4096", ErrInvalidSpec, blockSize)
+	}
+	blocks := (sizeBytes + uint64(blockSize) - 1) / uint64(blockSize)
+	extentBlocks := uint64(DefaultExtentBytes / blockSize)
+	if blocks < extentBlocks {
+		extentBlocks = blocks
+	}
+	count := (blocks + extentBlocks - 1) / extentBlocks
+	if count > MaxExtentCount {
+		return Spec{}, fmt.Errorf("size region: %w: %d bytes needs %d extents, more than %d", ErrInvalidSpec, sizeBytes, count, MaxExtentCount)
+	}
+	s := NewSpec(blockSize, uint32(extentBlocks), uint32(count))
+	if err := s.Validate(); err != nil {
+		return Spec{}, fmt.Errorf("size region: %w", err)
+	}
+	return s, nil
+}
