@@ -511,3 +511,26 @@ func TestIOPathDoesNotAllocate(t *testing.T) {
 		t.Errorf("ReadBlocks allocates %.1f times per call", n)
 	}
 }
+
+func TestInterruptedSetHighestGenKeepsPreviousGeneration(t *testing.T) {
+	r := createRegion(t, testSpec(512, 4, 1))
+	if err := r.SetHighestGen(7); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	// The power went after the temporary file was half written, before
+	// the rename.
+	if err := os.WriteFile(filepath.Join(r.Dir(), "fence.json.tmp"), []byte(`{"highest_g`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	r = reopen(t, r)
+	if g := r.HighestGen(); g != 7 {
+		t.Fatalf("HighestGen = %d, want the last completed 7", g)
+	}
+	if err := r.SetHighestGen(8); err != nil {
+		t.Fatalf("SetHighestGen over a leftover temporary file: %v", err)
+	}
+	if g := reopen(t, r).HighestGen(); g != 8 {
+		t.Fatalf("HighestGen = %d, want 8", g)
+	}
+}
