@@ -150,4 +150,3 @@ func newDownstairsRunCmd() *cobra.Command {
 	f.StringVar(&metricsListen, "metrics-listen", "", "TCP address to serve Prometheus /metrics on (default: off)")
 	return cmd
 }
-
