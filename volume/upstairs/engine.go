@@ -212,8 +212,9 @@ func (e *engine) submitWrite(first wire.BlockIndex, count uint32, bytes int) (wi
 	}
 	j := e.newJob(kindWrite, first, count, bytes)
 	j.hasCaller, j.callerMem = true, true
+	id := j.id // j may complete and retire (and be reused) while queued
 	e.queueAll(j)
-	return j.id, nil
+	return id, nil
 }
 
 // submitFlush adds a flush of everything submitted before it.
@@ -225,8 +226,9 @@ func (e *engine) submitFlush() (wire.JobID, error) {
 	j.hasCaller = true
 	j.flushNumber = e.nextFlush
 	e.nextFlush++
+	id := j.id
 	e.queueAll(j)
-	return j.id, nil
+	return id, nil
 }
 
 // submitRead adds a read and routes it to the Active replica with the
@@ -237,8 +239,9 @@ func (e *engine) submitRead(first wire.BlockIndex, count uint32, bytes int) (wir
 	}
 	j := e.newJob(kindRead, first, count, bytes)
 	j.hasCaller = true
+	id := j.id
 	e.routeRead(j)
-	return j.id, nil
+	return id, nil
 }
 
 // submitRepair adds a write of good data to replica r only, fixing blocks
@@ -258,8 +261,9 @@ func (e *engine) submitRepair(r int, readID wire.JobID, first wire.BlockIndex, c
 	}
 	j := e.newJob(kindWrite, first, count, bytes)
 	j.completed = true // nobody waits
+	id := j.id
 	e.queueTo(j, r)
-	return j.id, true
+	return id, true
 }
 
 // queueAll queues j to every replica that takes IO.

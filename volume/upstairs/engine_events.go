@@ -81,10 +81,11 @@ func (e *engine) spawnRewrite(j *job) wire.JobID {
 		return 0
 	}
 	c := e.newJob(kindWrite, j.first, j.count, j.bytes)
-	c.parent, j.child = j.id, c.id
-	e.emit(action{kind: actRewrite, id: c.id, parent: j.id})
+	id := c.id
+	c.parent, j.child = j.id, id
+	e.emit(action{kind: actRewrite, id: id, parent: j.id})
 	e.queueAll(c)
-	return c.id
+	return id
 }
 
 // failed records that r could not run write or flush id: the replica is
@@ -197,8 +198,8 @@ func (e *engine) connected(r int) {
 			e.emit(action{kind: actWake, replica: r})
 		}
 	}
-	for _, j := range e.order {
-		if j.parked {
+	for _, j := range slices.Clone(e.order) {
+		if j.parked && e.jobs[j.id] == j {
 			e.routeRead(j)
 		}
 	}
@@ -217,9 +218,9 @@ func (e *engine) disconnected(r int) {
 
 // requeueReads moves reads pending on r elsewhere.
 func (e *engine) requeueReads(r int) {
-	for i := 0; i < len(e.order); i++ {
-		j := e.order[i]
-		if j.kind == kindRead && j.slot[r].pending() {
+	// Completing a job can retire others: walk a snapshot.
+	for _, j := range slices.Clone(e.order) {
+		if j.kind == kindRead && j.slot[r].pending() && e.jobs[j.id] == j {
 			e.settle(j, r, slotNone)
 			if !j.completed && !j.abandoned {
 				e.routeRead(j)
@@ -265,13 +266,23 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		// Skip what r owes, except requests its driver is busy with; the
 		// driver reports those (sent, readResult) and they settle then.
 		rc.queue.clear()
-		for i := 0; i < len(e.order); i++ {
-			j := e.order[i]
+		// Completing a job can retire others: walk a snapshot.
+		for _, j := range slices.Clone(e.order) {
+			if e.jobs[j.id] != j {
+				continue
+			}
 			if s := j.slot[r]; s == slotQueued || s == slotSent && !j.sending[r] {
 				e.settle(j, r, slotSkipped)
 				if j.kind == kindRead && !j.completed && !j.abandoned && e.running {
 					e.routeRead(j)
 				}
+				e.progress(j)
+			}
+		}
+		// Parked reads may have lost their last hope.
+		for _, j := range slices.Clone(e.order) {
+			if j.parked && e.jobs[j.id] == j && e.running {
+				e.routeRead(j)
 				e.progress(j)
 			}
 		}

@@ -1,43 +1,57 @@
 package upstairs
 
+import "tern/volume/wire"
+
 // jobQueue holds jobs in increasing ID order. Appends are the common case
-// (IDs are issued in order); replays and rerouted reads insert.
+// (IDs are issued in order); replays and rerouted reads insert. An entry
+// may go stale (the job moved on, or retired and its struct was reused for
+// another ID): each entry keeps the ID it was queued under, and pop skips
+// entries whose job no longer carries it.
 type jobQueue struct {
-	items []*job
+	items []queued
 	head  int
+}
+
+type queued struct {
+	id  wire.JobID
+	job *job
 }
 
 func (q *jobQueue) len() int { return len(q.items) - q.head }
 
 func (q *jobQueue) insert(j *job) {
+	e := queued{id: j.id, job: j}
 	if n := len(q.items); n == q.head || q.items[n-1].id < j.id {
-		q.items = append(q.items, j)
+		q.items = append(q.items, e)
 		return
 	}
 	i := q.head
 	for i < len(q.items) && q.items[i].id < j.id {
 		i++
 	}
-	q.items = append(q.items, nil)
+	q.items = append(q.items, queued{})
 	copy(q.items[i+1:], q.items[i:])
-	q.items[i] = j
+	q.items[i] = e
 }
 
+// pop returns the oldest live entry.
 func (q *jobQueue) pop() (*job, bool) {
-	if q.head == len(q.items) {
-		return nil, false
+	for q.head < len(q.items) {
+		e := q.items[q.head]
+		q.items[q.head] = queued{}
+		q.head++
+		if q.head == len(q.items) {
+			q.items, q.head = q.items[:0], 0
+		} else if q.head > 64 && q.head*2 > len(q.items) {
+			n := copy(q.items, q.items[q.head:])
+			clear(q.items[n:])
+			q.items, q.head = q.items[:n], 0
+		}
+		if e.job.id == e.id {
+			return e.job, true
+		}
 	}
-	j := q.items[q.head]
-	q.items[q.head] = nil
-	q.head++
-	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
-	} else if q.head > 64 && q.head*2 > len(q.items) {
-		n := copy(q.items, q.items[q.head:])
-		clear(q.items[n:])
-		q.items, q.head = q.items[:n], 0
-	}
-	return j, true
+	return nil, false
 }
 
 func (q *jobQueue) clear() {
