@@ -2,8 +2,8 @@ package upstairs
 
 import (
 	"fmt"
-	"os"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 
@@ -59,14 +59,17 @@ type simRead struct {
 }
 
 type sim struct {
-	t        *testing.T
-	rng      *rand.Rand
-	e        *engine
-	reps     [replicaCount]simReplica
-	writes   map[wire.JobID]*simWrite
-	reads    map[wire.JobID]*simRead
-	pending  map[wire.JobID]bool // caller jobs not yet completed
-	acked    [simBlocks]struct{ id wire.JobID; value uint64 }
+	t       *testing.T
+	rng     *rand.Rand
+	e       *engine
+	reps    [replicaCount]simReplica
+	writes  map[wire.JobID]*simWrite
+	reads   map[wire.JobID]*simRead
+	pending map[wire.JobID]bool // caller jobs not yet completed
+	acked   [simBlocks]struct {
+		id    wire.JobID
+		value uint64
+	}
 	nextVal  uint64
 	sending  [replicaCount][]wire.JobID
 	faults   int
