@@ -16,7 +16,6 @@ type serverMetrics struct {
 	bytesWritten *metrics.Counter
 	fenced       *metrics.Counter
 	sessions     atomic.Int64
-	active       atomic.Int64
 }
 
 func newServerMetrics(set *metrics.Set, srv *Server) *serverMetrics {

@@ -44,7 +44,9 @@ func TestMutualTLSSessionStreamCarriesBytesBothWays(t *testing.T) {
 			served <- err
 			return
 		}
-		defer c.CloseWithError(0, "")
+		// The client closes the connection once it has read the reply;
+		// closing it here could discard the reply before it is sent.
+		defer func() { <-c.Context().Done() }()
 		if got := c.ConnectionState().TLS.NegotiatedProtocol; got != NextProto {
 			served <- errors.New("negotiated " + got)
 			return
@@ -83,10 +85,10 @@ func TestMutualTLSSessionStreamCarriesBytesBothWays(t *testing.T) {
 	if err != nil || string(reply) != "HELLO" {
 		t.Fatalf("reply %q, %v", reply, err)
 	}
+	conn.CloseWithError(0, "")
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
-	conn.CloseWithError(0, "")
 }
 
 func TestUntrustedClientCertificateIsRefused(t *testing.T) {
@@ -141,9 +143,11 @@ func TestDialedSocketClosesWithConnection(t *testing.T) {
 	before := runtime.NumGoroutine()
 	accepted := make(chan error, 1)
 	go func() {
+		// The server closes: the dialer's socket must go with its
+		// connection whichever side ends it.
 		c, err := ln.Accept(ctx)
 		if err == nil {
-			<-c.Context().Done()
+			c.CloseWithError(0, "bye")
 		}
 		accepted <- err
 	}()
@@ -152,20 +156,23 @@ func TestDialedSocketClosesWithConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := conn.LocalAddr().(*net.UDPAddr)
-	conn.CloseWithError(0, "done")
 	if err := <-accepted; err != nil {
 		t.Fatal(err)
 	}
+	select {
+	case <-conn.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("connection not closed by the server")
+	}
 	ln.Close()
 	// The dial's socket is released: its port can be bound again.
-	deadline := time.Now().Add(5 * time.Second)
 	for {
 		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: local.Port})
 		if err == nil {
 			c.Close()
 			break
 		}
-		if time.Now().After(deadline) {
+		if ctx.Err() != nil {
 			t.Fatalf("dialed socket still bound: %v", err)
 		}
 		runtime.Gosched()
