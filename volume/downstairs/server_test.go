@@ -494,3 +494,21 @@ func TestMetricsCountJobsAndBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestsBeforeHalfCloseAreAllAnswered(t *testing.T) {
+	dir, _ := newRegionDir(t)
+	ts := startServer(t, dir)
+	c := dial(t, ts.addr(), false)
+	c.mustActivate(1)
+	data, hashes := blocks(4, 2)
+	const n = 30
+	for i := range n {
+		c.send(&wire.Write{JobID: wire.JobID(7000 + i), Offset: 0, Hashes: hashes, Data: data})
+	}
+	c.stream.Close() // no more requests; replies still wanted
+	for range n {
+		if m, ok := c.recv().(*wire.Ack); !ok {
+			t.Fatalf("got %s, want Ack", describe(m))
+		}
+	}
+}

@@ -201,12 +201,18 @@ func (s *session) run(ctx context.Context, dec *wire.Decoder, enc *wire.Encoder)
 			s.notifyFenced()
 		case readErr = <-readerDone:
 			reading = false
-			s.dropWaiting()
+			if !errors.Is(readErr, io.EOF) {
+				// The stream broke: nobody will read the replies of jobs
+				// not started yet. After a clean end of the request
+				// stream they still run and are answered.
+				s.dropWaiting()
+			}
 		case <-stopping:
 			// Server shutdown or writer failure: stop reading, finish the
 			// jobs already running, drop the rest.
 			stopping = nil
 			s.conn.CloseWithError(closeShutdown, "downstairs stopping")
+			s.dropWaiting()
 		}
 	}
 	close(s.qfinal)
