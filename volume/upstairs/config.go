@@ -28,6 +28,8 @@ const (
 	// backoff, which doubles from min to max.
 	DefaultReconnectMin = 50 * time.Millisecond
 	DefaultReconnectMax = 2 * time.Second
+	// DefaultDeactivateTimeout bounds the flush and drain Close does.
+	DefaultDeactivateTimeout = 10 * time.Second
 )
 
 // maxBacklogJobs keeps a flush's dependency list within wire.MaxDeps: the
@@ -65,6 +67,9 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the reconnect backoff.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
+	// DeactivateTimeout bounds how long Close flushes and waits for
+	// connected replicas to answer everything they were sent.
+	DeactivateTimeout time.Duration
 }
 
 // withDefaults returns cfg with defaults filled in and every problem found,
@@ -132,6 +137,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ReconnectMax == 0 {
 		cfg.ReconnectMax = max(DefaultReconnectMax, cfg.ReconnectMin)
+	}
+	if cfg.DeactivateTimeout < 0 {
+		bad("deactivate timeout %v: must not be negative", cfg.DeactivateTimeout)
+	} else if cfg.DeactivateTimeout == 0 {
+		cfg.DeactivateTimeout = DefaultDeactivateTimeout
 	}
 	if cfg.ReconnectMax < cfg.ReconnectMin {
 		bad("reconnect backoff: max %v below min %v", cfg.ReconnectMax, cfg.ReconnectMin)

@@ -143,7 +143,19 @@ func (e *engine) stop(err error) {
 	}
 }
 
-// canWrite reports how many replicas can take a write now.
+// drained reports whether no Active replica owes a job: everything sent
+// has been answered, so deactivating loses nothing a connected replica was
+// given.
+func (e *engine) drained() bool {
+	for r := range e.replicas {
+		if e.replicas[r].state == ReplicaActive && e.replicas[r].owedJobs > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// takers reports how many replicas can take a write now.
 func (e *engine) takers() int {
 	n := 0
 	for r := range e.replicas {

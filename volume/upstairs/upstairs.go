@@ -44,6 +44,10 @@ type Upstairs struct {
 	// spaceWaiters > 0.
 	spaceCh      chan struct{}
 	spaceWaiters int
+	// drainCh is closed (and replaced) when the engine drains and
+	// drainWaiters > 0.
+	drainCh      chan struct{}
+	drainWaiters int
 	// privatize collects actPrivatize IDs for the step that emitted them.
 	privatize []wire.JobID
 }
@@ -83,6 +87,7 @@ func New(cfg Config) (*Upstairs, error) {
 		eng:     newEngine(cfg.limits()),
 		recs:    make(map[wire.JobID]*ioRecord),
 		spaceCh: make(chan struct{}),
+		drainCh: make(chan struct{}),
 	}
 	for i := range u.replicas {
 		u.replicas[i] = newReplica(u, i, cfg.Targets[i])
@@ -122,6 +127,7 @@ func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
 		// only good for Close.
 		u.mu.Lock()
 		u.eng.stop(err)
+		a.notifyLocked()
 		u.stepLocked()
 		u.finishLocked()
 		u.cancel()
@@ -290,6 +296,7 @@ func (u *Upstairs) startIOLocked(a *activation) {
 		}
 	}
 	u.eng.activate(active, maxFlush+1)
+	a.notifyLocked() // replicas waiting in activated go on to serve IO
 	u.stepLocked()
 	for r := range replicaCount {
 		if a.done[r] {
@@ -323,10 +330,51 @@ func (u *Upstairs) reportExtentMismatchLocked(a *activation) {
 	}
 }
 
-// Close stops all IO (pending calls fail with ErrClosed), closes every
-// connection and waits for every goroutine to end. It does not flush: call
-// Flush first for durability.
+// Deactivate flushes and waits until every connected replica has answered
+// every job it was sent, so that all three hold the same data (an Offline
+// replica keeps its backlog). IO submitted meanwhile is still served. Close
+// deactivates (bounded by Config.DeactivateTimeout) before stopping.
+func (u *Upstairs) Deactivate(ctx context.Context) error {
+	if err := u.Flush(ctx); err != nil {
+		return fmt.Errorf("deactivating volume: %w", err)
+	}
+	u.mu.Lock()
+	for !u.eng.drained() {
+		u.drainWaiters++
+		ch := u.drainCh
+		u.finishLocked()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("deactivating volume: %w", ctx.Err())
+		}
+		u.mu.Lock()
+	}
+	u.mu.Unlock()
+	return nil
+}
+
+// Close deactivates the volume if it is active (see Deactivate; at most
+// Config.DeactivateTimeout), then stops all IO (pending calls fail with
+// ErrClosed), closes every connection and waits for every goroutine to
+// end. No goroutine, connection or buffer survives it.
 func (u *Upstairs) Close() error {
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		return nil
+	}
+	running := u.eng.running
+	u.mu.Unlock()
+	var err error
+	if running {
+		ctx, cancel := context.WithTimeout(u.ctx, u.cfg.DeactivateTimeout)
+		err = u.Deactivate(ctx)
+		cancel()
+		if errors.Is(err, ErrFenced) || errors.Is(err, ErrNotEnoughReplicas) || errors.Is(err, ErrClosed) {
+			err = nil // nothing to hand over
+		}
+	}
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
@@ -338,6 +386,9 @@ func (u *Upstairs) Close() error {
 	u.finishLocked()
 	u.cancel()
 	u.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("closing volume: %w", err)
+	}
 	return nil
 }
 
@@ -373,6 +424,11 @@ func (u *Upstairs) stepLocked() {
 		close(u.spaceCh)
 		u.spaceCh = make(chan struct{})
 		u.spaceWaiters = 0
+	}
+	if u.drainWaiters > 0 && u.eng.drained() {
+		close(u.drainCh)
+		u.drainCh = make(chan struct{})
+		u.drainWaiters = 0
 	}
 }
 

@@ -1,0 +1,279 @@
+package upstairs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"tern/dataplane/tlsconf"
+	"tern/volume/downstairs"
+	"tern/volume/extent"
+	"tern/volume/transport"
+	"tern/volume/wire"
+)
+
+// Test geometry: 8 extents of 64 blocks of 4 KiB (2 MiB).
+const (
+	testBlockSize    = 4096
+	testExtentBlocks = 64
+	testExtentCount  = 8
+	testTimeout      = 30 * time.Second
+)
+
+var (
+	certOnce   sync.Once
+	certBundle *tlsconf.Bundle
+	certErr    error
+)
+
+// testCerts returns one CA and node certificate for the package's tests.
+func testCerts(t testing.TB) *tlsconf.Bundle {
+	t.Helper()
+	certOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tern-upstairs-certs-")
+		if err != nil {
+			certErr = err
+			return
+		}
+		if certErr = tlsconf.Generate(dir, []string{"127.0.0.1"}, false); certErr == nil {
+			certBundle, certErr = tlsconf.Load(dir)
+		}
+	})
+	if certErr != nil {
+		t.Fatal(certErr)
+	}
+	return certBundle
+}
+
+// testDownstairs is one replica: a region directory served on 127.0.0.1
+// over real QUIC with mutual TLS. It can be stopped and restarted on the
+// same address.
+type testDownstairs struct {
+	t      testing.TB
+	dir    string
+	addr   string
+	region *extent.Region
+	ln     *transport.Listener
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// cluster is three downstairs of one region.
+type cluster struct {
+	t    testing.TB
+	ds   [replicaCount]*testDownstairs
+	spec extent.Spec
+}
+
+func newCluster(t testing.TB) *cluster {
+	t.Helper()
+	spec := extent.NewSpec(testBlockSize, testExtentBlocks, testExtentCount)
+	c := &cluster{t: t, spec: spec}
+	for i := range c.ds {
+		c.ds[i] = newDownstairs(t, spec)
+	}
+	return c
+}
+
+func newDownstairs(t testing.TB, spec extent.Spec) *testDownstairs {
+	t.Helper()
+	dir := t.TempDir()
+	if err := downstairs.Create(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	d := &testDownstairs{t: t, dir: dir, addr: "127.0.0.1:0"}
+	d.start()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *testDownstairs) start() {
+	d.t.Helper()
+	region, err := extent.Open(d.dir)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ln, err := transport.Listen(d.addr, testCerts(d.t).ServerConfig())
+	if err != nil {
+		region.Close()
+		d.t.Fatal(err)
+	}
+	d.region, d.ln, d.addr = region, ln, ln.Addr().String()
+	srv := downstairs.NewServer(region, downstairs.Config{Workers: 4})
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel, d.done = cancel, make(chan error, 1)
+	go func() { d.done <- srv.Serve(ctx, ln) }()
+}
+
+// stop shuts the server down (killing its sessions) and closes the region;
+// idempotent.
+func (d *testDownstairs) stop() {
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	d.cancel = nil
+	select {
+	case err := <-d.done:
+		if err != nil {
+			d.t.Errorf("downstairs Serve: %v", err)
+		}
+	case <-time.After(testTimeout):
+		d.t.Errorf("downstairs Serve did not return")
+	}
+	d.ln.Close()
+	if err := d.region.Close(); err != nil {
+		d.t.Errorf("close region: %v", err)
+	}
+}
+
+func (c *cluster) targets() []string {
+	return []string{c.ds[0].addr, c.ds[1].addr, c.ds[2].addr}
+}
+
+func (c *cluster) config() Config {
+	return Config{
+		Targets:      c.targets(),
+		TLS:          testCerts(c.t).ClientConfig(""),
+		ReconnectMin: 10 * time.Millisecond,
+		ReconnectMax: 100 * time.Millisecond,
+	}
+}
+
+// open activates a new upstairs at gen; it is closed at cleanup.
+func (c *cluster) open(cfg Config, gen wire.Generation) *Upstairs {
+	c.t.Helper()
+	u, err := New(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { u.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := u.Activate(ctx, gen); err != nil {
+		c.t.Fatalf("Activate: %v", err)
+	}
+	return u
+}
+
+// readRegions stops every downstairs and returns each replica's blocks,
+// read from its extent files.
+func (c *cluster) readRegions() [replicaCount][]byte {
+	c.t.Helper()
+	var out [replicaCount][]byte
+	size := int(c.spec.ExtentBlocks) * int(c.spec.ExtentCount) * int(c.spec.BlockSize)
+	for i, d := range c.ds {
+		d.stop()
+		r, err := extent.Open(d.dir)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		buf := make([]byte, size)
+		hashes := make([]uint64, size/int(c.spec.BlockSize))
+		if err := r.ReadBlocks(0, buf, hashes); err != nil {
+			c.t.Fatalf("replica %d: %v", i, err)
+		}
+		r.Close()
+		out[i] = buf
+	}
+	return out
+}
+
+// requireSameReplicas fails unless every replica holds the same blocks.
+func (c *cluster) requireSameReplicas(want []byte) {
+	c.t.Helper()
+	regions := c.readRegions()
+	bs := int(c.spec.BlockSize)
+	for i, r := range regions {
+		ref := want
+		if ref == nil {
+			ref = regions[0]
+		}
+		for b := 0; b < len(r); b += bs {
+			if !bytes.Equal(r[b:b+bs], ref[b:b+bs]) {
+				c.t.Fatalf("replica %d block %d differs", i, b/bs)
+			}
+		}
+	}
+}
+
+// waitFor waits until cond holds, checking whenever the upstairs may have
+// changed (each poll is cheap); it fails after testTimeout.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func replicaIs(u *Upstairs, r int, s ReplicaState) func() bool {
+	return func() bool { return u.Status().Replicas[r].State == s }
+}
+
+// ownGoroutines lists goroutines running upstairs or dial code.
+func ownGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var own []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "tern/volume/upstairs.(*") && !strings.Contains(g, "Test") ||
+			strings.Contains(g, "tern/volume/transport.Dial") {
+			own = append(own, g)
+		}
+	}
+	return own
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// model is the expected content of the volume.
+type model struct {
+	mu   sync.Mutex
+	data []byte
+}
+
+func (m *model) write(p []byte, off int64) {
+	m.mu.Lock()
+	copy(m.data[off:], p)
+	m.mu.Unlock()
+}
+
+func (m *model) check(t testing.TB, p []byte, off int64) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !bytes.Equal(p, m.data[off:off+int64(len(p))]) {
+		for b := 0; b < len(p); b += testBlockSize {
+			if !bytes.Equal(p[b:b+testBlockSize], m.data[off+int64(b):off+int64(b)+testBlockSize]) {
+				t.Fatalf("block %d differs from what was written", (off+int64(b))/testBlockSize)
+			}
+		}
+	}
+}
+
+func volumeBytes() int64 { return testBlockSize * testExtentBlocks * testExtentCount }
+
+var _ = errors.Is
+var _ = fmt.Sprint
+var _ = filepath.Join
+var _ = uuid.Nil
