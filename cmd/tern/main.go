@@ -5,12 +5,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
-	if err := rootCmd.Execute(); err != nil {
+	// SIGINT and SIGTERM cancel the command's context: servers stop
+	// cleanly and one-shot commands abandon their work.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd.ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "tern: %v\n", err)
 		os.Exit(exitCode(err))
 	}
