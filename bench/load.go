@@ -47,9 +47,10 @@ type opFunc func(ctx context.Context, worker int, buf []byte, off int64) error
 // runLoad keeps shape.QueueDepth operations in flight over a space of
 // spaceBytes for d, each worker with its own buffer, and measures every
 // operation's latency. Sequential shapes give each worker its own stripe.
+// Operations started before the deadline run to completion and count, so
+// every worker completes at least one and none is cut short.
 func runLoad(ctx context.Context, shape IOShape, spaceBytes int64, d time.Duration, op opFunc) (Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
+	deadline := time.Now().Add(d)
 	qd := shape.QueueDepth
 	blocks := spaceBytes / int64(shape.BlockBytes)
 	lat := make([][]time.Duration, qd)
@@ -66,7 +67,7 @@ func runLoad(ctx context.Context, shape IOShape, spaceBytes int64, d time.Durati
 			rng := rand.New(rand.NewPCG(uint64(w), 0x7e72))
 			next := int64(w) * (blocks / int64(qd))
 			lat[w] = make([]time.Duration, 0, 1<<16)
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && (ops[w] == 0 || time.Now().Before(deadline)) {
 				var blk int64
 				if shape.Random {
 					blk = rng.Int64N(blocks)
@@ -75,9 +76,7 @@ func runLoad(ctx context.Context, shape IOShape, spaceBytes int64, d time.Durati
 				}
 				t0 := time.Now()
 				if err := op(ctx, w, buf, blk*int64(shape.BlockBytes)); err != nil {
-					if ctx.Err() == nil {
-						errs[w] = err
-					}
+					errs[w] = err
 					return
 				}
 				lat[w] = append(lat[w], time.Since(t0))
