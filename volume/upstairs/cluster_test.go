@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -143,6 +144,7 @@ func (c *cluster) targets() []string {
 
 func (c *cluster) config() Config {
 	return Config{
+		Logger:       testLogger(c.t),
 		Targets:      c.targets(),
 		TLS:          testCerts(c.t).ClientConfig(""),
 		ReconnectMin: 10 * time.Millisecond,
@@ -207,6 +209,19 @@ func (c *cluster) requireSameReplicas(want []byte) {
 	}
 }
 
+// testLogger sends the upstairs' logs to the test log (shown on failure
+// or with -v).
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
+}
+
 // waitFor waits until cond holds, checking whenever the upstairs may have
 // changed (each poll is cheap); it fails after testTimeout.
 func waitFor(t testing.TB, what string, cond func() bool) {
@@ -222,6 +237,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// replicaErr is replica r's last session error.
+func (u *Upstairs) replicaErr(r int) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.replicas[r].lastErr
+}
+
 func replicaIs(u *Upstairs, r int, s ReplicaState) func() bool {
 	return func() bool { return u.Status().Replicas[r].State == s }
 }
@@ -232,7 +254,8 @@ func ownGoroutines() []string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var own []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "tern/volume/upstairs.(*") && !strings.Contains(g, "Test") ||
+		if strings.Contains(g, "tern/volume/upstairs.(*Upstairs)") ||
+			strings.Contains(g, "tern/volume/upstairs.(*replica)") ||
 			strings.Contains(g, "tern/volume/transport.Dial") {
 			own = append(own, g)
 		}

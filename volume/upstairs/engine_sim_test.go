@@ -251,17 +251,15 @@ func (s *sim) tear() {
 
 func (s *sim) abandon() {
 	ids := s.pendingIDs()
-	if len(ids) > 0 {
-		ids = ids[s.rng.IntN(len(ids)):]
-	}
-	for _, id := range ids {
-		if simTrace {
-			s.t.Logf("abandon %d", id)
-		}
-		s.e.abandon(id)
-		s.drain()
+	if len(ids) == 0 {
 		return
 	}
+	id := ids[s.rng.IntN(len(ids))]
+	if simTrace {
+		s.t.Logf("abandon %d", id)
+	}
+	s.e.abandon(id)
+	s.drain()
 }
 
 // startSend takes the next job of r; finishSend completes the oldest.

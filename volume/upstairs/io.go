@@ -137,6 +137,9 @@ func (u *Upstairs) checkIOLocked(kind jobKind, p []byte, off int64) error {
 	if kind == kindFlush {
 		return nil
 	}
+	if u.closing {
+		return ErrClosed
+	}
 	bs := int64(u.blockSize)
 	if off%bs != 0 || int64(len(p))%bs != 0 {
 		return fmt.Errorf("offset %d, length %d, block size %d: %w", off, len(p), bs, ErrUnaligned)

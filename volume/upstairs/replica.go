@@ -192,9 +192,13 @@ func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec *wire.De
 		return err
 	case *wire.Error:
 		err := fmt.Errorf("replica %d (%s) refused generation %d: %w", r.id, r.target, gen, m.Err())
-		if m.Code == wire.CodeGenTooLow || m.Code == wire.CodeFenced {
-			err = fmt.Errorf("%w: %w", ErrGenTooLow, err)
+		switch m.Code {
+		case wire.CodeFenced:
+			err = fmt.Errorf("%w: %w", ErrFenced, err)
 			r.fenceOrFail(0, err)
+		case wire.CodeGenTooLow:
+			err = fmt.Errorf("%w: %w", ErrGenTooLow, err)
+			r.refusedGen(err)
 		}
 		return err
 	default:
@@ -312,6 +316,24 @@ func (r *replica) activationFailed(err error) error {
 		u.stepLocked()
 	}
 	return err
+}
+
+// refusedGen handles a downstairs refusing our generation: during
+// activation the activation fails; on a reconnect the replica cannot rejoin
+// this activation and is faulted (needs repair). If another upstairs took
+// the region over, the other replicas' sessions fence us.
+func (r *replica) refusedGen(err error) {
+	u := r.u
+	u.mu.Lock()
+	if !u.eng.running {
+		u.mu.Unlock()
+		_ = r.activationFailed(err)
+		return
+	}
+	u.log.Error("replica refused to rejoin the activation; it needs repair", "replica", r.id, "target", r.target, "err", err)
+	u.eng.fault(r.id)
+	u.stepLocked()
+	u.finishLocked()
 }
 
 // fenceOrFail fences the running upstairs, or fails the activation.
@@ -450,6 +472,9 @@ func (r *replica) readLoop(dec *wire.Decoder) error {
 			out := readFailed
 			if r.landed == m.JobID && r.landedBuf != nil {
 				out = verifyBlocks(r.landedBuf, m.Hashes, r.blockSize)
+				if out == readBadData {
+					u.log.Warn("read data failed verification", "replica", r.id, "job", m.JobID)
+				}
 			}
 			r.landed, r.landedBuf = 0, nil
 			u.mu.Lock()

@@ -32,6 +32,9 @@ type Upstairs struct {
 	pools pools
 
 	started bool
+	// closing: Close began; reads and writes are refused (flushes pass
+	// so Close can deactivate).
+	closing bool
 	closed  bool
 	// act is the activation in progress or done; nil before Activate.
 	act *activation
@@ -365,6 +368,7 @@ func (u *Upstairs) Close() error {
 		return nil
 	}
 	running := u.eng.running
+	u.closing = true
 	u.mu.Unlock()
 	var err error
 	if running {
@@ -522,24 +526,28 @@ func (u *Upstairs) privatizeLocked(id wire.JobID) {
 // the read's completion releases the caller, and must not step the engine
 // itself: the actions it causes are applied by the loop in stepLocked.
 func (u *Upstairs) repairLocked(a action) {
+	// The engine may have retired the read already; its record lives until
+	// the actRetire that follows.
 	rec := u.recs[a.id]
-	j, ok := u.eng.lookup(a.id)
-	if rec == nil || !ok {
+	if rec == nil || u.blockSize == 0 {
 		return
 	}
-	blocks := int(j.count)
+	blocks := len(rec.data) / u.blockSize
 	b := u.pools.buf(len(rec.data), blocks)
 	copy(b.data, rec.data)
-	hashBlocks(b.hashes, b.data, len(rec.data)/blocks)
-	id, ok := u.eng.submitRepair(a.replica, a.id, j.first, j.count, len(b.data))
+	hashBlocks(b.hashes, b.data, u.blockSize)
+	id, ok := u.eng.submitRepair(a.replica, a.id, rec.start, uint32(blocks), len(b.data))
 	if !ok {
 		u.pools.unref(b)
+		u.log.Info("not rewriting blocks that failed verification: newer write or replica gone",
+			"replica", a.replica, "first_block", rec.start, "blocks", blocks)
 		return
 	}
 	r := u.pools.record()
-	r.priv, r.data, r.hashes, r.start = b, b.data, b.hashes, j.first
+	r.priv, r.data, r.hashes, r.start = b, b.data, b.hashes, rec.start
 	u.recs[id] = r
-	u.log.Warn("rewriting blocks that failed verification", "replica", a.replica, "first_block", j.first, "blocks", j.count)
+	u.log.Warn("rewriting blocks that failed verification from a peer's copy",
+		"replica", a.replica, "first_block", rec.start, "blocks", blocks)
 }
 
 // Status is a snapshot of the upstairs for operators.

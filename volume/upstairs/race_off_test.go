@@ -1,0 +1,5 @@
+//go:build !race
+
+package upstairs
+
+const raceEnabled = false
