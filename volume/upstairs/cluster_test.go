@@ -78,7 +78,11 @@ type cluster struct {
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
-	spec := extent.NewSpec(testBlockSize, testExtentBlocks, testExtentCount)
+	return newClusterSpec(t, extent.NewSpec(testBlockSize, testExtentBlocks, testExtentCount))
+}
+
+func newClusterSpec(t testing.TB, spec extent.Spec) *cluster {
+	t.Helper()
 	c := &cluster{t: t, spec: spec}
 	for i := range c.ds {
 		c.ds[i] = newDownstairs(t, spec)

@@ -1,0 +1,115 @@
+package upstairs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"tern/volume/extent"
+	"tern/volume/wire"
+)
+
+// benchVolume is three in-process downstairs of 64 MiB (16 extents of
+// 4 MiB) and an activated upstairs on them.
+func benchVolume(b *testing.B) *Upstairs {
+	b.Helper()
+	c := newClusterSpec(b, extent.NewSpec(4096, 1024, 16))
+	cfg := c.config()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	return c.open(cfg, 1)
+}
+
+const benchVolumeBytes = 64 << 20
+
+func BenchmarkWriteAt(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		for _, qd := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%dKiB/qd%d", size>>10, qd), func(b *testing.B) {
+				benchIO(b, size, qd, func(u *Upstairs, ctx context.Context, p []byte, off int64) error {
+					_, err := u.WriteAt(ctx, p, off)
+					return err
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkReadAt(b *testing.B) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		for _, qd := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%dKiB/qd%d", size>>10, qd), func(b *testing.B) {
+				benchIO(b, size, qd, func(u *Upstairs, ctx context.Context, p []byte, off int64) error {
+					_, err := u.ReadAt(ctx, p, off)
+					return err
+				})
+			})
+		}
+	}
+}
+
+// benchIO runs op at queue depth qd over the volume, size bytes at a time.
+func benchIO(b *testing.B, size, qd int, op func(*Upstairs, context.Context, []byte, int64) error) {
+	u := benchVolume(b)
+	ctx := context.Background()
+	// Write everything once so reads return data and writes overwrite.
+	fill := make([]byte, 1<<20)
+	for off := int64(0); off < benchVolumeBytes; off += int64(len(fill)) {
+		FillPattern(fill, 4096, uint64(off/4096), 1)
+		if _, err := u.WriteAt(ctx, fill, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slots := int64(benchVolumeBytes / size)
+	var next atomic.Int64
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.SetParallelism(qd)
+	b.ResetTimer()
+	if qd == 1 {
+		p := make([]byte, size)
+		for i := 0; b.Loop(); i++ {
+			if err := op(u, ctx, p, (int64(i)%slots)*int64(size)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		p := make([]byte, size)
+		for pb.Next() {
+			off := (next.Add(1) % slots) * int64(size)
+			if err := op(u, ctx, p, off); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkEngineWriteCycle is the decision core alone: submit a write,
+// send it to three replicas, two acks, a private copy, the third ack.
+func BenchmarkEngineWriteCycle(b *testing.B) {
+	e := newEngine(engineLimits{backlogJobs: 1000, backlogBytes: 64 << 20, inflightJobs: 2000, inflightBytes: 128 << 20})
+	e.activate([replicaCount]bool{true, true, true}, 1)
+	e.takeActions()
+	deps := make([]wire.JobID, 0, 16)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		id, err := e.submitWrite(wire.BlockIndex(i%1024), 1, 4096)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for r := range replicaCount {
+			j, _ := e.takeNext(r)
+			deps = e.sendDeps(deps[:0], j, r)
+			e.sent(r, id)
+		}
+		e.done(0, id)
+		e.done(1, id)
+		e.privatized(id, true)
+		e.done(2, id)
+		e.takeActions()
+	}
+}
