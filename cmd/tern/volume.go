@@ -254,6 +254,6 @@ func forChunks(ctx context.Context, bs int, first, blocks uint64, fn func(buf []
 func report(cmd *cobra.Command, verb string, bs int, first, blocks uint64, took time.Duration) {
 	bytes := blocks * uint64(bs)
 	rate := float64(bytes) / (1 << 20) / max(took.Seconds(), 1e-9)
-	fmt.Fprintf(cmd.OutOrStdout(), "%s %s at offset %s (blocks %d to %d) in %v, %.1f MiB/s\n",
-		verb, units.FormatBytes(bytes), units.FormatBytes(first*uint64(bs)), first, first+blocks, took.Round(time.Millisecond), rate)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s at offset %s (blocks %d-%d) in %v, %.1f MiB/s\n",
+		verb, units.FormatBytes(bytes), units.FormatBytes(first*uint64(bs)), first, first+blocks-1, took.Round(time.Millisecond), rate)
 }
