@@ -241,8 +241,9 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 		u.stepLocked()
 		return 0, fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
 	}
-	if a.region[r.id] == nil && !u.eng.running {
-		// Activation went ahead without this replica; it needs repair.
+	if st := u.eng.replicas[r.id].state; a.region[r.id] == nil || st == ReplicaFaulted || st == ReplicaStopped {
+		// Activation went ahead without this replica, or it faulted
+		// since: it needs repair before it may serve again.
 		return 0, errSessionEnded
 	}
 	return u.gen, nil

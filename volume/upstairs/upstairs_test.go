@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
 	"tern/volume/downstairs"
@@ -411,5 +412,74 @@ func TestCancelledReadReleasesCaller(t *testing.T) {
 	}
 	if _, err := u.ReadAt(ctxT(t), p, 0); err != nil {
 		t.Fatalf("ReadAt after a cancelled one: %v", err)
+	}
+}
+
+func TestActivationGoesAheadWithTwoAfterQuorumWait(t *testing.T) {
+	c := newCluster(t)
+	c.ds[1].stop()
+	cfg := c.config()
+	cfg.ActivationQuorumWait = 100 * time.Millisecond
+	u := c.open(cfg, 1)
+	if st := u.Status().Replicas[1].State; st != ReplicaFaulted {
+		t.Fatalf("absent replica is %v, want faulted (it needs repair)", st)
+	}
+	want := writePattern(t, u, 5)
+	got := make([]byte, len(want))
+	if _, err := u.ReadAt(ctxT(t), got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatal("read back differs")
+	}
+	// The late replica does not rejoin on its own.
+	c.ds[1].start()
+	if _, err := u.WriteAt(ctxT(t), got[:testBlockSize], 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := u.Status().Replicas[1]; st.State != ReplicaFaulted || st.OutstandingJobs != 0 {
+		t.Fatalf("late replica = %+v, want faulted without IO", st)
+	}
+}
+
+func TestActivationWaitsForTwo(t *testing.T) {
+	c := newCluster(t)
+	c.ds[1].stop()
+	c.ds[2].stop()
+	cfg := c.config()
+	cfg.ActivationQuorumWait = 50 * time.Millisecond
+	u, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := u.Activate(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Activate with one replica = %v, want it to wait for a second until the deadline", err)
+	}
+}
+
+func TestMetricsCountIO(t *testing.T) {
+	c := newCluster(t)
+	cfg := c.config()
+	set := metrics.NewSet()
+	cfg.Metrics = set
+	u := c.open(cfg, 1)
+	ctx := ctxT(t)
+	p := make([]byte, 2*testBlockSize)
+	u.WriteAt(ctx, p, 0)
+	u.ReadAt(ctx, p, 0)
+	u.Flush(ctx)
+	var out strings.Builder
+	set.WritePrometheus(&out)
+	for _, want := range []string{
+		`tern_upstairs_io_total{kind="write"`,
+		`tern_upstairs_io_bytes_total{kind="read"`,
+		`tern_upstairs_io_duration_seconds_bucket{kind="flush"`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
