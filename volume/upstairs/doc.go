@@ -43,7 +43,19 @@
 //     block (backpressure), so memory stays bounded.
 //  6. A write or flush fails only when fewer than two replicas can take it.
 //     A Fenced reply stops all IO with ErrFenced.
-//  7. Close leaves no goroutine, connection or buffer behind.
+//  7. Close first deactivates (flush, then wait until every connected
+//     replica answered everything it was sent, bounded by
+//     Config.DeactivateTimeout), then leaves no goroutine, connection or
+//     buffer behind.
+//
+// # Limits
+//
+// Jobs are retired once every replica answered them, not kept until a flush
+// covers them. A downstairs that loses acknowledged but unflushed writes
+// (a host crash, not a process restart) therefore comes back with dirty
+// extents that only reconciliation repairs. Replay needs the downstairs to
+// accept an Activate from the same upstairs at the generation it already
+// holds.
 //
 // # Seams for repair
 //

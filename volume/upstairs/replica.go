@@ -70,7 +70,7 @@ func (r *replica) lastErrLocked() string {
 	return r.lastErr.Error()
 }
 
-// stateLocked is the engine's state of this replica.
+// state is the engine's state of this replica (takes u.mu).
 func (r *replica) state() ReplicaState {
 	r.u.mu.Lock()
 	defer r.u.mu.Unlock()
