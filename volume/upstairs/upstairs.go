@@ -367,7 +367,15 @@ func (u *Upstairs) Close() error {
 		u.mu.Unlock()
 		return nil
 	}
-	running := u.eng.running
+	// Deactivating needs a quorum of connected replicas; without one a
+	// flush would only wait for the Offline ones until the timeout.
+	active := 0
+	for r := range u.eng.replicas {
+		if u.eng.replicas[r].state == ReplicaActive {
+			active++
+		}
+	}
+	running := u.eng.running && active >= quorum
 	u.closing = true
 	u.mu.Unlock()
 	var err error

@@ -483,3 +483,33 @@ func TestMetricsCountIO(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteWithoutQuorumHonoursContext(t *testing.T) {
+	c := newCluster(t)
+	u := c.open(c.config(), 1)
+	c.ds[1].stop()
+	c.ds[2].stop()
+	waitFor(t, "two replicas offline", func() bool {
+		s := u.Status()
+		return s.Replicas[1].State == ReplicaOffline && s.Replicas[2].State == ReplicaOffline
+	})
+	// Offline replicas still take the write into their backlog, so it
+	// waits for them rather than failing; the caller's deadline ends it.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	p := make([]byte, 4*testBlockSize)
+	if _, err := u.WriteAt(ctx, p, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WriteAt without quorum = %v, want DeadlineExceeded", err)
+	}
+	// The buffer is the caller's again: the backlog holds a private copy.
+	for i := range p {
+		p[i] = 0xff
+	}
+	if n := u.Status().Replicas[1].OutstandingJobs; n != 1 {
+		t.Fatalf("offline replica owes %d jobs, want the abandoned write", n)
+	}
+	// Reads are served by the one active replica.
+	if _, err := u.ReadAt(ctxT(t), p, 0); err != nil {
+		t.Fatal(err)
+	}
+}
