@@ -60,7 +60,20 @@
 // # Seams for repair
 //
 // A replica that missed activation or faulted stays Faulted: its goroutine
-// parks without a connection. The repair engine (same package) moves it with
-// engine.repairStarted and engine.repairDone (under Upstairs.mu), after
-// which it takes IO again.
+// parks without a connection and the engine queues it nothing. The repair
+// engine (same package) works through three seams:
+//
+//   - engine.repairStarted(r) (under Upstairs.mu, then stepLocked and
+//     finishLocked) moves a Faulted replica to Repairing; its goroutine
+//     connects and activates a session that carries calls but no guest IO.
+//   - Upstairs.callReplica(ctx, r, req, buf) sends a repair request
+//     (ExtentHashesRequest, RepairRead, RepairWrite, ExtentVersionsRequest,
+//     Flush) on replica r's session, in session order, and returns the
+//     reply; RepairData lands in buf. Every replica that serves, Active or
+//     Repairing, accepts calls.
+//   - engine.repairDone(r) makes it Active: guest IO flows to it again.
+//
+// During activation the sessions serve calls as soon as they are
+// activated, before Activate starts guest IO (activation.versions holds
+// what each replica reported), so reconciliation can run there.
 package upstairs

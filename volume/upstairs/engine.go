@@ -198,6 +198,14 @@ func (e *engine) submitErr(kind jobKind) error {
 	return nil
 }
 
+// allocID reserves a JobID outside the engine's jobs (a repair call), so
+// every request of a session carries an ID from the one sequence.
+func (e *engine) allocID() wire.JobID {
+	id := e.nextID
+	e.nextID++
+	return id
+}
+
 func (e *engine) newJob(kind jobKind, first wire.BlockIndex, count uint32, bytes int) *job {
 	var j *job
 	if n := len(e.free); n > 0 {

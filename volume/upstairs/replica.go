@@ -36,7 +36,10 @@ type replica struct {
 	blockSize int
 
 	// Guarded by u.mu.
-	lastErr error
+	lastErr  error
+	serving  bool                 // a session is in its serving phase (calls accepted)
+	calls    []*call              // calls waiting to be sent
+	inflight map[wire.JobID]*call // calls sent, reply outstanding
 }
 
 // errSessionEnded ends a session without a fault of the connection: the
@@ -85,7 +88,7 @@ func (r *replica) run() {
 	for u.ctx.Err() == nil {
 		// A faulted replica gets no IO until something repairs it.
 		switch r.state() {
-		case ReplicaFaulted, ReplicaRepairing, ReplicaStopped:
+		case ReplicaFaulted, ReplicaStopped:
 			select {
 			case <-r.wake:
 			case <-u.ctx.Done():
@@ -241,7 +244,8 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 		u.stepLocked()
 		return 0, fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
 	}
-	if st := u.eng.replicas[r.id].state; a.region[r.id] == nil || st == ReplicaFaulted || st == ReplicaStopped {
+	if st := u.eng.replicas[r.id].state; st == ReplicaFaulted || st == ReplicaStopped ||
+		a.region[r.id] == nil && st != ReplicaRepairing {
 		// Activation went ahead without this replica, or it faulted
 		// since: it needs repair before it may serve again.
 		return 0, errSessionEnded
@@ -280,22 +284,9 @@ func (r *replica) activated(versions []wire.ExtentVersion) error {
 		a.done[r.id] = true
 		a.versions[r.id] = versions
 		a.notifyLocked()
+		// The session serves calls (activation repair) at once; the
+		// engine's jobs flow once Activate starts IO.
 		u.mu.Unlock()
-		// Wait for Activate to start IO (or give up).
-		for {
-			u.mu.Lock()
-			running, stopped := u.eng.running, u.eng.stopErr != nil
-			ch := a.changed
-			u.mu.Unlock()
-			if running || stopped {
-				break
-			}
-			select {
-			case <-ch:
-			case <-u.ctx.Done():
-				return u.ctx.Err()
-			}
-		}
 		return nil
 	}
 	u.eng.connected(r.id)
@@ -357,12 +348,18 @@ func (r *replica) fenceOrFail(byGen wire.Generation, err error) {
 func (r *replica) serve(conn *quic.Conn, enc *wire.Encoder, dec *wire.Decoder) error {
 	u := r.u
 	r.blockSize = u.blockSize // fixed once activated
+	u.mu.Lock()
+	r.serving = true
+	u.mu.Unlock()
 	readerDone := make(chan error, 1)
 	go func() { readerDone <- r.readLoop(dec) }()
 	var err error
 	readerEnded := false
 loop:
 	for {
+		if err = r.sendCalls(enc); err != nil {
+			break
+		}
 		if err = r.sendQueued(enc); err != nil {
 			break
 		}
@@ -380,6 +377,7 @@ loop:
 	if !readerEnded {
 		<-readerDone
 	}
+	r.endCalls(err)
 	u.mu.Lock()
 	u.eng.disconnected(r.id)
 	u.stepLocked()
@@ -392,7 +390,12 @@ func (r *replica) sendQueued(enc *wire.Encoder) error {
 	u := r.u
 	for {
 		u.mu.Lock()
-		if st := u.eng.replicas[r.id].state; st != ReplicaActive {
+		switch st := u.eng.replicas[r.id].state; st {
+		case ReplicaActive:
+		case ReplicaConnecting, ReplicaRepairing:
+			u.mu.Unlock() // calls only, until the engine gives it IO
+			return nil
+		default:
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v: %w", r.id, st, errSessionEnded)
 		}
@@ -440,12 +443,15 @@ func (r *replica) messageLocked(j *job) wire.Message {
 // caller's buffer when the engine allows it.
 func (r *replica) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
 	r.landed, r.landedBuf = 0, nil
-	if t != wire.TypeReadResponse {
-		return nil
-	}
 	u := r.u
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if t == wire.TypeRepairData {
+		return r.callData(id, n)
+	}
+	if t != wire.TypeReadResponse {
+		return nil
+	}
 	rec := u.recs[id]
 	if rec == nil || len(rec.data) != n || !u.eng.readBegin(r.id, id) {
 		return nil
@@ -462,6 +468,16 @@ func (r *replica) readLoop(dec *wire.Decoder) error {
 		m, err := dec.Next()
 		if err != nil {
 			return fmt.Errorf("reading from replica %d: %w", r.id, err)
+		}
+		if id, ok := wire.JobOf(m); ok && id != 0 {
+			if c := r.callFor(id); c != nil {
+				r.answer(c, m)
+				if f, ok := m.(*wire.Fenced); ok {
+					u.fence(r.id, f.ByGen)
+					return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
+				}
+				continue
+			}
 		}
 		switch m := m.(type) {
 		case *wire.Ack:

@@ -17,6 +17,7 @@ import (
 
 	"tern/volume/downstairs"
 	"tern/volume/extent"
+	"tern/volume/wire"
 )
 
 func TestRandomWritesAndReadsVerified(t *testing.T) {
@@ -512,4 +513,75 @@ func TestWriteWithoutQuorumHonoursContext(t *testing.T) {
 	if _, err := u.ReadAt(ctxT(t), p, 0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRepairSeamReachesFaultedReplica drives the seam a repair engine uses:
+// a replica that missed activation is taken over (repairStarted), gets a
+// session that carries repair calls but no guest IO, and takes IO again
+// after repairDone.
+func TestRepairSeamReachesFaultedReplica(t *testing.T) {
+	c := newCluster(t)
+	c.ds[2].stop()
+	cfg := c.config()
+	cfg.ActivationQuorumWait = 50 * time.Millisecond
+	u := c.open(cfg, 1)
+	ctx := ctxT(t)
+	want := writePattern(t, u, 11)
+	c.ds[2].start()
+
+	// A healthy replica answers repair calls alongside guest IO.
+	m, err := u.callReplica(ctx, 0, &wire.ExtentHashesRequest{Extent: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := m.(*wire.ExtentHashes); !ok || len(h.Hashes) != testExtentBlocks {
+		t.Fatalf("ExtentHashes reply = %#v", m)
+	}
+	data := make([]byte, 2*testBlockSize)
+	m, err = u.callReplica(ctx, 0, &wire.RepairRead{Extent: 1, Blocks: []uint32{3, 4}}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, ok := m.(*wire.RepairData)
+	if !ok || string(rd.Data) != string(want[(testExtentBlocks+3)*testBlockSize:(testExtentBlocks+5)*testBlockSize]) {
+		t.Fatalf("RepairData reply = %T, wrong data", m)
+	}
+	if &rd.Data[0] != &data[0] {
+		t.Fatal("repair data did not land in the caller's buffer")
+	}
+
+	if _, err := u.callReplica(ctx, 2, &wire.ExtentHashesRequest{Extent: 0}, nil); !errors.Is(err, ErrNoSession) {
+		t.Fatalf("call to a faulted replica = %v, want ErrNoSession", err)
+	}
+	u.mu.Lock()
+	ok = u.eng.repairStarted(2)
+	u.stepLocked()
+	u.finishLocked()
+	if !ok {
+		t.Fatal("repairStarted refused")
+	}
+	var h wire.Message
+	waitFor(t, "a session to the repairing replica", func() bool {
+		h, err = u.callReplica(ctx, 2, &wire.ExtentHashesRequest{Extent: 0}, nil)
+		return err == nil
+	})
+	if _, ok := h.(*wire.ExtentHashes); !ok {
+		t.Fatalf("reply = %T", h)
+	}
+	if st := u.Status().Replicas[2]; st.State != ReplicaRepairing || st.OutstandingJobs != 0 {
+		t.Fatalf("repairing replica = %+v, want repairing without guest IO", st)
+	}
+	u.mu.Lock()
+	u.eng.repairDone(2)
+	u.stepLocked()
+	u.finishLocked()
+	if _, err := u.WriteAt(ctx, want[:testBlockSize], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the repaired replica to answer its IO", func() bool {
+		return u.Status().Replicas[2].OutstandingJobs == 0
+	})
 }

@@ -1,0 +1,192 @@
+package upstairs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"tern/volume/wire"
+)
+
+// ErrNoSession: the replica has no session to carry a call (it is not
+// connected, or its session ended before the reply came).
+var ErrNoSession = errors.New("replica has no session")
+
+// call is one request to one replica's session outside the job engine
+// (repair traffic: extent hashes, repair reads and writes). It is sent in
+// the session's order among the engine's jobs, and answered by the reply
+// carrying its JobID.
+type call struct {
+	req  wire.Message
+	id   wire.JobID
+	data []byte // where a RepairData reply's blocks go (may be nil)
+	// Guarded by Upstairs.mu.
+	abandoned bool
+	reply     chan callResult // one result, buffered
+}
+
+type callResult struct {
+	msg wire.Message
+	err error
+}
+
+// callReplica sends req (its JobID is assigned here) on replica r's
+// session and waits for the reply, which the caller owns. A RepairData
+// reply's block data lands in data when it is large enough. This is the
+// seam for repair drivers; the engine's jobs are not involved, so the
+// caller orders the call against guest IO itself (flush first, or fence
+// the extent).
+func (u *Upstairs) callReplica(ctx context.Context, r int, req wire.Message, data []byte) (wire.Message, error) {
+	c := &call{req: req, data: data, reply: make(chan callResult, 1)}
+	u.mu.Lock()
+	rep := u.replicas[r]
+	if !rep.serving {
+		u.mu.Unlock()
+		return nil, fmt.Errorf("calling replica %d: %w", r, ErrNoSession)
+	}
+	c.id = u.eng.allocID()
+	if !setJobID(req, c.id) {
+		u.mu.Unlock()
+		return nil, fmt.Errorf("calling replica %d: %v is not a request", r, req.Type())
+	}
+	rep.calls = append(rep.calls, c)
+	rep.wakeUp()
+	u.mu.Unlock()
+	select {
+	case res := <-c.reply:
+		return res.msg, res.err
+	case <-ctx.Done():
+		u.mu.Lock()
+		c.abandoned = true
+		if i := slices.Index(rep.calls, c); i >= 0 {
+			rep.calls = slices.Delete(rep.calls, i, i+1)
+		}
+		u.mu.Unlock()
+		return nil, fmt.Errorf("calling replica %d: %w", r, ctx.Err())
+	}
+}
+
+// setJobID stamps a request with its JobID.
+func setJobID(m wire.Message, id wire.JobID) bool {
+	switch m := m.(type) {
+	case *wire.ExtentHashesRequest:
+		m.JobID = id
+	case *wire.RepairRead:
+		m.JobID = id
+	case *wire.RepairWrite:
+		m.JobID = id
+	case *wire.ExtentVersionsRequest:
+		m.JobID = id
+	case *wire.RegionInfoRequest:
+		m.JobID = id
+	case *wire.Flush:
+		m.JobID = id
+	default:
+		return false
+	}
+	return true
+}
+
+// sendCalls sends the calls queued for this replica; run by its owner
+// goroutine.
+func (r *replica) sendCalls(enc *wire.Encoder) error {
+	u := r.u
+	for {
+		u.mu.Lock()
+		if len(r.calls) == 0 {
+			u.mu.Unlock()
+			return nil
+		}
+		c := r.calls[0]
+		r.calls = slices.Delete(r.calls, 0, 1)
+		if r.inflight == nil {
+			r.inflight = make(map[wire.JobID]*call)
+		}
+		r.inflight[c.id] = c
+		u.mu.Unlock()
+		if err := enc.Encode(c.req); err != nil {
+			return fmt.Errorf("sending call to replica %d: %w", r.id, err)
+		}
+	}
+}
+
+// callFor returns the in-flight call a reply answers, if any.
+func (r *replica) callFor(id wire.JobID) *call {
+	r.u.mu.Lock()
+	defer r.u.mu.Unlock()
+	return r.inflight[id]
+}
+
+// answer hands reply m to its call (copied: the decoder reuses m).
+func (r *replica) answer(c *call, m wire.Message) {
+	res := callResult{msg: cloneReply(m, c.data)}
+	if e, ok := m.(*wire.Error); ok {
+		res.err = fmt.Errorf("replica %d: %w", r.id, e.Err())
+	}
+	r.u.mu.Lock()
+	delete(r.inflight, c.id)
+	r.u.mu.Unlock()
+	c.reply <- res
+}
+
+// endCalls fails every call of a session that ended.
+func (r *replica) endCalls(err error) {
+	u := r.u
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r.serving = false
+	for _, c := range r.calls {
+		c.reply <- callResult{err: fmt.Errorf("replica %d: %w: %w", r.id, ErrNoSession, err)}
+	}
+	r.calls = r.calls[:0]
+	for id, c := range r.inflight {
+		c.reply <- callResult{err: fmt.Errorf("replica %d: %w: %w", r.id, ErrNoSession, err)}
+		delete(r.inflight, id)
+	}
+}
+
+// callData is the DataBuffer choice for a call's bulk reply.
+func (r *replica) callData(id wire.JobID, n int) []byte {
+	c := r.inflight[id]
+	if c == nil || c.abandoned || len(c.data) < n {
+		return nil
+	}
+	return c.data[:n]
+}
+
+// cloneReply copies a decoded reply out of the decoder's buffers. Bulk
+// data already in data (chosen by callData) is referenced, not copied.
+func cloneReply(m wire.Message, data []byte) wire.Message {
+	switch m := m.(type) {
+	case *wire.Ack:
+		c := *m
+		return &c
+	case *wire.Error:
+		c := *m
+		return &c
+	case *wire.Fenced:
+		c := *m
+		return &c
+	case *wire.RegionInfoReply:
+		c := *m
+		return &c
+	case *wire.ExtentVersions:
+		c := *m
+		c.Versions = slices.Clone(m.Versions)
+		return &c
+	case *wire.ExtentHashes:
+		c := *m
+		c.Hashes = slices.Clone(m.Hashes)
+		return &c
+	case *wire.RepairData:
+		c := *m
+		c.Blocks = slices.Clone(m.Blocks)
+		c.Hashes = slices.Clone(m.Hashes)
+		if len(m.Data) > 0 && (len(data) < len(m.Data) || &data[0] != &m.Data[0]) {
+			c.Data = slices.Clone(m.Data)
+		}
+		return &c
+	}
+	return m
+}
