@@ -379,6 +379,13 @@ loop:
 	}
 	r.endCalls(err)
 	u.mu.Lock()
+	if a := u.act; a != nil && !u.eng.running && u.eng.stopErr == nil && a.done[r.id] {
+		// Lost before guest IO started: this replica misses the
+		// activation (it will need repair) unless Activate has not
+		// decided yet and it comes back in time.
+		a.done[r.id] = false
+		a.notifyLocked()
+	}
 	u.eng.disconnected(r.id)
 	u.stepLocked()
 	u.finishLocked()

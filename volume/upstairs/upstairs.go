@@ -188,10 +188,14 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 			}
 		}
 		if waiting == 0 {
+			u.mu.Unlock()
 			if n < quorum {
-				u.mu.Unlock()
 				return fmt.Errorf("%d of %d replicas activated: %w", n, replicaCount, ErrNotEnoughReplicas)
 			}
+			if err := u.reconcileActivation(ctx, a); err != nil {
+				return err
+			}
+			u.mu.Lock()
 			u.startIOLocked(a)
 			u.mu.Unlock()
 			return nil
@@ -304,31 +308,6 @@ func (u *Upstairs) startIOLocked(a *activation) {
 	for r := range replicaCount {
 		if a.done[r] {
 			u.log.Info("replica active", "replica", r, "target", u.cfg.Targets[r], "gen", a.gen)
-		}
-	}
-	u.reportExtentMismatchLocked(a)
-}
-
-// reportExtentMismatchLocked logs extents whose versions differ between the
-// activated replicas; reconciling them is the repair engine's job.
-func (u *Upstairs) reportExtentMismatchLocked(a *activation) {
-	ref := -1
-	for r := range replicaCount {
-		if !a.done[r] {
-			continue
-		}
-		if ref < 0 {
-			ref = r
-			continue
-		}
-		differ := 0
-		for i, v := range a.versions[r] {
-			if i < len(a.versions[ref]) && a.versions[ref][i] != v {
-				differ++
-			}
-		}
-		if differ > 0 {
-			u.log.Warn("replica extent versions differ", "replica", r, "reference", ref, "extents", differ)
 		}
 	}
 }
