@@ -74,6 +74,7 @@
 //   - engine.repairDone(r) makes it Active: guest IO flows to it again.
 //
 // During activation the sessions serve calls as soon as they are
-// activated, before Activate starts guest IO (activation.versions holds
-// what each replica reported), so reconciliation can run there.
+// activated, before Activate starts guest IO: reconcileActivation
+// (activation_reconcile.go) runs there with what each replica reported,
+// and is where activation repair plugs in.
 package upstairs
