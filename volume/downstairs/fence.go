@@ -37,9 +37,12 @@ type activateResult struct {
 }
 
 // activate makes s the active session at gen if gen exceeds every
-// generation the region has accepted, storing gen durably first, and
-// fences the previous active session. Re-sending the generation s already
-// holds is acknowledged again.
+// generation the region has accepted, storing gen and s's upstairs durably
+// first, and fences the previous active session. The upstairs that holds
+// the highest generation may activate at it again from a new session (a
+// reconnect after an outage or a downstairs restart: it replays its
+// backlog); nobody else may. Re-sending the generation s already holds is
+// acknowledged again.
 func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
 	srv.fence.mu.Lock()
 	defer srv.fence.mu.Unlock()
@@ -49,11 +52,13 @@ func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
 	if srv.fence.active == s && s.gen == gen {
 		return activateResult{ok: true}
 	}
-	highest := wire.Generation(srv.region.HighestGen())
-	if gen <= highest {
+	g, holder := srv.region.GenHolder()
+	highest := wire.Generation(g)
+	rejoin := gen == highest && holder != uuid.Nil && holder == s.upstairs
+	if gen <= highest && !rejoin {
 		return activateResult{code: wire.CodeGenTooLow, msg: fmt.Sprintf("generation %d is not above %d", gen, highest)}
 	}
-	if err := srv.region.SetHighestGen(extent.Generation(gen)); err != nil {
+	if err := srv.region.SetGenHolder(extent.Generation(gen), s.upstairs); err != nil {
 		return activateResult{code: codeOf(err), msg: fmt.Sprintf("store generation: %v", err)}
 	}
 	old := srv.fence.active

@@ -512,3 +512,46 @@ func TestRequestsBeforeHalfCloseAreAllAnswered(t *testing.T) {
 		}
 	}
 }
+
+// dialAs connects and completes Hello as the given upstairs.
+func dialAs(t *testing.T, addr string, up uuid.UUID) *client {
+	t.Helper()
+	c, err := dialRaw(t, addr, testCerts(t).ClientConfig("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.up = up
+	c.send(&wire.Hello{Versions: wire.SupportedVersions, UpstairsID: c.up, SessionID: c.sess})
+	if _, ok := c.recv().(*wire.HelloReply); !ok {
+		t.Fatal("no HelloReply")
+	}
+	return c
+}
+
+// TestHolderRejoinsAtItsGenerationAfterRestart: the upstairs that holds
+// the highest generation reconnects (new session, same upstairs id) after
+// the downstairs restarted and may activate at that generation again to
+// replay its backlog; any other upstairs still needs a higher one, and
+// once it takes over the old holder cannot come back.
+func TestHolderRejoinsAtItsGenerationAfterRestart(t *testing.T) {
+	dir, _ := newRegionDir(t)
+	ts := startServer(t, dir)
+	holder := uuid.New()
+	a := dialAs(t, ts.addr(), holder)
+	a.mustActivate(5)
+	a.close()
+	ts.stop()
+
+	ts2 := startServer(t, dir)
+	a2 := dialAs(t, ts2.addr(), holder)
+	a2.mustActivate(5)
+	data, _ := blocks(1, 9)
+	a2.mustWrite(0, data)
+
+	b := dial(t, ts2.addr(), false)
+	wantError(t, b.activate(5), wire.CodeGenTooLow)
+	b.mustActivate(6)
+	a3 := dialAs(t, ts2.addr(), holder)
+	wantError(t, a3.activate(5), wire.CodeGenTooLow)
+	wantError(t, a3.activate(6), wire.CodeGenTooLow)
+}

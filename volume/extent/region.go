@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/google/uuid"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,6 +67,7 @@ type Region struct {
 
 	genMu      sync.Mutex
 	highestGen Generation // guarded by genMu
+	genHolder  uuid.UUID  // guarded by genMu: the upstairs at highestGen
 
 	mu     sync.RWMutex // held shared by every operation, exclusively by Close
 	closed bool         // guarded by mu
@@ -290,12 +292,12 @@ func load(dir string, lock *os.File) (*Region, error) {
 		r.closeExtents()
 		return nil, err
 	}
-	gen, err := readFence(dir)
+	f, err := readFence(dir)
 	if err != nil {
 		r.closeExtents()
 		return nil, err
 	}
-	r.highestGen = gen
+	r.highestGen, r.genHolder = f.HighestGen, f.Holder
 	return r, nil
 }
 

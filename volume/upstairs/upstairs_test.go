@@ -167,9 +167,8 @@ func TestReplicaLostMidWorkloadIsReplayed(t *testing.T) {
 	c.ds[2].start() // back on the same address within the backlog
 	waitFor(t, "replica 2 active with backlog replayed", func() bool {
 		r := u.Status().Replicas[2]
-		if r.State == ReplicaFaulted && errors.Is(u.replicaErr(2), ErrGenTooLow) {
-			t.Skipf("the downstairs refuses to re-activate the same upstairs at its own generation, "+
-				"so no session can resume and replay: %s", r.LastError)
+		if r.State == ReplicaFaulted {
+			t.Fatalf("replica 2 faulted instead of replaying: %s", r.LastError)
 		}
 		return r.State == ReplicaActive && r.OutstandingJobs == 0
 	})
