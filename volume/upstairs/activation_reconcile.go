@@ -2,35 +2,126 @@ package upstairs
 
 import (
 	"context"
+	"fmt"
+	"time"
+
+	"tern/volume/reconcile"
+	"tern/volume/wire"
 )
 
 // reconcileActivation runs after the replicas taking part in an activation
 // have activated their sessions (a.done says which; a.versions holds the
-// extent versions each reported) and before guest IO starts. It is the
-// seam for activation repair, which may use callReplica on those replicas
-// here; an error fails Activate. Today it only reports extents whose
-// versions differ between replicas.
-func (u *Upstairs) reconcileActivation(_ context.Context, a *activation) error {
+// extent versions each reported) and before guest IO starts. It plans the
+// repair with reconcile.PlanActivation and carries it out extent by
+// extent over the replicas' sessions (the upstairs reads from the source
+// and writes to the destinations; replicas never talk to each other):
+//
+//  1. A dirty source is stamped first with the plan's Target.
+//  2. For each destination, the source's and its block hashes are compared
+//     and only the blocks that differ are copied (every block with
+//     Config.RepairWholeExtents), then the destination takes Target.
+//
+// An extent is stamped only once its blocks are in place, so an
+// interruption leaves each extent untouched or repaired (a partial
+// destination is dirty and below the source), and a later activation
+// finishes. Any error fails Activate.
+func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error {
+	start := time.Now()
+	defer u.repairRan(repairActivation, start)
+	t := u.actTracker
+	_ = t.SetPhase(reconcile.PhaseComparing)
+
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	ref := -1
+	var present []reconcile.ReplicaVersions
+	var epochs [replicaCount]uint64
 	for r := range replicaCount {
 		if !a.done[r] {
 			continue
 		}
-		if ref < 0 {
-			ref = r
-			continue
-		}
-		differ := 0
+		epochs[r] = u.replicas[r].epoch
+		vs := make([]reconcile.Version, len(a.versions[r]))
 		for i, v := range a.versions[r] {
-			if i < len(a.versions[ref]) && a.versions[ref][i] != v {
-				differ++
-			}
+			vs[i] = fromWireVersion(v)
 		}
-		if differ > 0 {
-			u.log.Warn("replica extent versions differ; activation repair needed",
-				"replica", r, "reference", ref, "extents", differ)
+		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs})
+	}
+	u.mu.Unlock()
+
+	plan, err := reconcile.PlanActivation(uint64(a.gen), present)
+	if err != nil {
+		return err
+	}
+	t.GrowTotals(uint64(len(plan.Extents)), 0)
+	_ = t.SetPhase(reconcile.PhaseRepairing)
+	if len(plan.Extents) > 0 {
+		u.log.Info("activation repair planned", "extents", len(plan.Extents), "copies", plan.Copies,
+			"whole_extents", u.cfg.RepairWholeExtents)
+	}
+	versions := make(map[reconcile.ReplicaID][]reconcile.Version, len(present))
+	for _, p := range present {
+		versions[p.Replica] = p.Extents
+	}
+	for _, rep := range plan.Extents {
+		if err := u.repairPlannedExtent(ctx, rep, versions, epochs); err != nil {
+			return fmt.Errorf("repairing extent %d: %w", rep.Extent, err)
+		}
+		t.ExtentDone()
+		u.extentRepaired(repairActivation)
+	}
+	if len(plan.Extents) > 0 {
+		s := u.RepairStats()
+		u.log.Info("activation repair done", "extents", len(plan.Extents), "blocks_copied", s.BlocksCopied,
+			"bytes_copied", s.BytesCopied, "seconds", time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// repairPlannedExtent carries out one extent of the activation plan.
+func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.ExtentRepair,
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64) error {
+	t := u.actTracker
+	e := wire.ExtentID(rep.Extent)
+	src := int(rep.Source)
+	target := toWireVersion(rep.Target)
+	if rep.SourceNeedsStamp() {
+		// The source's blocks, as they stand, become the truth at a
+		// version nobody else holds.
+		if err := u.stamp(ctx, src, epochs[src], &wire.RepairWrite{Extent: e, Version: target}); err != nil {
+			return err
+		}
+	}
+	var srcHashes []uint64
+	if !u.cfg.RepairWholeExtents && len(rep.Dests) > 0 {
+		h, err := u.extentHashes(ctx, src, epochs[src], e)
+		if err != nil {
+			return err
+		}
+		srcHashes = h.Hashes
+	}
+	for _, d := range rep.Dests {
+		dst := int(d)
+		var dstHashes []uint64
+		if !u.cfg.RepairWholeExtents {
+			h, err := u.extentHashes(ctx, dst, epochs[dst], e)
+			if err != nil {
+				return err
+			}
+			dstHashes = h.Hashes
+		}
+		blocks, err := u.blocksToCopy(srcHashes, dstHashes, t)
+		if err != nil {
+			return err
+		}
+		t.GrowTotals(0, uint64(len(blocks))*uint64(u.blockSize))
+		interim := versions[d][rep.Extent]
+		interim.Dirty = true
+		err = u.copyExtent(ctx, extentCopy{
+			kind: repairActivation, extent: e, src: src, dst: dst,
+			srcEpoch: epochs[src], dstEpoch: epochs[dst],
+			blocks: blocks, interim: toWireVersion(interim), final: target, tracker: t,
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

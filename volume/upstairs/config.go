@@ -70,6 +70,11 @@ type Config struct {
 	// DeactivateTimeout bounds how long Close flushes and waits for
 	// connected replicas to answer everything they were sent.
 	DeactivateTimeout time.Duration
+	// RepairWholeExtents makes activation reconciliation and live repair
+	// copy every block of an extent that needs repair (Crucible's way)
+	// instead of comparing block hashes and copying only the blocks that
+	// differ. Everything else is the same; benchmarks compare the two.
+	RepairWholeExtents bool
 }
 
 // withDefaults returns cfg with defaults filled in and every problem found,

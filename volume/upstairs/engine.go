@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 
+	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
 
@@ -26,6 +27,9 @@ type engine struct {
 	free  []*job
 
 	replicas [replicaCount]replicaCore
+	// extentBlocks is the region's extent size, for routing writes to a
+	// replica under live repair (engine_live_repair.go).
+	extentBlocks uint32
 
 	// liveJobs and liveBytes count unretired jobs for backpressure.
 	liveJobs  int
@@ -52,6 +56,9 @@ type replicaCore struct {
 	// owedJobs and owedBytes count jobs pending on this replica.
 	owedJobs  int
 	owedBytes int
+	// live routes guest writes while the replica is Repairing; nil when
+	// no live repair walks it.
+	live *reconcile.LiveRepair
 }
 
 // actionKind says what the driver must do.
@@ -286,10 +293,11 @@ func (e *engine) submitRepair(r int, readID wire.JobID, first wire.BlockIndex, c
 	return id, true
 }
 
-// queueAll queues j to every replica that takes IO.
+// queueAll queues j to every replica that takes IO, and a write to a
+// replica under live repair when its route says so.
 func (e *engine) queueAll(j *job) {
 	for r := range e.replicas {
-		if e.replicas[r].state.takesIO() {
+		if e.receives(r, j) {
 			e.queueTo(j, r)
 		}
 	}
@@ -314,7 +322,7 @@ func (e *engine) queueTo(j *job, r int) {
 	rc.owedJobs++
 	rc.owedBytes += j.bytes
 	rc.queue.insert(j)
-	if rc.state == ReplicaActive {
+	if rc.state == ReplicaActive || rc.state == ReplicaRepairing {
 		e.emit(action{kind: actWake, replica: r})
 	}
 }
@@ -355,22 +363,15 @@ func (e *engine) routeRead(j *job) {
 // sending. The driver calls sent (or disconnected) afterwards.
 func (e *engine) takeNext(r int) (*job, bool) {
 	rc := &e.replicas[r]
-	if rc.state != ReplicaActive {
+	j := e.peekNext(r)
+	if j == nil {
 		return nil, false
 	}
-	for {
-		j, ok := rc.queue.pop()
-		if !ok {
-			return nil, false
-		}
-		if j.slot[r] != slotQueued {
-			continue // rerouted or skipped since it was queued
-		}
-		j.slot[r] = slotSent
-		j.sending[r] = true
-		j.fromCaller[r] = j.callerMem
-		return j, true
-	}
+	rc.queue.pop()
+	j.slot[r] = slotSent
+	j.sending[r] = true
+	j.fromCaller[r] = j.callerMem
+	return j, true
 }
 
 // sendDeps appends to dst the dependencies of j on r that are still pending

@@ -34,6 +34,20 @@ func (q *jobQueue) insert(j *job) {
 	q.items[i] = e
 }
 
+// peek returns the oldest live entry without removing it.
+func (q *jobQueue) peek() (*job, bool) {
+	for q.head < len(q.items) {
+		e := q.items[q.head]
+		if e.job.id == e.id {
+			return e.job, true
+		}
+		q.items[q.head] = queued{} // stale: drop it
+		q.head++
+	}
+	q.items, q.head = q.items[:0], 0
+	return nil, false
+}
+
 // pop returns the oldest live entry.
 func (q *jobQueue) pop() (*job, bool) {
 	for q.head < len(q.items) {

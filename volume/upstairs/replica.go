@@ -19,12 +19,12 @@ import (
 // backoff. A helper goroutine it starts and waits for decodes replies.
 type replica struct {
 	// Immutable.
-	u      *Upstairs
-	id     int
-	target string
-	wake   chan struct{} // one-slot notify: jobs queued or state changed
+	u    *Upstairs
+	id   int
+	wake chan struct{} // one-slot notify: jobs queued or state changed
 
 	// Owned by the run goroutine.
+	target   string // address of the current session (Upstairs.targets[id] when it began)
 	deps     []wire.JobID
 	writeMsg wire.Write
 	readMsg  wire.Read
@@ -38,6 +38,7 @@ type replica struct {
 	// Guarded by u.mu.
 	lastErr  error
 	serving  bool                 // a session is in its serving phase (calls accepted)
+	epoch    uint64               // counts serving sessions; pins repair calls to one
 	calls    []*call              // calls waiting to be sent
 	inflight map[wire.JobID]*call // calls sent, reply outstanding
 }
@@ -52,8 +53,8 @@ const (
 	versionsJobID wire.JobID = 2
 )
 
-func newReplica(u *Upstairs, id int, target string) *replica {
-	return &replica{u: u, id: id, target: target, wake: make(chan struct{}, 1)}
+func newReplica(u *Upstairs, id int) *replica {
+	return &replica{u: u, id: id, wake: make(chan struct{}, 1)}
 }
 
 func (r *replica) wakeUp() {
@@ -80,20 +81,47 @@ func (r *replica) state() ReplicaState {
 	return r.u.eng.replicas[r.id].state
 }
 
+// stateRunning returns the engine's state of this replica and whether the
+// volume is running (activated, not stopped).
+func (r *replica) stateRunning() (ReplicaState, bool) {
+	r.u.mu.Lock()
+	defer r.u.mu.Unlock()
+	return r.u.eng.replicas[r.id].state, r.u.eng.running
+}
+
+// sleep waits d; false when the upstairs closes first.
+func (r *replica) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.u.ctx.Done():
+		return false
+	}
+}
+
 // run is the replica's owner goroutine; it ends when the upstairs closes.
 func (r *replica) run() {
 	u := r.u
 	defer u.wg.Done()
 	backoff := u.cfg.ReconnectMin
 	for u.ctx.Err() == nil {
-		// A faulted replica gets no IO until something repairs it.
-		switch r.state() {
-		case ReplicaFaulted, ReplicaStopped:
+		// A faulted replica gets no IO until live repair brings it back:
+		// while the volume runs it keeps trying (with backoff) to reach
+		// its downstairs, whose session then starts the repair.
+		switch st, running := r.stateRunning(); {
+		case st == ReplicaStopped, st == ReplicaFaulted && !running:
 			select {
 			case <-r.wake:
 			case <-u.ctx.Done():
 			}
 			continue
+		case st == ReplicaFaulted:
+			if !r.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, u.cfg.ReconnectMax)
 		}
 		began := time.Now()
 		err := r.session(u.ctx)
@@ -123,6 +151,9 @@ func (r *replica) run() {
 // session runs one connection from dial to teardown.
 func (r *replica) session(ctx context.Context) error {
 	u := r.u
+	u.mu.Lock()
+	r.target = u.targets[r.id]
+	u.mu.Unlock()
 	conn, err := transport.Dial(ctx, r.target, u.cfg.TLS)
 	if err != nil {
 		return fmt.Errorf("connecting replica %d: %w", r.id, err)
@@ -237,6 +268,19 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 		u.mu.Lock()
 	}
 	defer u.mu.Unlock()
+	for a.region[r.id] == nil && !u.eng.running && u.eng.stopErr == nil {
+		// Activation went ahead without this replica and has not started
+		// IO yet (it is reconciling): wait, then join by live repair.
+		ch := a.changed
+		u.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			u.mu.Lock()
+			return 0, ctx.Err()
+		}
+		u.mu.Lock()
+	}
 	if d := regionDiff(u.region, region); d != "" {
 		// A replica that comes back serving another region is not one
 		// of ours any more.
@@ -244,10 +288,15 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 		u.stepLocked()
 		return 0, fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
 	}
-	if st := u.eng.replicas[r.id].state; st == ReplicaFaulted || st == ReplicaStopped ||
-		a.region[r.id] == nil && st != ReplicaRepairing {
-		// Activation went ahead without this replica, or it faulted
-		// since: it needs repair before it may serve again.
+	st := u.eng.replicas[r.id].state
+	if st == ReplicaFaulted && u.eng.running {
+		// Reachable and serving our region: live repair takes it over
+		// once this session is activated.
+		u.eng.repairStarted(r.id)
+		u.stepLocked()
+		st = u.eng.replicas[r.id].state
+	}
+	if st == ReplicaFaulted || st == ReplicaStopped || a.region[r.id] == nil && st != ReplicaRepairing {
 		return 0, errSessionEnded
 	}
 	return u.gen, nil
@@ -280,6 +329,9 @@ func (r *replica) activated(versions []wire.ExtentVersion) error {
 	u := r.u
 	u.mu.Lock()
 	a := u.act
+	// The session serves calls from now on (serve sends them).
+	r.serving = true
+	r.epoch++
 	if !u.eng.running && u.eng.stopErr == nil {
 		a.done[r.id] = true
 		a.versions[r.id] = versions
@@ -290,6 +342,7 @@ func (r *replica) activated(versions []wire.ExtentVersion) error {
 		return nil
 	}
 	u.eng.connected(r.id)
+	u.startLiveRepairLocked(r.id, r.epoch)
 	u.stepLocked()
 	u.finishLocked()
 	return nil
@@ -348,19 +401,13 @@ func (r *replica) fenceOrFail(byGen wire.Generation, err error) {
 func (r *replica) serve(conn *quic.Conn, enc *wire.Encoder, dec *wire.Decoder) error {
 	u := r.u
 	r.blockSize = u.blockSize // fixed once activated
-	u.mu.Lock()
-	r.serving = true
-	u.mu.Unlock()
 	readerDone := make(chan error, 1)
 	go func() { readerDone <- r.readLoop(dec) }()
 	var err error
 	readerEnded := false
 loop:
 	for {
-		if err = r.sendCalls(enc); err != nil {
-			break
-		}
-		if err = r.sendQueued(enc); err != nil {
+		if err = r.sendPending(enc); err != nil {
 			break
 		}
 		select {
@@ -392,19 +439,28 @@ loop:
 	return err
 }
 
-// sendQueued sends every job the engine has queued for this replica.
-func (r *replica) sendQueued(enc *wire.Encoder) error {
+// sendPending sends the engine's queued jobs and the repair calls of this
+// replica, merged in ID order: a call is sent only after every job queued
+// before it was issued, so a repair read on a source follows the guest
+// writes submitted before it. Jobs the engine holds (a replica under live
+// repair) do not hold calls back.
+func (r *replica) sendPending(enc *wire.Encoder) error {
 	u := r.u
 	for {
 		u.mu.Lock()
 		switch st := u.eng.replicas[r.id].state; st {
-		case ReplicaActive:
-		case ReplicaConnecting, ReplicaRepairing:
-			u.mu.Unlock() // calls only, until the engine gives it IO
-			return nil
+		case ReplicaActive, ReplicaConnecting, ReplicaRepairing:
 		default:
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v: %w", r.id, st, errSessionEnded)
+		}
+		next := u.eng.nextJobID(r.id)
+		if len(r.calls) > 0 && (next == 0 || r.calls[0].id < next) {
+			u.mu.Unlock()
+			if err := r.sendCall(enc); err != nil {
+				return err
+			}
+			continue
 		}
 		j, ok := u.eng.takeNext(r.id)
 		if !ok {

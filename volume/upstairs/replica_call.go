@@ -18,9 +18,10 @@ var ErrNoSession = errors.New("replica has no session")
 // the session's order among the engine's jobs, and answered by the reply
 // carrying its JobID.
 type call struct {
-	req  wire.Message
-	id   wire.JobID
-	data []byte // where a RepairData reply's blocks go (may be nil)
+	req     wire.Message
+	id      wire.JobID
+	replica int
+	data    []byte // where a RepairData reply's blocks go (may be nil)
 	// Guarded by Upstairs.mu.
 	abandoned bool
 	reply     chan callResult // one result, buffered
@@ -34,37 +35,72 @@ type callResult struct {
 // callReplica sends req (its JobID is assigned here) on replica r's
 // session and waits for the reply, which the caller owns. A RepairData
 // reply's block data lands in data when it is large enough. This is the
-// seam for repair drivers; the engine's jobs are not involved, so the
-// caller orders the call against guest IO itself (flush first, or fence
-// the extent).
+// seam for repair drivers; the engine's jobs are not involved, but a call
+// is sent only after every job queued to r before it (sendPending), so a
+// call follows the guest IO submitted before it.
 func (u *Upstairs) callReplica(ctx context.Context, r int, req wire.Message, data []byte) (wire.Message, error) {
-	c := &call{req: req, data: data, reply: make(chan callResult, 1)}
+	c, err := u.startCall(r, 0, req, data)
+	if err != nil {
+		return nil, err
+	}
+	return u.waitCall(ctx, c)
+}
+
+// startCall queues req on replica r's session without waiting, so a
+// repair can keep several requests in flight. A non-zero epoch pins the
+// call to that session of r (see sessionEpoch): a later session refuses
+// it with ErrNoSession, so a repair never carries on across a reconnect.
+// The caller must waitCall or abandonCall it.
+func (u *Upstairs) startCall(r int, epoch uint64, req wire.Message, data []byte) (*call, error) {
+	c := &call{req: req, data: data, reply: make(chan callResult, 1), replica: r}
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	rep := u.replicas[r]
-	if !rep.serving {
-		u.mu.Unlock()
+	if !rep.serving || epoch != 0 && rep.epoch != epoch {
 		return nil, fmt.Errorf("calling replica %d: %w", r, ErrNoSession)
 	}
 	c.id = u.eng.allocID()
 	if !setJobID(req, c.id) {
-		u.mu.Unlock()
 		return nil, fmt.Errorf("calling replica %d: %v is not a request", r, req.Type())
 	}
 	rep.calls = append(rep.calls, c)
 	rep.wakeUp()
-	u.mu.Unlock()
+	return c, nil
+}
+
+// waitCall waits for the reply to c; if ctx ends first, c is abandoned.
+func (u *Upstairs) waitCall(ctx context.Context, c *call) (wire.Message, error) {
 	select {
 	case res := <-c.reply:
 		return res.msg, res.err
 	case <-ctx.Done():
-		u.mu.Lock()
-		c.abandoned = true
-		if i := slices.Index(rep.calls, c); i >= 0 {
-			rep.calls = slices.Delete(rep.calls, i, i+1)
-		}
-		u.mu.Unlock()
-		return nil, fmt.Errorf("calling replica %d: %w", r, ctx.Err())
+		u.abandonCall(c)
+		return nil, fmt.Errorf("calling replica %d: %w", c.replica, ctx.Err())
 	}
+}
+
+// abandonCall gives up on c: it is not sent if still queued, and a reply's
+// bulk data no longer lands in its buffer once the decoder has not
+// already chosen it.
+func (u *Upstairs) abandonCall(c *call) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	c.abandoned = true
+	rep := u.replicas[c.replica]
+	if i := slices.Index(rep.calls, c); i >= 0 {
+		rep.calls = slices.Delete(rep.calls, i, i+1)
+	}
+}
+
+// sessionEpoch returns the epoch of replica r's serving session, or 0
+// when it has none.
+func (u *Upstairs) sessionEpoch(r int) uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.replicas[r].serving {
+		return 0
+	}
+	return u.replicas[r].epoch
 }
 
 // setJobID stamps a request with its JobID.
@@ -88,27 +124,26 @@ func setJobID(m wire.Message, id wire.JobID) bool {
 	return true
 }
 
-// sendCalls sends the calls queued for this replica; run by its owner
+// sendCall sends the first queued call of this replica; run by its owner
 // goroutine.
-func (r *replica) sendCalls(enc *wire.Encoder) error {
+func (r *replica) sendCall(enc *wire.Encoder) error {
 	u := r.u
-	for {
-		u.mu.Lock()
-		if len(r.calls) == 0 {
-			u.mu.Unlock()
-			return nil
-		}
-		c := r.calls[0]
-		r.calls = slices.Delete(r.calls, 0, 1)
-		if r.inflight == nil {
-			r.inflight = make(map[wire.JobID]*call)
-		}
-		r.inflight[c.id] = c
+	u.mu.Lock()
+	if len(r.calls) == 0 {
 		u.mu.Unlock()
-		if err := enc.Encode(c.req); err != nil {
-			return fmt.Errorf("sending call to replica %d: %w", r.id, err)
-		}
+		return nil
 	}
+	c := r.calls[0]
+	r.calls = slices.Delete(r.calls, 0, 1)
+	if r.inflight == nil {
+		r.inflight = make(map[wire.JobID]*call)
+	}
+	r.inflight[c.id] = c
+	u.mu.Unlock()
+	if err := enc.Encode(c.req); err != nil {
+		return fmt.Errorf("sending call to replica %d: %w", r.id, err)
+	}
+	return nil
 }
 
 // callFor returns the in-flight call a reply answers, if any.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
 
@@ -20,7 +21,12 @@ type Upstairs struct {
 	cfg      Config
 	log      *slog.Logger
 	met      *ioMetrics
+	rmet     *repairMetrics
 	replicas [replicaCount]*replica
+	// actTracker publishes the activation's progress from New on.
+	actTracker *reconcile.Tracker
+	// stats counts repair work (atomics, no lock).
+	stats repairCounters
 	ctx      context.Context // ends when Close starts
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // replica goroutines
@@ -53,6 +59,13 @@ type Upstairs struct {
 	drainWaiters int
 	// privatize collects actPrivatize IDs for the step that emitted them.
 	privatize []wire.JobID
+	// targets are the downstairs addresses, Config.Targets until
+	// ReplaceReplica swaps one.
+	targets [replicaCount]string
+	// stateCh is closed (and replaced) whenever a replica changes state.
+	stateCh chan struct{}
+	// live is each replica's live-repair bookkeeping.
+	live [replicaCount]liveRepairSlot
 }
 
 // activation is what Activate and the replica goroutines share while the
@@ -85,6 +98,10 @@ func New(cfg Config) (*Upstairs, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "upstairs", "upstairs_id", cfg.UpstairsID),
 		met:     newIOMetrics(cfg.Metrics, cfg.UpstairsID),
+		rmet:    newRepairMetrics(cfg.Metrics, cfg.UpstairsID),
+		stateCh: make(chan struct{}),
+
+		actTracker: reconcile.NewTracker(nil),
 		ctx:     ctx,
 		cancel:  cancel,
 		eng:     newEngine(cfg.limits()),
@@ -93,7 +110,8 @@ func New(cfg Config) (*Upstairs, error) {
 		drainCh: make(chan struct{}),
 	}
 	for i := range u.replicas {
-		u.replicas[i] = newReplica(u, i, cfg.Targets[i])
+		u.targets[i] = cfg.Targets[i]
+		u.replicas[i] = newReplica(u, i)
 	}
 	return u, nil
 }
@@ -102,7 +120,11 @@ func New(cfg Config) (*Upstairs, error) {
 // serve the same region, and activates it with generation gen, which fences
 // any upstairs that activated with a lower one. It waits up to
 // Config.ActivationQuorumWait for all three, then goes ahead with two; a
-// replica that missed the activation is faulted (it needs repair). Replicas
+// replica that missed the activation is faulted and brought back by live
+// repair once it is reachable. Before guest IO starts, extents on which
+// the replicas disagree are reconciled (reconcileActivation); progress is
+// published from New on (ActivationProgress, SubscribeActivation) and
+// its final value is always delivered. Replicas
 // that disagree on the region's UUID or geometry make Activate fail with an
 // error wrapping ErrRegionMismatch that names them.
 func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
@@ -126,6 +148,7 @@ func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
 
 	err := u.activate(ctx, a)
 	if err != nil {
+		u.actTracker.Fail(err)
 		// Leave nothing running: an upstairs that failed to activate is
 		// only good for Close.
 		u.mu.Lock()
@@ -136,6 +159,7 @@ func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
 		u.cancel()
 		return fmt.Errorf("activating volume: %w", err)
 	}
+	u.actTracker.Finish()
 	return nil
 }
 
@@ -242,7 +266,7 @@ func (u *Upstairs) checkRegionsLocked(a *activation) error {
 		}
 		if want := u.cfg.Region; !regionMatchesConfig(*a.region[r], want) {
 			errs = append(errs, fmt.Errorf("replica %d (%s): serves %s, configured %s",
-				r, u.cfg.Targets[r], describeRegion(*a.region[r]), describeRegion(want)))
+				r, u.targets[r], describeRegion(*a.region[r]), describeRegion(want)))
 			continue
 		}
 		if ref < 0 {
@@ -251,7 +275,7 @@ func (u *Upstairs) checkRegionsLocked(a *activation) error {
 		}
 		if d := regionDiff(*a.region[ref], *a.region[r]); d != "" {
 			errs = append(errs, fmt.Errorf("replica %d (%s) and replica %d (%s): %s",
-				ref, u.cfg.Targets[ref], r, u.cfg.Targets[r], d))
+				ref, u.targets[ref], r, u.targets[r], d))
 		}
 	}
 	if len(errs) > 0 {
@@ -302,12 +326,13 @@ func (u *Upstairs) startIOLocked(a *activation) {
 			maxFlush = max(maxFlush, v.Flush)
 		}
 	}
+	u.eng.setExtentBlocks(u.region.ExtentBlocks)
 	u.eng.activate(active, maxFlush+1)
 	a.notifyLocked() // replicas waiting in activated go on to serve IO
 	u.stepLocked()
 	for r := range replicaCount {
 		if a.done[r] {
-			u.log.Info("replica active", "replica", r, "target", u.cfg.Targets[r], "gen", a.gen)
+			u.log.Info("replica active", "replica", r, "target", u.targets[r], "gen", a.gen)
 		}
 	}
 }
@@ -459,8 +484,10 @@ func (u *Upstairs) applyLocked(a action) {
 		}
 		u.recs[a.id] = child
 	case actState:
-		u.log.Info("replica state", "replica", a.replica, "target", u.cfg.Targets[a.replica], "state", a.state)
+		u.log.Info("replica state", "replica", a.replica, "target", u.targets[a.replica], "state", a.state)
 		u.replicas[a.replica].stateChanged(a.state)
+		close(u.stateCh)
+		u.stateCh = make(chan struct{})
 	}
 }
 
@@ -552,6 +579,8 @@ type Status struct {
 	LiveBytes int64
 	// Err is why IO stopped (fenced, closed), if it did.
 	Err error
+	// Activation is the activation's progress.
+	Activation reconcile.Progress
 }
 
 // ReplicaStatus describes one downstairs.
@@ -566,6 +595,9 @@ type ReplicaStatus struct {
 	OutstandingBytes int64
 	// LastError is the last connection error, if any.
 	LastError string
+	// Repair is the progress of the replica's current or latest live
+	// repair; nil when it never had one.
+	Repair *reconcile.Progress
 }
 
 // Status returns a snapshot of the upstairs.
@@ -579,15 +611,21 @@ func (u *Upstairs) Status() Status {
 		LiveJobs:  u.eng.liveJobs,
 		LiveBytes: int64(u.eng.liveBytes),
 		Err:       u.eng.stopErr,
+
+		Activation: u.actTracker.Status(),
 	}
 	for r := range replicaCount {
 		rc := &u.eng.replicas[r]
 		s.Replicas[r] = ReplicaStatus{
-			Target:           u.cfg.Targets[r],
+			Target:           u.targets[r],
 			State:            rc.state,
 			OutstandingJobs:  rc.owedJobs,
 			OutstandingBytes: int64(rc.owedBytes),
 			LastError:        u.replicas[r].lastErrLocked(),
+		}
+		if slot := u.live[r]; slot.tracker != nil && slot.claimed {
+			p := slot.tracker.Status()
+			s.Replicas[r].Repair = &p
 		}
 	}
 	return s
