@@ -67,6 +67,9 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 		}
 		t.ExtentDone()
 		u.extentRepaired(repairActivation)
+		if u.hooks != nil && u.hooks.activationExtentDone != nil {
+			u.hooks.activationExtentDone(wire.ExtentID(rep.Extent))
+		}
 	}
 	if len(plan.Extents) > 0 {
 		s := u.RepairStats()

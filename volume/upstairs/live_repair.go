@@ -167,6 +167,9 @@ func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, sr
 		}
 		srcV, srcHashes, dstV, dstHashes = sh.Version, sh.Hashes, dh.Version, dh.Hashes
 	}
+	if u.hooks != nil && u.hooks.liveExtentCompared != nil {
+		u.hooks.liveExtentCompared(r, e)
+	}
 	if !reconcile.LiveRepairNeeded(fromWireVersion(srcV), fromWireVersion(dstV)) {
 		return nil
 	}

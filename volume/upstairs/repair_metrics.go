@@ -7,6 +7,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
+
+	"tern/volume/wire"
 )
 
 // repairKind says which repair moved data: activation reconciliation or
@@ -91,4 +93,14 @@ func (u *Upstairs) extentRepaired(k repairKind) {
 // repairRan records the duration of one repair run of kind k.
 func (u *Upstairs) repairRan(k repairKind, start time.Time) {
 	u.rmet.kinds[k].duration.UpdateDuration(start)
+}
+
+// repairHooks are test callbacks at fixed points of a repair; a nil
+// field (or nil *repairHooks) is skipped.
+type repairHooks struct {
+	// activationExtentDone runs after activation repaired extent e.
+	activationExtentDone func(e wire.ExtentID)
+	// liveExtentCompared runs during the live repair of replica r, once
+	// extent e's versions or hashes are known and before it is copied.
+	liveExtentCompared func(r int, e wire.ExtentID)
 }

@@ -27,9 +27,12 @@ type Upstairs struct {
 	actTracker *reconcile.Tracker
 	// stats counts repair work (atomics, no lock).
 	stats repairCounters
-	ctx      context.Context // ends when Close starts
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // replica goroutines
+	// hooks lets tests act at fixed points of a repair; set before
+	// Activate, nil in production.
+	hooks  *repairHooks
+	ctx    context.Context // ends when Close starts
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // replica goroutines
 
 	// mu guards everything below, including the engine and the records.
 	mu    sync.Mutex
@@ -102,12 +105,12 @@ func New(cfg Config) (*Upstairs, error) {
 		stateCh: make(chan struct{}),
 
 		actTracker: reconcile.NewTracker(nil),
-		ctx:     ctx,
-		cancel:  cancel,
-		eng:     newEngine(cfg.limits()),
-		recs:    make(map[wire.JobID]*ioRecord),
-		spaceCh: make(chan struct{}),
-		drainCh: make(chan struct{}),
+		ctx:        ctx,
+		cancel:     cancel,
+		eng:        newEngine(cfg.limits()),
+		recs:       make(map[wire.JobID]*ioRecord),
+		spaceCh:    make(chan struct{}),
+		drainCh:    make(chan struct{}),
 	}
 	for i := range u.replicas {
 		u.targets[i] = cfg.Targets[i]

@@ -199,20 +199,23 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 	if st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica keeps %d jobs", st.OutstandingJobs)
 	}
-	// IO continues on two replicas; the faulted one gets none even when
-	// its downstairs is back.
-	c.ds[1].start()
+	// IO continues on two replicas; the faulted one gets none until live
+	// repair brings it back once its downstairs is.
 	for i := range 10 {
 		if _, err := u.WriteAt(ctx, p, int64(i)*testBlockSize); err != nil {
 			t.Fatalf("write with a faulted replica: %v", err)
 		}
 	}
-	if err := u.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if st := u.Status().Replicas[1]; st.State != ReplicaFaulted || st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica = %+v, want faulted with no jobs", st)
 	}
+	c.ds[1].start()
+	waitFor(t, "replica 1 repaired", replicaIs(u, 1, ReplicaActive))
+	if err := u.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u.Close()
+	c.requireSameReplicas(nil)
 }
 
 func TestHigherGenerationFencesOlderUpstairs(t *testing.T) {
@@ -432,14 +435,11 @@ func TestActivationGoesAheadWithTwoAfterQuorumWait(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatal("read back differs")
 	}
-	// The late replica does not rejoin on its own.
+	// The late replica rejoins by live repair, and holds what was written.
 	c.ds[1].start()
-	if _, err := u.WriteAt(ctxT(t), got[:testBlockSize], 0); err != nil {
-		t.Fatal(err)
-	}
-	if st := u.Status().Replicas[1]; st.State != ReplicaFaulted || st.OutstandingJobs != 0 {
-		t.Fatalf("late replica = %+v, want faulted without IO", st)
-	}
+	waitFor(t, "late replica active", replicaIs(u, 1, ReplicaActive))
+	u.Close()
+	c.requireSameReplicas(want)
 }
 
 func TestActivationWaitsForTwo(t *testing.T) {
@@ -514,11 +514,10 @@ func TestWriteWithoutQuorumHonoursContext(t *testing.T) {
 	}
 }
 
-// TestRepairSeamReachesFaultedReplica drives the seam a repair engine uses:
-// a replica that missed activation is taken over (repairStarted), gets a
-// session that carries repair calls but no guest IO, and takes IO again
-// after repairDone.
-func TestRepairSeamReachesFaultedReplica(t *testing.T) {
+// TestRepairCallsOnHealthyReplica drives the call seam repair uses: a
+// healthy replica answers repair calls alongside guest IO, a faulted one
+// refuses them.
+func TestRepairCallsOnHealthyReplica(t *testing.T) {
 	c := newCluster(t)
 	c.ds[2].stop()
 	cfg := c.config()
@@ -526,9 +525,7 @@ func TestRepairSeamReachesFaultedReplica(t *testing.T) {
 	u := c.open(cfg, 1)
 	ctx := ctxT(t)
 	want := writePattern(t, u, 11)
-	c.ds[2].start()
 
-	// A healthy replica answers repair calls alongside guest IO.
 	m, err := u.callReplica(ctx, 0, &wire.ExtentHashesRequest{Extent: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -548,39 +545,7 @@ func TestRepairSeamReachesFaultedReplica(t *testing.T) {
 	if &rd.Data[0] != &data[0] {
 		t.Fatal("repair data did not land in the caller's buffer")
 	}
-
 	if _, err := u.callReplica(ctx, 2, &wire.ExtentHashesRequest{Extent: 0}, nil); !errors.Is(err, ErrNoSession) {
 		t.Fatalf("call to a faulted replica = %v, want ErrNoSession", err)
 	}
-	u.mu.Lock()
-	ok = u.eng.repairStarted(2)
-	u.stepLocked()
-	u.finishLocked()
-	if !ok {
-		t.Fatal("repairStarted refused")
-	}
-	var h wire.Message
-	waitFor(t, "a session to the repairing replica", func() bool {
-		h, err = u.callReplica(ctx, 2, &wire.ExtentHashesRequest{Extent: 0}, nil)
-		return err == nil
-	})
-	if _, ok := h.(*wire.ExtentHashes); !ok {
-		t.Fatalf("reply = %T", h)
-	}
-	if st := u.Status().Replicas[2]; st.State != ReplicaRepairing || st.OutstandingJobs != 0 {
-		t.Fatalf("repairing replica = %+v, want repairing without guest IO", st)
-	}
-	u.mu.Lock()
-	u.eng.repairDone(2)
-	u.stepLocked()
-	u.finishLocked()
-	if _, err := u.WriteAt(ctx, want[:testBlockSize], 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := u.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the repaired replica to answer its IO", func() bool {
-		return u.Status().Replicas[2].OutstandingJobs == 0
-	})
 }
