@@ -1,0 +1,3 @@
+package guests
+
+//go:generate go run ./internal/gen -src src -out elf

@@ -1,0 +1,80 @@
+package guests
+
+import "encoding/binary"
+
+// ParamsAddr is the guest-physical address of the parameter block.
+const ParamsAddr = 0x8000
+
+// paramsMagic is "TERNPARM" read as a little-endian u64.
+const paramsMagic = 0x4d5241504e524554
+
+// paramsVersion is the layout version the guests accept.
+const paramsVersion = 1
+
+// ParamsSize is the size in bytes of the encoded parameter block,
+// including the dirty guest's verify request and acknowledgement words.
+const ParamsSize = 0x68
+
+// Params is the host's side of the parameter block (src/guest.h). A zero
+// field means the guest's default.
+type Params struct {
+	// MemStart and MemBytes bound the dirty guest's patterned area
+	// (default 16 MiB at 4 MiB).
+	MemStart, MemBytes uint64
+	// WorkingSetBytes is how much of it the dirty guest rewrites per pass
+	// (default 1 MiB).
+	WorkingSetBytes uint64
+	// Passes is the dirty guest's number of rewrite passes (default 16);
+	// PassesForever makes it run until stopped.
+	Passes uint64
+	// PageDelayTSC is how many TSC ticks the dirty guest waits after each
+	// page it rewrites (default 0): it sets the dirtying rate.
+	PageDelayTSC uint64
+	// Seed is the disk guest's pattern seed (default 0x7465726e).
+	Seed uint64
+	// Sectors is how many 512-byte sectors the disk guest writes and
+	// verifies (default 256, capped at the disk's capacity).
+	Sectors uint64
+	// VirtioBase is the disk guest's virtio-mmio base address; zero scans
+	// QEMU microvm's slots from 0xfeb00000.
+	VirtioBase uint64
+}
+
+// PassesForever makes the dirty guest rewrite its working set until it is
+// stopped; it verifies whenever the verify-request word changes.
+const PassesForever = ^uint64(0)
+
+// Offsets in the parameter block of the dirty guest's verify handshake:
+// the host changes the request word, the guest verifies after its current
+// pass, prints the result, and copies the request to the ack word.
+const (
+	VerifyRequestOffset = 0x58
+	VerifyAckOffset     = 0x60
+)
+
+// Encode returns the parameter block's bytes, to be written at ParamsAddr.
+func (p Params) Encode() []byte {
+	b := make([]byte, ParamsSize)
+	for i, v := range []uint64{paramsMagic, paramsVersion, p.MemStart, p.MemBytes,
+		p.WorkingSetBytes, p.Passes, p.PageDelayTSC, p.Seed, p.Sectors, p.VirtioBase} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+	return b
+}
+
+// DefaultDiskSeed is the disk guest's pattern seed when Params.Seed is 0.
+const DefaultDiskSeed = 0x7465726e
+
+// DiskPattern returns the 512 bytes the disk guest writes to sector, so a
+// test can check a disk's contents from outside the guest.
+func DiskPattern(seed, sector uint64) []byte {
+	b := make([]byte, 512)
+	for w := uint64(0); w < 64; w++ {
+		x := seed ^ (sector * 0x9e3779b97f4a7c15) ^ (w << 32)
+		x ^= x >> 33
+		x *= 0xff51afd7ed558ccd
+		x ^= x >> 33
+		binary.LittleEndian.PutUint64(b[8*w:], x)
+	}
+	return b
+}

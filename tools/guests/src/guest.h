@@ -1,0 +1,66 @@
+/*
+ * guest.h: the small runtime shared by tern's test guests: port IO, the
+ * 8250 UART at 0x3f8, the boot timer, the TSC, the debug-exit port and the
+ * parameter block.
+ */
+#ifndef TERN_GUEST_H
+#define TERN_GUEST_H
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned long uptr;
+
+#define UART_BASE 0x3f8
+#define DEBUG_EXIT_PORT 0xf4
+#define BOOT_TIMER_ADDR 0xC0000000UL
+#define BOOT_TIMER_MAGIC 123
+
+/*
+ * The parameter block: the host may write it at guest-physical PARAMS_ADDR
+ * before the guest starts. It is used only when magic equals PARAMS_MAGIC
+ * ("TERNPARM" little-endian) and version equals PARAMS_VERSION; a zero
+ * field means "use the default". All fields are little-endian u64.
+ */
+#define PARAMS_ADDR 0x8000UL
+#define PARAMS_MAGIC 0x4d5241504e524554ULL
+#define PARAMS_VERSION 1
+
+struct params {
+	u64 magic;		/* 0x00 PARAMS_MAGIC */
+	u64 version;		/* 0x08 PARAMS_VERSION */
+	u64 mem_start;		/* 0x10 dirty: first byte of the patterned area */
+	u64 mem_bytes;		/* 0x18 dirty: size of the patterned area */
+	u64 working_set_bytes;	/* 0x20 dirty: bytes rewritten each pass */
+	u64 passes;		/* 0x28 dirty: rewrite passes; ~0 = forever */
+	u64 page_delay_tsc;	/* 0x30 dirty: TSC ticks to wait per page */
+	u64 seed;		/* 0x38 disk: pattern seed */
+	u64 sectors;		/* 0x40 disk: sectors to write and verify */
+	u64 virtio_base;	/* 0x48 disk: virtio-mmio base; 0 = scan */
+};
+
+/* param returns field v of the parameter block, or def when absent. */
+u64 param(unsigned offset, u64 def);
+
+static inline void outb(u16 port, u8 v) { __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port)); }
+static inline u8 inb(u16 port) { u8 v; __asm__ volatile("inb %1, %0" : "=a"(v) : "Nd"(port)); return v; }
+static inline u64 rdtsc(void) { u32 lo, hi; __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi)); return ((u64)hi << 32) | lo; }
+static inline void mmio_write8(uptr a, u8 v) { *(volatile u8 *)a = v; }
+static inline void mmio_write32(uptr a, u32 v) { *(volatile u32 *)a = v; }
+static inline u32 mmio_read32(uptr a) { return *(volatile u32 *)a; }
+static inline void barrier(void) { __asm__ volatile("mfence" ::: "memory"); }
+
+void putc(char c);
+void puts(const char *s);	/* no newline added */
+void putdec(u64 v);
+void puthex(u64 v);
+void exit(u8 status) __attribute__((noreturn));
+
+void *memset(void *d, int c, unsigned long n);
+void *memcpy(void *d, const void *s, unsigned long n);
+
+/* main is each guest's body; its return value is the exit status. */
+int main(void);
+
+#endif
