@@ -59,10 +59,11 @@
 // # Live repair
 //
 // LiveRepair walks extents 0 to n-1, one at a time, while guest IO
-// continues. For the extent Next returns, the driver flushes and closes it
-// on the source, ordered after every write to it already submitted;
-// compares versions (LiveRepairNeeded) and block hashes; copies; reopens;
-// and calls Done. Guest writes are routed per extent by RouteWrite:
+// continues. For the extent Next returns, the driver reads it on the
+// source ordered after every write to it already submitted (tern's
+// upstairs sends the repair requests in job order on the source's
+// session; Crucible flushes and closes the extent); compares versions
+// (LiveRepairNeeded) and block hashes; copies; and calls Done. Guest writes are routed per extent by RouteWrite:
 // repaired extents are kept current, the extent under repair receives
 // writes ordered after its repair, later extents are skipped because the
 // copy brings their data. The target never serves reads until the repair

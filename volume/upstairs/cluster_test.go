@@ -241,13 +241,6 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// replicaErr is replica r's last session error.
-func (u *Upstairs) replicaErr(r int) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.replicas[r].lastErr
-}
-
 func replicaIs(u *Upstairs, r int, s ReplicaState) func() bool {
 	return func() bool { return u.Status().Replicas[r].State == s }
 }

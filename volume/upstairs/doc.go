@@ -39,7 +39,7 @@
 //     BacklogBytes) replayed in ID order when it reconnects; an ack of a job
 //     implies its dependencies were applied, so a replay never runs an old
 //     write over a newer one. Past the bound the replica is Faulted and gets
-//     no IO until repaired. Twice the bound may be live before callers
+//     no IO until live repair brings it back. Twice the bound may be live before callers
 //     block (backpressure), so memory stays bounded.
 //  6. A write or flush fails only when fewer than two replicas can take it.
 //     A Fenced reply stops all IO with ErrFenced.
@@ -55,26 +55,41 @@
 // (a host crash, not a process restart) therefore comes back with dirty
 // extents that only reconciliation repairs. Replay needs the downstairs to
 // accept an Activate from the same upstairs at the generation it already
-// holds.
+// holds. A dirty source with torn (corrupt) blocks cannot be read for
+// repair: reconciliation of that extent fails rather than copy them.
+// Live repair copies from the lowest-numbered Active replica, one extent
+// and one destination at a time.
 //
-// # Seams for repair
+// # Repair
 //
-// A replica that missed activation or faulted stays Faulted: its goroutine
-// parks without a connection and the engine queues it nothing. The repair
-// engine (same package) works through three seams:
+// Activation reconciliation (activation_reconcile.go) runs after the
+// sessions are activated and before guest IO starts: it plans with
+// reconcile.PlanActivation over the extent versions the present replicas
+// reported, and for each extent stamps a dirty source, compares block
+// hashes with each destination and copies only the blocks that differ
+// (every block with Config.RepairWholeExtents), then stamps the
+// destination. The upstairs reads from the source and writes to the
+// destinations over their sessions (repair_copy.go, reads and writes
+// pipelined); replicas never talk to each other. A destination is stamped
+// only once its blocks are durable, so an interruption leaves every
+// extent untouched or repaired, and Activate fails; a later activation
+// (higher generation) finishes.
 //
-//   - engine.repairStarted(r) (under Upstairs.mu, then stepLocked and
-//     finishLocked) moves a Faulted replica to Repairing; its goroutine
-//     connects and activates a session that carries calls but no guest IO.
-//   - Upstairs.callReplica(ctx, r, req, buf) sends a repair request
-//     (ExtentHashesRequest, RepairRead, RepairWrite, ExtentVersionsRequest,
-//     Flush) on replica r's session, in session order, and returns the
-//     reply; RepairData lands in buf. Every replica that serves, Active or
-//     Repairing, accepts calls.
-//   - engine.repairDone(r) makes it Active: guest IO flows to it again.
+// Live repair (live_repair.go, engine_live_repair.go) brings back a
+// replica that missed activation, was faulted, or was replaced
+// (ReplaceReplica): while the volume runs, a Faulted replica keeps
+// dialling with backoff, and a session serving the right region moves it
+// to Repairing and starts one repair goroutine. It walks extents with
+// reconcile.LiveRepair while guest IO continues: writes to repaired
+// extents reach the replica, writes to the extent under repair are held
+// in its queue until that extent is copied, later extents are skipped
+// (the copy brings them); it serves no reads and gets no flushes until
+// it is Active again. Repair requests are calls on the sessions
+// (replica_call.go): sent in ID order with the engine's jobs, so a call
+// on a source follows every write submitted before it. An abort leaves
+// the replica Faulted; its next session retries from extent 0.
 //
-// During activation the sessions serve calls as soon as they are
-// activated, before Activate starts guest IO: reconcileActivation
-// (activation_reconcile.go) runs there with what each replica reported,
-// and is where activation repair plugs in.
+// Progress is published through reconcile.Tracker: one for the
+// activation (from New on), one per live-repair attempt; RepairStats and
+// the tern_upstairs_repair_* metrics count the work.
 package upstairs

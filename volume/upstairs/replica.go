@@ -74,13 +74,6 @@ func (r *replica) lastErrLocked() string {
 	return r.lastErr.Error()
 }
 
-// state is the engine's state of this replica (takes u.mu).
-func (r *replica) state() ReplicaState {
-	r.u.mu.Lock()
-	defer r.u.mu.Unlock()
-	return r.u.eng.replicas[r.id].state
-}
-
 // stateRunning returns the engine's state of this replica and whether the
 // volume is running (activated, not stopped).
 func (r *replica) stateRunning() (ReplicaState, bool) {

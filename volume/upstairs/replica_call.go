@@ -92,17 +92,6 @@ func (u *Upstairs) abandonCall(c *call) {
 	}
 }
 
-// sessionEpoch returns the epoch of replica r's serving session, or 0
-// when it has none.
-func (u *Upstairs) sessionEpoch(r int) uint64 {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.replicas[r].serving {
-		return 0
-	}
-	return u.replicas[r].epoch
-}
-
 // setJobID stamps a request with its JobID.
 func setJobID(m wire.Message, id wire.JobID) bool {
 	switch m := m.(type) {
