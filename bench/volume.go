@@ -74,20 +74,12 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 	if opts.VolumeBytes == 0 {
 		opts.VolumeBytes = 256 << 20
 	}
-	dir := opts.Dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "tern-bench-volume")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+	dir, cleanup, err := workDir(opts.Dir, "tern-bench-volume")
+	if err != nil {
+		return nil, err
 	}
-	say := func(format string, args ...any) {
-		if opts.Progress != nil {
-			fmt.Fprintf(opts.Progress, format+"\n", args...)
-		}
-	}
+	defer cleanup()
+	say := sayer(opts.Progress)
 	spec, err := extent.SpecForSize(opts.VolumeBytes, 4096)
 	if err != nil {
 		return nil, err

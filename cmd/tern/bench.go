@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure tern beside the limits of this machine (volume IO, repair)",
 	}
-	cmd.AddCommand(newBenchVolumeCmd())
+	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd())
 	return cmd
 }
 
@@ -52,3 +55,59 @@ func newBenchVolumeCmd() *cobra.Command {
 	cmd.Flags().Var(&size, "size", "volume size")
 	return cmd
 }
+
+func newBenchRepairCmd() *cobra.Command {
+	var (
+		jsonPath string
+		size     = units.Bytes(1 << 30)
+		diverge  = fraction(0.01)
+	)
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Activation repair of a diverged replica: block-level vs whole-extent copy, beside bare QUIC",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			report, err := bench.RunRepair(cmd.Context(), bench.RepairOptions{
+				VolumeBytes: uint64(size),
+				Diverge:     float64(diverge),
+				Progress:    os.Stderr,
+			})
+			if err != nil {
+				return err
+			}
+			report.WriteTable(cmd.OutOrStdout())
+			if jsonPath != "" {
+				return bench.WriteJSONFile(jsonPath, report)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
+	cmd.Flags().Var(&size, "size", "volume size")
+	cmd.Flags().Var(&diverge, "diverge", "fraction of blocks one replica misses: 1% or 0.01")
+	return cmd
+}
+
+// fraction is a flag value written as a percentage ("1%") or a plain
+// fraction ("0.01").
+type fraction float64
+
+func (f *fraction) String() string { return strconv.FormatFloat(float64(*f)*100, 'g', -1, 64) + "%" }
+
+func (f *fraction) Set(s string) error {
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if err != nil {
+		return fmt.Errorf("invalid fraction %q: want 1%% or 0.01", s)
+	}
+	if pct {
+		v /= 100
+	}
+	if v <= 0 || v > 1 {
+		return fmt.Errorf("fraction %q: want more than 0 and at most 100%%", s)
+	}
+	*f = fraction(v)
+	return nil
+}
+
+func (f *fraction) Type() string { return "fraction" }

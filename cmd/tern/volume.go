@@ -26,7 +26,7 @@ func newVolumeCmd() *cobra.Command {
 		Use:   "volume",
 		Short: "Work with a replicated volume through its three downstairs",
 	}
-	cmd.AddCommand(newVolumeFillCmd(), newVolumeVerifyCmd(), newVolumeStatusCmd())
+	cmd.AddCommand(newVolumeFillCmd(), newVolumeVerifyCmd(), newVolumeStatusCmd(), newVolumeRepairCmd())
 	return cmd
 }
 

@@ -146,6 +146,14 @@ func (r *Region) repairLocked(ext *extent, blocks []uint32, p []byte, hashes []u
 	if err := r.fault(stepRepairWritten); err != nil {
 		return err
 	}
+	if v.Dirty && ext.carries(v) {
+		// An intermediate batch of a multi-batch repair: the extent stays
+		// dirty at the version its trailer already holds durably. Its data
+		// needs no sync yet (a crash leaves the extent dirty, so Open
+		// checks every block against its hash); the last batch syncs all
+		// of it before it stamps the final version.
+		return nil
+	}
 	if err := fdatasync(ext.fd); err != nil {
 		return fmt.Errorf("sync extent %d: %w", ext.id, err)
 	}
@@ -162,4 +170,11 @@ func (r *Region) repairLocked(ext *extent, blocks []uint32, p []byte, hashes []u
 	ext.ver = v
 	ext.dirty.Store(v.Dirty)
 	return nil
+}
+
+// carries reports whether the extent's durable trailer is v and dirty.
+func (ext *extent) carries(v Version) bool {
+	ext.trailerMu.Lock()
+	defer ext.trailerMu.Unlock()
+	return ext.dirty.Load() && ext.ver == v
 }

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"tern/dataplane/tlsconf"
+	"tern/units"
+	"tern/volume/reconcile"
+	"tern/volume/upstairs"
+	"tern/volume/wire"
+)
+
+// newVolumeRepairCmd is `tern volume repair`: activate (which reconciles
+// the replicas block by block), report progress, deactivate.
+func newVolumeRepairCmd() *cobra.Command {
+	var (
+		vf     volumeFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Activate a volume to reconcile its replicas, showing progress, then deactivate",
+		Long: "Activate the volume with --gen, which compares every extent's version across the replicas and " +
+			"copies only the blocks that differ, then deactivate. Progress is a bar on a terminal; with --json, " +
+			"one progress object per line on stdout, the last being the final one, and the summary on stderr.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bundle, err := tlsconf.Load(vf.certs)
+			if err != nil {
+				return fmt.Errorf("loading certificates: %w", err)
+			}
+			logger, err := newLogger()
+			if err != nil {
+				return err
+			}
+			up, err := upstairs.New(upstairs.Config{
+				Targets:              vf.targets,
+				TLS:                  bundle.ClientConfig(""),
+				Logger:               logger,
+				ActivationQuorumWait: vf.quorumWait,
+			})
+			if err != nil {
+				return err
+			}
+			defer up.Close()
+			updates, cancel := up.SubscribeActivation(64)
+			defer cancel()
+			shown := make(chan reconcile.Progress, 1)
+			go func() {
+				shown <- showProgress(cmd.OutOrStdout(), updates, asJSON)
+			}()
+			actErr := up.Activate(cmd.Context(), wire.Generation(vf.gen))
+			var final reconcile.Progress
+			if actErr == nil {
+				final = <-shown
+			} else {
+				cancel()
+				final = <-shown
+			}
+			stats := up.RepairStats()
+			summary := cmd.ErrOrStderr()
+			if actErr != nil {
+				fmt.Fprintf(summary, "repair failed in phase %s after %d of %d extents\n", final.Phase, final.ExtentsDone, final.ExtentsTotal)
+				return actErr
+			}
+			fmt.Fprintf(summary, "repaired %d of %d extents: compared %d blocks, copied %s in %.2fs\n",
+				final.ExtentsDone, final.ExtentsTotal, final.BlocksCompared,
+				units.FormatBytes(stats.BytesCopied), final.UpdatedAt.Sub(final.StartedAt).Seconds())
+			for i, r := range up.Status().Replicas {
+				if r.State != upstairs.ReplicaActive {
+					fmt.Fprintf(summary, "replica %d (%s) is %s: it was not repaired\n", i, r.Target, r.State)
+				}
+			}
+			return up.Close()
+		},
+	}
+	vf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one progress object per line on stdout instead of a bar")
+	return cmd
+}
+
+// showProgress renders every update until the channel closes and returns
+// the last one: JSON lines, a bar on a terminal, or nothing otherwise.
+func showProgress(w io.Writer, updates <-chan reconcile.Progress, asJSON bool) reconcile.Progress {
+	var last reconcile.Progress
+	enc := json.NewEncoder(w)
+	var bar *progressbar.ProgressBar
+	onTerminal := !asJSON && w == io.Writer(os.Stdout) && term.IsTerminal(int(os.Stdout.Fd()))
+	for p := range updates {
+		last = p
+		switch {
+		case asJSON:
+			enc.Encode(p)
+		case onTerminal:
+			if bar == nil && p.BytesTotal > 0 {
+				bar = progressbar.DefaultBytes(int64(p.BytesTotal), "repairing")
+			}
+			if bar != nil {
+				if int64(p.BytesTotal) > bar.GetMax64() {
+					bar.ChangeMax64(int64(p.BytesTotal))
+				}
+				bar.Set64(int64(p.BytesDone))
+				bar.Describe(fmt.Sprintf("%s %d/%d extents", p.Phase, p.ExtentsDone, p.ExtentsTotal))
+			}
+		}
+	}
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(w)
+	}
+	return last
+}
