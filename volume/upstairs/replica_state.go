@@ -54,6 +54,9 @@ func (s ReplicaState) String() string {
 	return fmt.Sprintf("ReplicaState(%d)", uint8(s))
 }
 
+// MarshalText writes the name, so logs and JSON say "active", not 1.
+func (s ReplicaState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // replicaEvent is an input to the replica state machine.
 type replicaEvent uint8
 
