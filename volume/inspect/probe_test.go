@@ -9,6 +9,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs"
 	"tern/volume/volumetest"
 )
 
@@ -95,5 +96,48 @@ func TestProbeReportsUnreachableReplicaAndCarriesOn(t *testing.T) {
 	}
 	if _, err := Probe(ctx, targets, cl.ClientTLS, time.Second); !errors.Is(err, ErrNoReplica) {
 		t.Fatalf("probe of no live replica: %v", err)
+	}
+}
+
+// TestProbeDoesNotFenceTheActiveUpstairs: a status probe in the middle of
+// an active upstairs' IO leaves it active and its IO working.
+func TestProbeDoesNotFenceTheActiveUpstairs(t *testing.T) {
+	cl := newCluster(t)
+	if err := cl.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	up, err := upstairs.New(upstairs.Config{Targets: cl.Targets(), TLS: cl.ClientTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	if err := up.Activate(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	buf[0] = 1
+	if _, err := up.WriteAt(ctx, buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Probe(ctx, cl.Targets(), cl.ClientTLS, 5*time.Second)
+	if err != nil || rep.ExtentsTotal != 4 {
+		t.Fatalf("probe: %+v, %v", rep, err)
+	}
+	if rep.Replicas[0].DirtyExtents != 1 || rep.ExtentsDisagreeing != 1 {
+		t.Fatalf("probe of a live volume with one unflushed write: %+v", rep)
+	}
+	buf[0] = 2
+	if _, err := up.WriteAt(ctx, buf, 4096); err != nil {
+		t.Fatalf("write after the probe: %v", err)
+	}
+	if err := up.Flush(ctx); err != nil {
+		t.Fatalf("flush after the probe: %v", err)
+	}
+	for i, r := range up.Status().Replicas {
+		if r.State != upstairs.ReplicaActive {
+			t.Fatalf("replica %d is %s after the probe", i, r.State)
+		}
 	}
 }
