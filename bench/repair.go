@@ -48,10 +48,6 @@ type RepairReport struct {
 	RatioQUIC           float64 `json:"extent_copy_ratio_quic"`
 }
 
-// staleReplica is the replica that misses the diverging writes; the other
-// two agree and one of them is the repair source.
-const staleReplica = 2
-
 // RunRepair builds a volume whose replica 2 is behind on a scattered
 // fraction of blocks and measures activation (which repairs it) twice in
 // one run: block-level repair, then — after making the same blocks stale
