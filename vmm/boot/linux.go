@@ -101,7 +101,7 @@ type SetupHeader struct {
 
 // ParseBzImage parses a bzImage's setup header. It never panics.
 func ParseBzImage(b []byte) (*SetupHeader, error) {
-	if len(b) < offHeader+4 || string(b[offHeader:offHeader+4]) != "HdrS" {
+	if len(b) < offVersion+2 || string(b[offHeader:offHeader+4]) != "HdrS" {
 		return nil, ErrNotBzImage
 	}
 	le := binary.LittleEndian

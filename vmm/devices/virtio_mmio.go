@@ -78,10 +78,10 @@ type VirtioDevice interface {
 
 // queueState is the driver's configuration of one queue.
 type queueState struct {
-	num                    uint16
-	ready                  bool
-	desc, driver, device   uint64
-	vq                     *Virtqueue
+	num                  uint16
+	ready                bool
+	desc, driver, device uint64
+	vq                   *Virtqueue
 }
 
 // VirtioMMIO is the virtio-mmio transport (modern register layout) for one

@@ -34,9 +34,9 @@ type Desc struct {
 // is used by one goroutine at a time (the queue's processor).
 type Virtqueue struct {
 	// Immutable after construction.
-	mem                *memory.Memory
-	size               uint16
-	desc, avail, used  memory.GPA
+	mem               *memory.Memory
+	size              uint16
+	desc, avail, used memory.GPA
 	// lastAvail is the next avail-ring entry to consume; usedIdx mirrors
 	// the used ring's idx, which only the device writes.
 	lastAvail, usedIdx uint16
