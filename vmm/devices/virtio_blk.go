@@ -80,10 +80,13 @@ func (b *VirtioBlk) ReadConfig(offset uint64, data []byte) {
 	}
 }
 
-// Process serves every available request of the queue.
+// Process serves the available requests of the queue, at most the
+// queue's size per call: a well-behaved driver never has more outstanding,
+// and the bound keeps a guest that rewrites its own avail ring (a request
+// can target it) from holding the device in an endless loop.
 func (b *VirtioBlk) Process(ctx context.Context, _ int, vq *Virtqueue, features uint64) bool {
 	used := false
-	for {
+	for range vq.size {
 		head, ok, err := vq.Pop()
 		if err != nil || !ok {
 			return used
@@ -94,6 +97,7 @@ func (b *VirtioBlk) Process(ctx context.Context, _ int, vq *Virtqueue, features 
 		}
 		used = true
 	}
+	return used
 }
 
 // serve runs one request and returns the bytes written to the guest,

@@ -18,9 +18,10 @@ const (
 // descSize is the size of one descriptor-table entry.
 const descSize = 16
 
-// ErrBadChain reports a descriptor chain a device must refuse: an index
-// out of the table, a loop, an indirect table (not negotiated) or a
-// buffer outside guest RAM.
+// ErrBadChain reports a descriptor chain that cannot be walked: an index
+// out of the table, a loop, or an indirect table (not negotiated). Buffers
+// outside guest RAM are not checked here: the device answers those with an
+// IO error when it accesses them.
 var ErrBadChain = errors.New("bad descriptor chain")
 
 // Desc is one descriptor of a chain.
@@ -92,7 +93,7 @@ func (q *Virtqueue) Pop() (head uint16, ok bool, err error) {
 
 // Chain reads the descriptor chain starting at head. It fails with
 // ErrBadChain on an out-of-range index, a loop (more descriptors than the
-// queue size), an indirect descriptor, or a buffer outside guest RAM.
+// queue size) or an indirect descriptor.
 func (q *Virtqueue) Chain(head uint16) ([]Desc, error) {
 	var chain []Desc
 	var raw [descSize]byte
@@ -115,9 +116,6 @@ func (q *Virtqueue) Chain(head uint16) ([]Desc, error) {
 			return nil, fmt.Errorf("%w: indirect descriptor not negotiated", ErrBadChain)
 		}
 		d.Write = flags&descFWrite != 0
-		if !q.mem.Contains(d.Addr, uint64(d.Len)) {
-			return nil, fmt.Errorf("%w: buffer [%#x, +%d) outside guest RAM", ErrBadChain, uint64(d.Addr), d.Len)
-		}
 		chain = append(chain, d)
 		if flags&descFNext == 0 {
 			return chain, nil
