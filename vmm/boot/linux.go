@@ -14,7 +14,7 @@ var (
 	// ErrNotBzImage reports a file without the "HdrS" setup header.
 	ErrNotBzImage = errors.New("not a Linux bzImage")
 	// ErrOldBootProtocol reports a kernel older than boot protocol 2.12.
-	ErrOldBootProtocol = errors.New("Linux boot protocol too old")
+	ErrOldBootProtocol = errors.New("linux boot protocol too old")
 	// ErrNoKernel64 reports a kernel without the 64-bit entry
 	// (XLF_KERNEL_64).
 	ErrNoKernel64 = errors.New("kernel has no 64-bit entry point")
