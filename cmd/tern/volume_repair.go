@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -99,15 +100,21 @@ func showProgress(w io.Writer, updates <-chan reconcile.Progress, asJSON bool) r
 		case asJSON:
 			enc.Encode(p)
 		case onTerminal:
-			if bar == nil && p.BytesTotal > 0 {
-				bar = progressbar.DefaultBytes(int64(p.BytesTotal), "repairing")
+			// The bar counts extents, whose total is known once the plan
+			// is made; bytes still to copy grow as divergence is found,
+			// so they go in the description.
+			if bar == nil && p.ExtentsTotal > 0 {
+				bar = progressbar.NewOptions64(int64(p.ExtentsTotal),
+					progressbar.OptionSetWriter(w),
+					progressbar.OptionSetWidth(30),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(false),
+					progressbar.OptionThrottle(100*time.Millisecond))
 			}
 			if bar != nil {
-				if int64(p.BytesTotal) > bar.GetMax64() {
-					bar.ChangeMax64(int64(p.BytesTotal))
-				}
-				bar.Set64(int64(p.BytesDone))
-				bar.Describe(fmt.Sprintf("%s %d/%d extents", p.Phase, p.ExtentsDone, p.ExtentsTotal))
+				bar.Describe(fmt.Sprintf("%-9s %.1f of %.1f MiB copied, %.1f MiB/s", p.Phase,
+					float64(p.BytesDone)/(1<<20), float64(p.BytesTotal)/(1<<20), p.BytesPerSec/(1<<20)))
+				bar.Set64(int64(p.ExtentsDone))
 			}
 		}
 	}
