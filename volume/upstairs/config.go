@@ -30,6 +30,10 @@ const (
 	DefaultReconnectMax = 2 * time.Second
 	// DefaultDeactivateTimeout bounds the flush and drain Close does.
 	DefaultDeactivateTimeout = 10 * time.Second
+	// DefaultReplyTimeout is how long a downstairs may leave a request
+	// unanswered before its session is dropped (QUIC's keepalive only
+	// proves the peer's stack is alive, not that it serves).
+	DefaultReplyTimeout = 30 * time.Second
 )
 
 // maxBacklogJobs keeps a flush's dependency list within wire.MaxDeps: the
@@ -70,6 +74,13 @@ type Config struct {
 	// DeactivateTimeout bounds how long Close flushes and waits for
 	// connected replicas to answer everything they were sent.
 	DeactivateTimeout time.Duration
+	// ReplyTimeout bounds how long a downstairs may leave a request
+	// unanswered: each handshake reply, and in the IO phase the oldest
+	// job or call it owes (checked at least once per timeout). Its
+	// session is then dropped: reads move to a peer and writes wait in
+	// the Offline backlog, so a stalled replica cannot hold reads, or
+	// through backpressure all IO, for longer.
+	ReplyTimeout time.Duration
 	// RepairWholeExtents makes activation reconciliation and live repair
 	// copy every block of an extent that needs repair (Crucible's way)
 	// instead of comparing block hashes and copying only the blocks that
@@ -147,6 +158,11 @@ func (cfg Config) withDefaults() (Config, error) {
 		bad("deactivate timeout %v: must not be negative", cfg.DeactivateTimeout)
 	} else if cfg.DeactivateTimeout == 0 {
 		cfg.DeactivateTimeout = DefaultDeactivateTimeout
+	}
+	if cfg.ReplyTimeout < 0 {
+		bad("reply timeout %v: must not be negative", cfg.ReplyTimeout)
+	} else if cfg.ReplyTimeout == 0 {
+		cfg.ReplyTimeout = DefaultReplyTimeout
 	}
 	if cfg.ReconnectMax < cfg.ReconnectMin {
 		bad("reconnect backoff: max %v below min %v", cfg.ReconnectMax, cfg.ReconnectMin)

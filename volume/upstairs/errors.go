@@ -26,6 +26,10 @@ var (
 	ErrRegionMismatch = errors.New("region mismatch")
 	// ErrGenTooLow: a downstairs refused the activation generation.
 	ErrGenTooLow = errors.New("activation generation too low")
+	// ErrProtocol: a downstairs broke the protocol: it answered a job it
+	// was not sent (or twice), with the wrong reply type or size, or sent
+	// a reply nobody asked for. The replica is faulted.
+	ErrProtocol = errors.New("downstairs broke the protocol")
 	// ErrInvalidConfig: Config failed validation.
 	ErrInvalidConfig = errors.New("invalid upstairs config")
 )

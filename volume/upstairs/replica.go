@@ -41,6 +41,24 @@ type replica struct {
 	epoch    uint64               // counts serving sessions; pins repair calls to one
 	calls    []*call              // calls waiting to be sent
 	inflight map[wire.JobID]*call // calls sent, reply outstanding
+	// sent are the engine's jobs sent on this session and not answered
+	// yet: a reply must match one of them (or an inflight call) exactly
+	// once, in type and size. sendOrder lists them and the calls in send
+	// order for the reply timeout (answered entries are dropped lazily).
+	sent      map[wire.JobID]sentJob
+	sendOrder []sentAt
+}
+
+// sentJob is what the reply to a job sent on a session must look like.
+type sentJob struct {
+	kind  jobKind
+	bytes int // a read's data
+}
+
+// sentAt is when a job or call went out on a session.
+type sentAt struct {
+	id wire.JobID
+	at time.Time
 }
 
 // errSessionEnded ends a session without a fault of the connection: the
@@ -162,8 +180,12 @@ func (r *replica) session(ctx context.Context) error {
 		return fmt.Errorf("opening session stream to replica %d: %w", r.id, err)
 	}
 	enc, dec := wire.NewEncoder(stream), wire.NewDecoder(stream)
-	if err := r.negotiate(ctx, enc, dec); err != nil {
+	if err := r.negotiate(ctx, enc, r.timedDecoder(stream, dec)); err != nil {
 		return err
+	}
+	// From here on the reply timeout is the serve loop's.
+	if err := stream.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("replica %d: %w", r.id, err)
 	}
 	return r.serve(conn, enc, dec)
 }
@@ -171,7 +193,7 @@ func (r *replica) session(ctx context.Context) error {
 // negotiate says Hello, compares the region, activates with the upstairs'
 // generation and reports the session to the upstairs (Activate's
 // bookkeeping the first time, replay afterwards).
-func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec *wire.Decoder) error {
+func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec replyReader) error {
 	u := r.u
 	sessionID := uuid.New()
 	hello := &wire.Hello{
@@ -191,6 +213,9 @@ func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec *wire.De
 	switch m := m.(type) {
 	case *wire.HelloReply:
 		region = m.Region
+		if err := checkGeometry(region); err != nil {
+			return r.invalidRegion(fmt.Errorf("replica %d (%s) serves an invalid region: %w", r.id, r.target, err))
+		}
 	case *wire.Error:
 		err := fmt.Errorf("replica %d (%s) refused hello: %w", r.id, r.target, m.Err())
 		if m.Code == wire.CodeRegionMismatch {
@@ -296,7 +321,7 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 }
 
 // extentVersions reads every extent's version.
-func (r *replica) extentVersions(enc *wire.Encoder, dec *wire.Decoder, region wire.RegionInfo) ([]wire.ExtentVersion, error) {
+func (r *replica) extentVersions(enc *wire.Encoder, dec replyReader, region wire.RegionInfo) ([]wire.ExtentVersion, error) {
 	versions := make([]wire.ExtentVersion, 0, region.ExtentCount)
 	for uint32(len(versions)) < region.ExtentCount {
 		req := &wire.ExtentVersionsRequest{JobID: versionsJobID, First: wire.ExtentID(len(versions))}
@@ -394,8 +419,13 @@ func (r *replica) fenceOrFail(byGen wire.Generation, err error) {
 func (r *replica) serve(conn *quic.Conn, enc *wire.Encoder, dec *wire.Decoder) error {
 	u := r.u
 	r.blockSize = u.blockSize // fixed once activated
+	u.mu.Lock()
+	r.resetSentLocked()
+	u.mu.Unlock()
 	readerDone := make(chan error, 1)
 	go func() { readerDone <- r.readLoop(dec) }()
+	replyTimer := time.NewTimer(u.cfg.ReplyTimeout)
+	defer replyTimer.Stop()
 	var err error
 	readerEnded := false
 loop:
@@ -405,6 +435,10 @@ loop:
 		}
 		select {
 		case <-r.wake:
+		case <-replyTimer.C:
+			if err = r.checkReplyTimeout(replyTimer); err != nil {
+				break loop
+			}
 		case err = <-readerDone:
 			readerEnded = true
 			break loop
@@ -415,7 +449,11 @@ loop:
 	}
 	_ = conn.CloseWithError(0, "session closed")
 	if !readerEnded {
-		<-readerDone
+		// A protocol violation faults the replica, which also stops the
+		// sender; the violation is what the session ended with.
+		if rerr := <-readerDone; errors.Is(rerr, ErrProtocol) {
+			err = rerr
+		}
 	}
 	r.endCalls(err)
 	u.mu.Lock()
@@ -462,6 +500,8 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		}
 		msg := r.messageLocked(j)
 		id := j.id
+		r.sent[id] = sentJob{kind: j.kind, bytes: j.bytes}
+		r.noteSentLocked(id)
 		u.mu.Unlock()
 		err := enc.Encode(msg)
 		u.mu.Lock()
@@ -516,7 +556,11 @@ func (r *replica) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
 	return rec.data
 }
 
-// readLoop decodes replies until the connection fails.
+// readLoop decodes replies until the connection fails or the downstairs
+// breaks the protocol. Every reply must answer, once, a job or call sent
+// on this session, with the type and size it asked for; anything else
+// faults the replica (ErrProtocol), as a downstairs that answers what it
+// was not asked cannot be trusted to hold what its peers hold.
 func (r *replica) readLoop(dec *wire.Decoder) error {
 	u := r.u
 	dec.DataBuffer = r.dataBuffer
@@ -534,6 +578,19 @@ func (r *replica) readLoop(dec *wire.Decoder) error {
 				}
 				continue
 			}
+		}
+		switch m := m.(type) {
+		case *wire.Fenced:
+			u.fence(r.id, m.ByGen)
+			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
+		case *wire.Error:
+			if m.JobID == 0 || m.Code == wire.CodeFenced {
+				return r.sessionError(m)
+			}
+		}
+		if err := r.takeSent(m); err != nil {
+			r.violated(m, err)
+			return err
 		}
 		switch m := m.(type) {
 		case *wire.Ack:
@@ -554,15 +611,8 @@ func (r *replica) readLoop(dec *wire.Decoder) error {
 			u.eng.readResult(r.id, m.JobID, out)
 			u.stepLocked()
 			u.finishLocked()
-		case *wire.Fenced:
-			u.fence(r.id, m.ByGen)
-			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
 		case *wire.Error:
-			if err := r.replyError(m); err != nil {
-				return err
-			}
-		default:
-			// Replies to nothing we asked are ignored.
+			r.jobError(m)
 		}
 	}
 }
@@ -581,16 +631,19 @@ func verifyBlocks(data []byte, hashes []uint64, blockSize int) readOutcome {
 	return readGood
 }
 
-// replyError handles an Error reply; a non-nil result ends the session.
-func (r *replica) replyError(m *wire.Error) error {
-	u := r.u
-	if m.JobID == 0 || m.Code == wire.CodeFenced {
-		if m.Code == wire.CodeFenced {
-			u.fence(r.id, 0)
-			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
-		}
-		return fmt.Errorf("replica %d session failed: %w", r.id, m.Err())
+// sessionError handles a session-level Error (JobID zero, or fencing),
+// which ends the session.
+func (r *replica) sessionError(m *wire.Error) error {
+	if m.Code == wire.CodeFenced {
+		r.u.fence(r.id, 0)
+		return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
 	}
+	return fmt.Errorf("replica %d session failed: %w", r.id, m.Err())
+}
+
+// jobError handles an Error answering one job.
+func (r *replica) jobError(m *wire.Error) {
+	u := r.u
 	u.mu.Lock()
 	j, ok := u.eng.lookup(m.JobID)
 	switch {
@@ -607,5 +660,4 @@ func (r *replica) replyError(m *wire.Error) error {
 	}
 	u.stepLocked()
 	u.finishLocked()
-	return nil
 }

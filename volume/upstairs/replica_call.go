@@ -128,6 +128,7 @@ func (r *replica) sendCall(enc *wire.Encoder) error {
 		r.inflight = make(map[wire.JobID]*call)
 	}
 	r.inflight[c.id] = c
+	r.noteSentLocked(c.id)
 	u.mu.Unlock()
 	if err := enc.Encode(c.req); err != nil {
 		return fmt.Errorf("sending call to replica %d: %w", r.id, err)

@@ -1,0 +1,481 @@
+package upstairs
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"tern/volume/transport"
+	"tern/volume/wire"
+)
+
+// verdict is what a misbehaviour does with one reply on its way to the
+// upstairs.
+type verdict uint8
+
+const (
+	relay    verdict = iota // pass it on unchanged
+	drop                    // the misbehaviour handled it (sent something else, or nothing)
+	dropRest                // drop it and every later reply of the session
+	hangUp                  // close the stream towards the upstairs mid-session
+)
+
+// misbehaviour sees every reply a real downstairs sends once the bad
+// downstairs is armed, until it has misbehaved (s.misbehaved).
+type misbehaviour func(s *badSession, m wire.Message) verdict
+
+// badDownstairs stands in front of a real downstairs: it relays a
+// session both ways (so Hello, Activate and the extent versions are
+// real), and once armed lets a misbehaviour rewrite the replies. After
+// the session it misbehaved in, later sessions are held at the handshake
+// until heal, so the replica's state and LastError stay those the
+// misbehaviour caused.
+type badDownstairs struct {
+	t      *testing.T
+	ln     *transport.Listener
+	target string
+	bad    misbehaviour
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	armed  atomic.Bool
+	did    atomic.Bool
+	healed chan struct{}
+	heal   func()
+}
+
+// badSession is one relayed session.
+type badSession struct {
+	p   *badDownstairs
+	up  *quic.Stream // towards the upstairs
+	enc *wire.Encoder
+
+	mu   sync.Mutex
+	reqs map[wire.JobID]badRequest // requests the upstairs sent
+}
+
+type badRequest struct {
+	typ    wire.MsgType
+	blocks uint32
+}
+
+func newBadDownstairs(t *testing.T, target string, bad misbehaviour) *badDownstairs {
+	t.Helper()
+	ln, err := transport.Listen("127.0.0.1:0", testCerts(t).ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &badDownstairs{t: t, ln: ln, target: target, bad: bad, ctx: ctx, cancel: cancel, healed: make(chan struct{})}
+	p.heal = sync.OnceFunc(func() { close(p.healed) })
+	p.wg.Go(p.accept)
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *badDownstairs) addr() string { return p.ln.Addr().String() }
+
+// arm lets the misbehaviour act on the replies that follow.
+func (p *badDownstairs) arm() { p.armed.Store(true) }
+
+func (p *badDownstairs) close() {
+	p.cancel()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+func (p *badDownstairs) accept() {
+	for {
+		conn, err := p.ln.Accept(p.ctx)
+		if err != nil {
+			return
+		}
+		p.wg.Go(func() { p.serve(conn) })
+	}
+}
+
+func (p *badDownstairs) serve(conn *quic.Conn) {
+	defer conn.CloseWithError(0, "bad downstairs done")
+	if p.did.Load() {
+		select {
+		case <-p.healed:
+		case <-p.ctx.Done():
+			return
+		case <-conn.Context().Done():
+			return
+		}
+	}
+	up, err := conn.AcceptStream(p.ctx)
+	if err != nil {
+		return
+	}
+	dconn, err := transport.Dial(p.ctx, p.target, testCerts(p.t).ClientConfig(""))
+	if err != nil {
+		return
+	}
+	defer dconn.CloseWithError(0, "bad downstairs done")
+	down, err := dconn.OpenStreamSync(p.ctx)
+	if err != nil {
+		return
+	}
+	stop := context.AfterFunc(p.ctx, func() {
+		conn.CloseWithError(0, "bad downstairs closing")
+		dconn.CloseWithError(0, "bad downstairs closing")
+	})
+	defer stop()
+	s := &badSession{p: p, up: up, enc: wire.NewEncoder(up), reqs: make(map[wire.JobID]badRequest)}
+	var relays sync.WaitGroup
+	relays.Go(func() {
+		defer dconn.CloseWithError(0, "upstairs gone")
+		dec, enc := wire.NewDecoder(up), wire.NewEncoder(down)
+		for {
+			m, err := dec.Next()
+			if err != nil {
+				return
+			}
+			s.record(m)
+			if enc.Encode(m) != nil {
+				return
+			}
+		}
+	})
+	relays.Go(func() {
+		defer conn.CloseWithError(0, "downstairs gone")
+		dec := wire.NewDecoder(down)
+		dropping := false
+		for {
+			m, err := dec.Next()
+			if err != nil {
+				return
+			}
+			v := relay
+			switch {
+			case dropping:
+				v = drop
+			case p.armed.Load() && !p.did.Load():
+				v = p.bad(s, m)
+			}
+			switch v {
+			case relay:
+				if s.enc.Encode(m) != nil {
+					return
+				}
+			case dropRest:
+				dropping = true
+			case hangUp:
+				up.Close()
+				dropping = true
+			}
+		}
+	})
+	relays.Wait()
+}
+
+func (s *badSession) record(m wire.Message) {
+	var r badRequest
+	var id wire.JobID
+	switch m := m.(type) {
+	case *wire.Write:
+		id, r = m.JobID, badRequest{wire.TypeWrite, uint32(len(m.Hashes))}
+	case *wire.Read:
+		id, r = m.JobID, badRequest{wire.TypeRead, m.Count}
+	case *wire.Flush:
+		id, r = m.JobID, badRequest{typ: wire.TypeFlush}
+	default:
+		return
+	}
+	s.mu.Lock()
+	s.reqs[id] = r
+	s.mu.Unlock()
+}
+
+// request returns what the upstairs asked with job id.
+func (s *badSession) request(id wire.JobID) badRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reqs[id]
+}
+
+// misbehaved records that the misbehaviour happened: later sessions wait
+// for heal.
+func (s *badSession) misbehaved() { s.p.did.Store(true) }
+
+// raw writes bytes to the upstairs outside any frame.
+func (s *badSession) raw(b []byte) { _, _ = s.up.Write(b) }
+
+// onAckOf runs f on the first Ack answering a request of type t.
+func onAckOf(t wire.MsgType, f func(s *badSession, m *wire.Ack) verdict) misbehaviour {
+	return func(s *badSession, m wire.Message) verdict {
+		if a, ok := m.(*wire.Ack); ok && s.request(a.JobID).typ == t {
+			s.misbehaved()
+			return f(s, a)
+		}
+		return relay
+	}
+}
+
+// onReadResponse runs f on the first ReadResponse.
+func onReadResponse(f func(s *badSession, m *wire.ReadResponse) verdict) misbehaviour {
+	return func(s *badSession, m wire.Message) verdict {
+		if r, ok := m.(*wire.ReadResponse); ok {
+			s.misbehaved()
+			return f(s, r)
+		}
+		return relay
+	}
+}
+
+// header is a frame header.
+func header(t wire.MsgType, n uint32) []byte {
+	h := make([]byte, wire.HeaderSize)
+	binary.LittleEndian.PutUint16(h[0:], wire.FrameMagic)
+	binary.LittleEndian.PutUint16(h[2:], uint16(t))
+	binary.LittleEndian.PutUint32(h[4:], n)
+	return h
+}
+
+// badTestReplica is where the bad downstairs sits: replica 0 wins ties
+// between idle replicas, so it serves reads.
+const badTestReplica = 0
+
+// misbehaviours are the attacks of TestMisbehavingDownstairs: each breaks
+// the protocol once, after activation, while guest IO runs.
+var misbehaviours = []struct {
+	name string
+	bad  misbehaviour
+	// lastErr is what the replica's LastError must say; empty when the
+	// misbehaviour is not the replica's fault to the upstairs (corrupt
+	// data is repaired in place and the replica stays Active).
+	lastErr string
+}{
+	{"reply to unknown job", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		_ = s.enc.Encode(m)
+		_ = s.enc.Encode(&wire.Ack{JobID: m.JobID + 1<<40})
+		return drop
+	}), "not sent or already answered"},
+	{"reply twice", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		_ = s.enc.Encode(m)
+		_ = s.enc.Encode(m)
+		return drop
+	}), "not sent or already answered"},
+	{"read data shorter than asked", onReadResponse(func(s *badSession, m *wire.ReadResponse) verdict {
+		_ = s.enc.Encode(&wire.ReadResponse{JobID: m.JobID, Hashes: m.Hashes[1:], Data: m.Data[testBlockSize:]})
+		return drop
+	}), "bytes for a read of"},
+	{"read hashes do not count the data", onReadResponse(func(s *badSession, m *wire.ReadResponse) verdict {
+		_ = s.enc.Encode(&wire.ReadResponse{JobID: m.JobID, Hashes: append(m.Hashes, 7), Data: m.Data})
+		return drop
+	}), "hashes for"},
+	{"read data does not match its hashes", onReadResponse(func(s *badSession, m *wire.ReadResponse) verdict {
+		m.Data[len(m.Data)-1] ^= 0xff
+		_ = s.enc.Encode(m)
+		return drop
+	}), ""},
+	{"ack to a read", onReadResponse(func(s *badSession, m *wire.ReadResponse) verdict {
+		_ = s.enc.Encode(&wire.Ack{JobID: m.JobID})
+		return drop
+	}), "answered Read with Ack"},
+	{"read response to a write", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		n := s.request(m.JobID).blocks
+		data := make([]byte, int(n)*testBlockSize)
+		hashes := make([]uint64, n)
+		hashBlocks(hashes, data, testBlockSize)
+		_ = s.enc.Encode(&wire.ReadResponse{JobID: m.JobID, Hashes: hashes, Data: data})
+		return drop
+	}), "answered Write with ReadResponse"},
+	{"unsolicited extent versions", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		_ = s.enc.Encode(m)
+		_ = s.enc.Encode(&wire.ExtentVersions{JobID: 0, Versions: make([]wire.ExtentVersion, 3)})
+		return drop
+	}), "unsolicited ExtentVersions"},
+	{"unsolicited repair data", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		_ = s.enc.Encode(m)
+		data := make([]byte, testBlockSize)
+		_ = s.enc.Encode(&wire.RepairData{JobID: m.JobID + 7, Blocks: []uint32{0}, Hashes: []uint64{1}, Data: data})
+		return drop
+	}), "not sent or already answered"},
+	{"garbage mid-stream", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		s.raw([]byte("HTTP/1.1 500 Internal Server Error\r\n\r\n"))
+		return dropRest
+	}), "bad frame magic"},
+	{"frame larger than the maximum", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		s.raw(header(wire.TypeReadResponse, wire.MaxPayload+1))
+		return dropRest
+	}), "frame too large"},
+	{"stream closed mid-frame", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		s.raw(header(wire.TypeAck, 8))
+		s.raw([]byte{1, 2, 3})
+		return hangUp
+	}), "unexpected EOF"},
+	{"stall forever", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		return dropRest
+	}), "unanswered for"},
+	{"stall on a read", onReadResponse(func(s *badSession, m *wire.ReadResponse) verdict {
+		return dropRest // the read waits for the timeout, then moves to a peer
+	}), "unanswered for"},
+}
+
+// TestMisbehavingDownstairs runs each misbehaviour against a real
+// upstairs with two honest replicas: IO goes on (writes acknowledged by
+// two, reads verified), the bad replica ends Offline or Faulted with a
+// LastError that says what it did, it comes back once it behaves, and no
+// goroutine outlives Close.
+func TestMisbehavingDownstairs(t *testing.T) {
+	for _, tc := range misbehaviours {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			p := newBadDownstairs(t, c.ds[badTestReplica].addr, tc.bad)
+			cfg := c.config()
+			cfg.Targets[badTestReplica] = p.addr()
+			cfg.ReplyTimeout = 500 * time.Millisecond
+			u := c.open(cfg, 1)
+			m := &model{data: make([]byte, volumeBytes())}
+			rng := rand.New(rand.NewPCG(1, 2))
+			workload(t, u, m, rng, 8)
+			p.arm()
+			workload(t, u, m, rng, 24)
+			if tc.lastErr == "" {
+				if !p.did.Load() {
+					t.Fatal("the misbehaviour never ran")
+				}
+				if st := u.Status().Replicas[badTestReplica]; st.State != ReplicaActive {
+					t.Fatalf("replica %d is %v (%s), want active", badTestReplica, st.State, st.LastError)
+				}
+			} else {
+				waitFor(t, "the bad replica to be dropped", func() bool {
+					st := u.Status().Replicas[badTestReplica]
+					return (st.State == ReplicaOffline || st.State == ReplicaFaulted) &&
+						strings.Contains(st.LastError, tc.lastErr)
+				})
+				t.Logf("bad replica: %+v", u.Status().Replicas[badTestReplica])
+				workload(t, u, m, rng, 16) // two replicas carry on
+			}
+			p.heal()
+			waitFor(t, "the healed replica to come back", replicaIs(u, badTestReplica, ReplicaActive))
+			workload(t, u, m, rng, 8)
+			if err := u.Close(); err != nil {
+				t.Fatal(err)
+			}
+			requireNoGoroutines(t)
+			p.close()
+			c.requireSameReplicas(m.data)
+		})
+	}
+}
+
+// workload writes, reads back and flushes n times at random places,
+// checking every read against the model.
+func workload(t *testing.T, u *Upstairs, m *model, rng *rand.Rand, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	for i := range n {
+		blocks := 1 + rng.IntN(16)
+		off := int64(rng.IntN(testExtentBlocks*testExtentCount-blocks)) * testBlockSize
+		p := make([]byte, blocks*testBlockSize)
+		for j := range p {
+			p[j] = byte(rng.Uint32())
+		}
+		if _, err := u.WriteAt(ctx, p, off); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		m.write(p, off)
+		got := make([]byte, len(p))
+		if _, err := u.ReadAt(ctx, got, off); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		m.check(t, got, off)
+		if i%4 == 3 {
+			if err := u.Flush(ctx); err != nil {
+				t.Fatalf("flush %d: %v", i, err)
+			}
+		}
+	}
+}
+
+// requireNoGoroutines waits until no goroutine of the upstairs or of its
+// dials is left.
+func requireNoGoroutines(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for g := ownGoroutines(); len(g) > 0; g = ownGoroutines() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines survived Close:\n%s", len(g), strings.Join(g, "\n\n"))
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestAbsurdGeometryIsRefused: a downstairs claiming 2^32-1 extents of
+// huge blocks, at activation or on a reconnect, is refused by name
+// before anything is allocated per extent, and IO goes on without it.
+func TestAbsurdGeometryIsRefused(t *testing.T) {
+	absurd := func(s *badSession, m wire.Message) verdict {
+		if hr, ok := m.(*wire.HelloReply); ok {
+			s.misbehaved()
+			hr.Region.ExtentCount = math.MaxUint32
+			hr.Region.ExtentBlocks = math.MaxUint32
+			_ = s.enc.Encode(hr)
+			return drop
+		}
+		return relay
+	}
+	t.Run("at activation", func(t *testing.T) {
+		c := newCluster(t)
+		p := newBadDownstairs(t, c.ds[badTestReplica].addr, absurd)
+		p.arm()
+		cfg := c.config()
+		cfg.Targets[badTestReplica] = p.addr()
+		cfg.ActivationQuorumWait = 200 * time.Millisecond
+		u := c.open(cfg, 1)
+		waitFor(t, "the bad replica to be faulted", func() bool {
+			st := u.Status().Replicas[badTestReplica]
+			return st.State == ReplicaFaulted && strings.Contains(st.LastError, "invalid region")
+		})
+		m := &model{data: make([]byte, volumeBytes())}
+		workload(t, u, m, rand.New(rand.NewPCG(3, 4)), 8)
+		p.heal()
+		waitFor(t, "the healed replica to be repaired", replicaIs(u, badTestReplica, ReplicaActive))
+		if err := u.Close(); err != nil {
+			t.Fatal(err)
+		}
+		requireNoGoroutines(t)
+		p.close()
+		c.requireSameReplicas(m.data)
+	})
+	t.Run("on reconnect", func(t *testing.T) {
+		c := newCluster(t)
+		killed := atomic.Bool{}
+		p := newBadDownstairs(t, c.ds[badTestReplica].addr, func(s *badSession, m wire.Message) verdict {
+			if _, ok := m.(*wire.Ack); ok && killed.CompareAndSwap(false, true) {
+				return hangUp // the upstairs reconnects...
+			}
+			return absurd(s, m) // ...and is told an absurd geometry
+		})
+		cfg := c.config()
+		cfg.Targets[badTestReplica] = p.addr()
+		u := c.open(cfg, 1)
+		m := &model{data: make([]byte, volumeBytes())}
+		rng := rand.New(rand.NewPCG(5, 6))
+		p.arm()
+		workload(t, u, m, rng, 8)
+		waitFor(t, "the bad replica to be faulted", func() bool {
+			st := u.Status().Replicas[badTestReplica]
+			return st.State == ReplicaFaulted && strings.Contains(st.LastError, "invalid region")
+		})
+		workload(t, u, m, rng, 8)
+		if err := u.Close(); err != nil {
+			t.Fatal(err)
+		}
+		requireNoGoroutines(t)
+	})
+}

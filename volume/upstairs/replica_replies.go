@@ -1,0 +1,189 @@
+package upstairs
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"tern/volume/extent"
+	"tern/volume/wire"
+)
+
+// This file holds what a session checks of its downstairs' replies:
+// that each answers, once, something the session sent, with the right
+// type and size (ErrProtocol otherwise), that none is owed for longer
+// than Config.ReplyTimeout, and that the region it serves is sane.
+
+// replyReader is how negotiate reads its replies (a timedDecoder).
+type replyReader interface {
+	Next() (wire.Message, error)
+}
+
+// readDeadliner is the part of a session stream the handshake's reply
+// timeout needs.
+type readDeadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// timedDecoder bounds each handshake reply by Config.ReplyTimeout, so a
+// downstairs that stalls during Hello, Activate or the extent versions
+// ends its session instead of holding it (and Activate) forever.
+type timedDecoder struct {
+	r       *replica
+	stream  readDeadliner
+	dec     *wire.Decoder
+	timeout time.Duration
+}
+
+func (r *replica) timedDecoder(stream readDeadliner, dec *wire.Decoder) *timedDecoder {
+	return &timedDecoder{r: r, stream: stream, dec: dec, timeout: r.u.cfg.ReplyTimeout}
+}
+
+// Next reads one reply within the timeout.
+func (d *timedDecoder) Next() (wire.Message, error) {
+	if err := d.stream.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
+		return nil, err
+	}
+	m, err := d.dec.Next()
+	if err != nil {
+		return nil, fmt.Errorf("no reply within %v: %w", d.timeout, err)
+	}
+	return m, nil
+}
+
+// checkGeometry refuses a region no downstairs can serve (the limits of
+// extent.Spec), before anything is sized by it: the extent versions, the
+// live-repair walk and the repair buffers all scale with it.
+func checkGeometry(g wire.RegionInfo) error {
+	s := extent.Spec{UUID: g.UUID, BlockSize: g.BlockSize, ExtentBlocks: g.ExtentBlocks,
+		ExtentCount: g.ExtentCount, FormatVersion: extent.FormatVersion1}
+	return s.Validate()
+}
+
+// invalidRegion handles a downstairs serving an invalid region: it takes
+// no part in the activation (which goes ahead without it after
+// Config.ActivationQuorumWait) and, once IO runs, it is faulted.
+func (r *replica) invalidRegion(err error) error {
+	u := r.u
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.eng.running {
+		u.eng.fault(r.id)
+		u.stepLocked()
+	}
+	return err
+}
+
+// resetSentLocked starts a session with nothing owed.
+func (r *replica) resetSentLocked() {
+	if r.sent == nil {
+		r.sent = make(map[wire.JobID]sentJob)
+	}
+	clear(r.sent)
+	r.sendOrder = r.sendOrder[:0]
+}
+
+// noteSentLocked records that job or call id went out now.
+func (r *replica) noteSentLocked(id wire.JobID) {
+	if len(r.sendOrder) > 2*(len(r.sent)+len(r.inflight))+64 {
+		// Mostly answered: drop those, keeping send order.
+		r.sendOrder = slices.DeleteFunc(r.sendOrder, func(s sentAt) bool { return !r.owesLocked(s.id) })
+	}
+	r.sendOrder = append(r.sendOrder, sentAt{id: id, at: time.Now()})
+}
+
+func (r *replica) owesLocked(id wire.JobID) bool {
+	_, job := r.sent[id]
+	_, call := r.inflight[id]
+	return job || call
+}
+
+// checkReplyTimeout runs when the serve loop's reply timer fires: it
+// fails the session if the oldest job or call it sent has waited longer
+// than Config.ReplyTimeout, else re-arms t for that job's deadline (or a
+// whole timeout when nothing is owed). A stalled downstairs is so dropped
+// within twice the timeout: its reads move to a peer, its writes wait in
+// the Offline backlog (which faults it if it overflows).
+func (r *replica) checkReplyTimeout(t *time.Timer) error {
+	u := r.u
+	timeout := u.cfg.ReplyTimeout
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	answered := 0
+	for answered < len(r.sendOrder) && !r.owesLocked(r.sendOrder[answered].id) {
+		answered++
+	}
+	r.sendOrder = slices.Delete(r.sendOrder, 0, answered)
+	if len(r.sendOrder) == 0 {
+		t.Reset(timeout)
+		return nil
+	}
+	oldest := r.sendOrder[0]
+	waited := time.Since(oldest.at)
+	if waited >= timeout {
+		return fmt.Errorf("replica %d left job %d unanswered for %v (reply timeout %v)",
+			r.id, oldest.id, waited.Round(time.Millisecond), timeout)
+	}
+	t.Reset(timeout - waited)
+	return nil
+}
+
+// requestTypes names what a job kind sends.
+var requestTypes = [...]wire.MsgType{kindWrite: wire.TypeWrite, kindRead: wire.TypeRead, kindFlush: wire.TypeFlush}
+
+// takeSent checks that reply m (not a call's, not session-level) answers
+// a job sent on this session and not answered yet, with the type and size
+// the job asked for, and marks it answered.
+func (r *replica) takeSent(m wire.Message) error {
+	u := r.u
+	id, ok := wire.JobOf(m)
+	if !ok || id == 0 {
+		return fmt.Errorf("replica %d sent unsolicited %v: %w", r.id, m.Type(), ErrProtocol)
+	}
+	u.mu.Lock()
+	s, ok := r.sent[id]
+	delete(r.sent, id)
+	u.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("replica %d sent %v for job %d, which it was not sent or already answered: %w",
+			r.id, m.Type(), id, ErrProtocol)
+	}
+	req := requestTypes[s.kind]
+	switch m := m.(type) {
+	case *wire.Error:
+	case *wire.Ack:
+		if s.kind == kindRead {
+			return fmt.Errorf("replica %d answered %v with Ack (job %d): %w", r.id, req, id, ErrProtocol)
+		}
+	case *wire.ReadResponse:
+		switch {
+		case s.kind != kindRead:
+			return fmt.Errorf("replica %d answered %v with ReadResponse (job %d): %w", r.id, req, id, ErrProtocol)
+		case len(m.Data) != s.bytes:
+			return fmt.Errorf("replica %d sent %d bytes for a read of %d (job %d): %w",
+				r.id, len(m.Data), s.bytes, id, ErrProtocol)
+		case len(m.Hashes)*r.blockSize != len(m.Data):
+			return fmt.Errorf("replica %d sent %d hashes for %d blocks (job %d): %w",
+				r.id, len(m.Hashes), len(m.Data)/max(r.blockSize, 1), id, ErrProtocol)
+		}
+	default:
+		return fmt.Errorf("replica %d answered %v with %v (job %d): %w", r.id, req, m.Type(), id, ErrProtocol)
+	}
+	return nil
+}
+
+// violated faults the replica after reply m broke the protocol (err). A
+// read whose data the decoder put in the caller's buffer is settled as
+// failed first, so it moves to a peer, which overwrites that buffer.
+func (r *replica) violated(m wire.Message, err error) {
+	u := r.u
+	u.log.Error("downstairs broke the protocol; faulting it", "replica", r.id, "target", r.target, "err", err)
+	u.mu.Lock()
+	if id, _ := wire.JobOf(m); r.landed == id && r.landedBuf != nil {
+		u.eng.readResult(r.id, id, readFailed)
+	}
+	r.landed, r.landedBuf = 0, nil
+	u.eng.fault(r.id)
+	u.stepLocked()
+	u.finishLocked()
+}
