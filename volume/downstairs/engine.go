@@ -50,6 +50,7 @@ func conflicts(a, b *jobKey) bool {
 
 type engineEntry struct {
 	jobKey
+	seq     uint64 // arrival number
 	running bool
 }
 
@@ -64,15 +65,19 @@ type engineEntry struct {
 // metadata read) is still pending. Jobs arrive in the upstairs' order on
 // one stream, so a dependency that is not pending has completed (or never
 // existed, which the downstairs cannot distinguish and treats the same).
+// Only a dependency that arrived before the job counts: one on itself or
+// on a job that arrives later is ignored (the upstairs lists only earlier
+// jobs), so no dependency list can deadlock a session.
 // Independent jobs run concurrently.
 type engine struct {
-	entries []engineEntry // pending jobs (waiting or running), in arrival order
-	pending map[wire.JobID]struct{}
-	ready   []wire.JobID // scratch returned by complete
+	entries []engineEntry         // pending jobs (waiting or running), in arrival order
+	pending map[wire.JobID]uint64 // arrival number of each pending job
+	seq     uint64                // arrivals so far
+	ready   []wire.JobID          // scratch returned by complete
 }
 
 func newEngine() *engine {
-	return &engine{pending: make(map[wire.JobID]struct{})}
+	return &engine{pending: make(map[wire.JobID]uint64)}
 }
 
 // submit adds a job and reports whether it may run now; if so it is marked
@@ -82,8 +87,9 @@ func (e *engine) submit(k jobKey) (run, ok bool) {
 	if _, dup := e.pending[k.id]; dup {
 		return false, false
 	}
-	e.entries = append(e.entries, engineEntry{jobKey: k})
-	e.pending[k.id] = struct{}{}
+	e.seq++
+	e.entries = append(e.entries, engineEntry{jobKey: k, seq: e.seq})
+	e.pending[k.id] = e.seq
 	i := len(e.entries) - 1
 	if e.runnable(i) {
 		e.entries[i].running = true
@@ -97,7 +103,7 @@ func (e *engine) submit(k jobKey) (run, ok bool) {
 func (e *engine) runnable(i int) bool {
 	k := &e.entries[i].jobKey
 	for _, d := range k.deps {
-		if _, waiting := e.pending[d]; waiting && d != k.id {
+		if seq, waiting := e.pending[d]; waiting && seq < e.entries[i].seq {
 			return false
 		}
 	}

@@ -98,6 +98,10 @@ func TestEngineScripts(t *testing.T) {
 			sub(wr(1, 0, 1), 1), sub(wr(2, 10, 11, 1)), sub(wr(3, 20, 21, 2)),
 			done(1, 2), done(2, 3), done(3),
 		}},
+		{"dependency on itself or a later job is ignored, not a deadlock", []step{
+			sub(wr(1, 0, 8), 1), sub(wr(2, 0, 8, 2, 3)), sub(wr(3, 0, 8, 99)),
+			done(1, 2), done(2, 3), done(3),
+		}},
 	}
 	for _, sc := range scripts {
 		t.Run(sc.name, func(t *testing.T) {
