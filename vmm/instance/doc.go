@@ -1,0 +1,60 @@
+// Package instance holds the two pure decision cores of an instance's
+// lifecycle (DESIGN §5): the request policy, which says whether a request
+// is enqueued, ignored or denied in a given state, and the state publisher,
+// which numbers and hands out the states an instance goes through. Neither
+// touches KVM, sockets, files or timers; the VM controller that drives them
+// is a thin layer around them.
+//
+// Request policy (request_policy.go). Decide(state, pending, request)
+// returns a Decision and the new Pending set, and is the only place that
+// decides legality. Invariants, each tested over every input:
+//   - Only an Enqueue changes Pending, by adding exactly the request, and
+//     never one that is already pending. A Deny or Ignore returns Pending
+//     unchanged, so a refused request never leaves a flag behind.
+//   - A migration in progress is part of Pending (MigrateOut on the source,
+//     MigrateIn on the target), not a side flag. Only Pending.Completed
+//     removes a request; the controller calls it exactly once for every
+//     enqueued request when it ends, succeeded, failed or dropped, so a
+//     failed migration handshake leaves nothing pending.
+//   - Reboot, migrate_out and migrate_in are denied while creating or
+//     starting; run and stop are accepted, and stop aborts creation.
+//   - Nothing is enqueued while stopping, stopped, destroyed or failed, and
+//     nothing behind a pending stop; stop itself is never denied.
+//   - Every Deny carries a Reason; Decision.Err turns it into a
+//     *WrongStateError matching ErrWrongState, which the API answers with
+//     409 {"error_code":"wrong_state","message","state"}.
+//
+// State publisher (publisher.go). A Publisher holds the latest Snapshot
+// {gen, state, migration:{in, out}}. Invariants:
+//   - The first snapshot has gen 1 and each Publish adds exactly 1, also
+//     under concurrent publishers; everything one Publish changes appears in
+//     one snapshot (a failed migration's out.phase=error together with
+//     state=running, seed 001).
+//   - Snapshots are plain values: a published snapshot never changes.
+//   - WaitAfter(ctx, N) returns the latest snapshot as soon as gen > N,
+//     blocking on a channel that every publish closes and replaces; no
+//     polling. Once Close is called, a waiter with nothing newer gets
+//     ErrGone (the API's 410); a waiter that is behind still gets the final
+//     snapshot first.
+//
+// Operating contract for the controller (one owner goroutine per instance):
+//  1. The API handler, under the instance lock, calls Decide with the
+//     current state and Pending, stores the returned Pending, and on Enqueue
+//     hands the request to the owner goroutine; on Deny it returns
+//     Decision.Err.
+//  2. The owner goroutine carries out requests (a stop first, pre-empting a
+//     pending run or an activation in progress), publishes each state change
+//     with one Publish, and calls Pending.Completed for every request it
+//     finishes or drops, in one place after the request's handler returns.
+//  3. When the instance starts halting it completes every pending request
+//     except the stop it is carrying out; Consistent(state, pending) holds
+//     after every step, which the controller's tests assert.
+//  4. After publishing destroyed it calls Close.
+//
+// What awaits a KVM host: this machine has no usable /dev/kvm, so no guest
+// can run here. The VM controller (the owner goroutine that builds memory
+// and devices, activates volumes, runs vCPUs and applies these decisions),
+// the HTTP API (PUT /v1/instance, GET /v1/instance, PUT /v1/instance/state,
+// GET /v1/instance/state?after_gen=N, serial, disks) and the `tern instance`
+// CLI are not built yet; this package is what they will call.
+package instance
