@@ -343,17 +343,17 @@ const (
 // legal in which situation. Its rows, as State × Request with nothing else
 // pending (E enqueue, I ignore, D(reason) deny):
 //
-//	state      | run   | stop | reboot        | migrate_out   | migrate_in
-//	-----------+-------+------+---------------+---------------+------------------------
-//	creating   | E     | E    | D(not_started)| D(not_started)| D(not_migration_target)
-//	starting   | E     | E    | D(not_started)| D(not_started)| D(not_migration_target)
-//	running    | I     | E    | E             | E             | D(not_migration_target)
-//	rebooting  | I     | E    | I             | D(rebooting)  | D(not_migration_target)
-//	migrating  | I     | E    | D(migrating)  | D(migrating)  | I on the target, else D(not_migration_target)
-//	stopping   | D(stopping)  | I | D(stopping) | D(stopping)   | D(stopping)
-//	stopped    | D(halted)    | I | D(halted)   | D(halted)     | D(halted)
-//	destroyed  | D(halted)    | I | D(halted)   | D(halted)     | D(halted)
-//	failed     | D(failed)    | I | D(failed)   | D(failed)     | D(failed)
+//	state     | run         | stop | reboot         | migrate_out    | migrate_in
+//	----------+-------------+------+----------------+----------------+-----------------------
+//	creating  | E           | E    | D(not_started) | D(not_started) | D(not_migration_target)
+//	starting  | E           | E    | D(not_started) | D(not_started) | D(not_migration_target)
+//	running   | I           | E    | E              | E              | D(not_migration_target)
+//	rebooting | I           | E    | I              | D(rebooting)   | D(not_migration_target)
+//	migrating | I           | E    | D(migrating)   | D(migrating)   | I on the target, else D(not_migration_target)
+//	stopping  | D(stopping) | I    | D(stopping)    | D(stopping)    | D(stopping)
+//	stopped   | D(halted)   | I    | D(halted)      | D(halted)      | D(halted)
+//	destroyed | D(halted)   | I    | D(halted)      | D(halted)      | D(halted)
+//	failed    | D(failed)   | I    | D(failed)      | D(failed)      | D(failed)
 //
 // What is pending refines the row (see situationOf): a pending stop makes
 // any live state answer like stopping (stop itself is ignored); a pending
