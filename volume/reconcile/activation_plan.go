@@ -50,6 +50,14 @@ type ExtentRepair struct {
 	// the package documentation for why the source's own numbers would
 	// be unsafe there.
 	Target Version
+	// Donors lists, best first, the replicas the driver takes a block
+	// from when the source's copy of it is corrupt (torn by a crash): the
+	// destinations, greatest version first, the lowest ReplicaID among
+	// equals. A block is taken from the first donor whose copy is not
+	// corrupt. Only a dirty extent can hold corrupt blocks (the extent
+	// layer never stamps one clean), so Donors is empty for a clean
+	// source.
+	Donors []ReplicaID
 }
 
 // SourceNeedsStamp reports whether the source itself must be flushed and
@@ -155,6 +163,16 @@ func planExtent(e ExtentID, byID []ReplicaVersions, fresh Version) (ExtentRepair
 		if i != src && (sv.Dirty || r.Extents[e] != sv) {
 			repair.Dests = append(repair.Dests, r.Replica)
 		}
+	}
+	if sv.Dirty && len(repair.Dests) > 0 {
+		// Dests are every other replica here, in ReplicaID order, so a
+		// stable sort keeps the lowest ID first among equal versions.
+		repair.Donors = slices.Clone(repair.Dests)
+		version := func(id ReplicaID) Version {
+			i := slices.IndexFunc(byID, func(r ReplicaVersions) bool { return r.Replica == id })
+			return byID[i].Extents[e]
+		}
+		slices.SortStableFunc(repair.Donors, func(a, b ReplicaID) int { return version(b).Compare(version(a)) })
 	}
 	return repair, true
 }

@@ -39,7 +39,7 @@ func TestPlanActivationSingleExtentShapes(t *testing.T) {
 		{
 			name:     "one dirty replica is the source and all others are dests",
 			versions: map[ReplicaID]Version{0: clean(1, 5), 1: dirty(1, 5), 2: clean(1, 5)},
-			want:     &ExtentRepair{Source: 1, Dests: []ReplicaID{0, 2}, SourceVersion: dirty(1, 5), Target: fresh(5)},
+			want:     &ExtentRepair{Source: 1, Dests: []ReplicaID{0, 2}, SourceVersion: dirty(1, 5), Target: fresh(5), Donors: []ReplicaID{0, 2}},
 		},
 		{
 			name:     "higher flush wins and only differing replicas are dests",
@@ -74,12 +74,17 @@ func TestPlanActivationSingleExtentShapes(t *testing.T) {
 		{
 			name:     "tie between dirty maxima goes to the lowest replica and all others are dests",
 			versions: map[ReplicaID]Version{0: clean(1, 5), 1: dirty(1, 5), 2: dirty(1, 5)},
-			want:     &ExtentRepair{Source: 1, Dests: []ReplicaID{0, 2}, SourceVersion: dirty(1, 5), Target: fresh(5)},
+			want:     &ExtentRepair{Source: 1, Dests: []ReplicaID{0, 2}, SourceVersion: dirty(1, 5), Target: fresh(5), Donors: []ReplicaID{2, 0}},
 		},
 		{
 			name:     "all dirty and equal still repairs",
 			versions: map[ReplicaID]Version{0: dirty(3, 7), 1: dirty(3, 7), 2: dirty(3, 7)},
-			want:     &ExtentRepair{Source: 0, Dests: []ReplicaID{1, 2}, SourceVersion: dirty(3, 7), Target: fresh(7)},
+			want:     &ExtentRepair{Source: 0, Dests: []ReplicaID{1, 2}, SourceVersion: dirty(3, 7), Target: fresh(7), Donors: []ReplicaID{1, 2}},
+		},
+		{
+			name:     "donors of a dirty source are ranked by version, not by replica",
+			versions: map[ReplicaID]Version{0: clean(1, 3), 1: dirty(2, 1), 2: clean(1, 4)},
+			want:     &ExtentRepair{Source: 1, Dests: []ReplicaID{0, 2}, SourceVersion: dirty(2, 1), Target: fresh(4), Donors: []ReplicaID{2, 0}},
 		},
 		{
 			name:     "one replica missing compares the other two",
@@ -142,7 +147,7 @@ func TestPlanActivationListsExtentsInOrderWithTotals(t *testing.T) {
 	want := Plan{
 		Extents: []ExtentRepair{
 			{Extent: 1, Source: 2, Dests: []ReplicaID{0, 1}, SourceVersion: clean(1, 2), Target: clean(1, 2)},
-			{Extent: 3, Source: 2, Dests: []ReplicaID{0, 1}, SourceVersion: dirty(1, 1), Target: clean(3, 7)},
+			{Extent: 3, Source: 2, Dests: []ReplicaID{0, 1}, SourceVersion: dirty(1, 1), Target: clean(3, 7), Donors: []ReplicaID{0, 1}},
 		},
 		Replicas:    []ReplicaID{0, 1, 2},
 		Gen:         3,

@@ -23,7 +23,11 @@
 //  3. For each ExtentRepair, in order:
 //     a. If SourceNeedsStamp (the source is dirty), flush the source
 //     extent, stamping it with Target. The source is now the only
-//     replica at the greatest version, and its blocks are durable.
+//     replica at the greatest version, and its blocks are durable. If it
+//     still holds corrupt (torn) blocks — the extent layer then keeps it
+//     dirty — take each from the first of Donors whose copy is intact
+//     and write it to the source; a block no donor holds intact fails
+//     the extent.
 //     b. For each destination: take the source's and the destination's
 //     per-block hashes of the data as it stands (a dirty destination's
 //     recomputed or verified against its data, so a torn block shows as
