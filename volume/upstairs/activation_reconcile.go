@@ -16,7 +16,10 @@ import (
 // extent over the replicas' sessions (the upstairs reads from the source
 // and writes to the destinations; replicas never talk to each other):
 //
-//  1. A dirty source is stamped first with the plan's Target.
+//  1. A dirty source is stamped first with the plan's Target. If it stays
+//     dirty, it holds corrupt (torn) blocks: each is taken from the first
+//     of the plan's Donors holding it intact and written to the source
+//     (mendSource), or the extent fails with a *CorruptBlockError.
 //  2. For each destination, the source's and its block hashes are compared
 //     and only the blocks that differ are copied (every block with
 //     Config.RepairWholeExtents), then the destination takes Target.
@@ -93,13 +96,28 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 			return err
 		}
 	}
+	// The source's version as it now stands: still dirty after the stamp
+	// only if it holds corrupt blocks.
+	var srcV wire.ExtentVersion
 	var srcHashes []uint64
-	if !u.cfg.RepairWholeExtents && len(rep.Dests) > 0 {
+	switch {
+	case !u.cfg.RepairWholeExtents && len(rep.Dests) > 0:
 		h, err := u.extentHashes(ctx, src, epochs[src], e)
 		if err != nil {
 			return err
 		}
-		srcHashes = h.Hashes
+		srcV, srcHashes = h.Version, h.Hashes
+	case rep.SourceNeedsStamp():
+		v, err := u.extentVersion(ctx, src, epochs[src], e)
+		if err != nil {
+			return err
+		}
+		srcV = v
+	}
+	if srcV.Dirty {
+		if err := u.mendSource(ctx, rep, epochs, srcV, srcHashes); err != nil {
+			return err
+		}
 	}
 	for _, d := range rep.Dests {
 		dst := int(d)

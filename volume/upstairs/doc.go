@@ -55,10 +55,10 @@
 // (a host crash, not a process restart) therefore comes back with dirty
 // extents that only reconciliation repairs. Replay needs the downstairs to
 // accept an Activate from the same upstairs at the generation it already
-// holds. A dirty source with torn (corrupt) blocks cannot be read for
-// repair: reconciliation of that extent fails rather than copy them.
-// Live repair copies from the lowest-numbered Active replica, one extent
-// and one destination at a time.
+// holds. Live repair copies from the lowest-numbered Active replica, one
+// extent and one destination at a time, and does not take a block that
+// replica refuses as corrupt from another one: the attempt aborts and the
+// next retries.
 //
 // # Repair
 //
@@ -68,7 +68,13 @@
 // reported, and for each extent stamps a dirty source, compares block
 // hashes with each destination and copies only the blocks that differ
 // (every block with Config.RepairWholeExtents), then stamps the
-// destination. The upstairs reads from the source and writes to the
+// destination. A torn (corrupt) block is never copied: a source that
+// stays dirty after its stamp holds corrupt blocks, which are taken
+// from the other replicas (the plan's Donors, greatest version first,
+// the first with an intact copy) and written to the source before the
+// destinations are compared with it (repair_corrupt.go); a block no
+// replica holds intact fails Activate with a *CorruptBlockError naming
+// the extent and block. The upstairs reads from the source and writes to the
 // destinations over their sessions (repair_copy.go, reads and writes
 // pipelined); replicas never talk to each other. A destination is stamped
 // only once its blocks are durable, so an interruption leaves every
@@ -84,7 +90,9 @@
 // extents reach the replica, writes to the extent under repair are held
 // in its queue until that extent is copied, later extents are skipped
 // (the copy brings them); it serves no reads and gets no flushes until
-// it is Active again. Repair requests are calls on the sessions
+// it is Active again. A source that refuses a block as corrupt aborts
+// the attempt with a *CorruptBlockError (an Active replica should hold
+// none; a guest write to the block replaces it). Repair requests are calls on the sessions
 // (replica_call.go): sent in ID order with the engine's jobs, so a call
 // on a source follows every write submitted before it. An abort leaves
 // the replica Faulted; its next session retries from extent 0.

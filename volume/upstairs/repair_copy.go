@@ -46,7 +46,7 @@ type extentCopy struct {
 // leaves it at c.interim (dirty) and a retry redoes it.
 func (u *Upstairs) copyExtent(ctx context.Context, c extentCopy) (err error) {
 	bs := u.blockSize
-	per := max(1, min(wire.MaxRepairBlocks, wire.MaxDataSize/bs))
+	per := u.repairBatchBlocks()
 	var batches [][]uint32
 	for b := c.blocks; len(b) > 0; {
 		n := min(per, len(b))
@@ -81,7 +81,7 @@ func (u *Upstairs) copyExtent(ctx context.Context, c extentCopy) (err error) {
 		if _, ok := m.(*wire.Ack); !ok {
 			return fmt.Errorf("replica %d answered a repair write with %v: %w", c.dst, m.Type(), errBadRepairReply)
 		}
-		u.countCopied(c, len(s.batch))
+		u.countCopied(c.kind, c.tracker, len(s.batch))
 		free = append(free, s.buf)
 		return nil
 	}
@@ -104,6 +104,13 @@ func (u *Upstairs) copyExtent(ctx context.Context, c extentCopy) (err error) {
 		rd := reads[0]
 		reads = reads[1:]
 		m, err := u.waitCall(ctx, rd.call)
+		if errors.Is(err, wire.CodeCorruptBlock) {
+			// The source refuses a block as torn. Activation mends a
+			// source's corrupt blocks before copying (mendSource), and
+			// an Active replica should hold none: name the block and
+			// give up this attempt rather than retry the read.
+			return u.corruptSourceError(ctx, c, rd.batch, err)
+		}
 		if err != nil {
 			return fmt.Errorf("reading repair blocks from replica %d: %w", c.src, err)
 		}
@@ -125,7 +132,7 @@ func (u *Upstairs) copyExtent(ctx context.Context, c extentCopy) (err error) {
 			if err := u.repairWrite(ctx, c, rd.batch, data.Hashes, data.Data, c.final); err != nil {
 				return err
 			}
-			u.countCopied(c, len(rd.batch))
+			u.countCopied(c.kind, c.tracker, len(rd.batch))
 			return nil
 		}
 		req := &wire.RepairWrite{Extent: c.extent, Version: c.interim, Blocks: rd.batch, Hashes: data.Hashes, Data: data.Data}
@@ -226,13 +233,20 @@ func (u *Upstairs) blocksToCopy(srcHashes, dstHashes []uint64, t *reconcile.Trac
 	return blocks, nil
 }
 
-// countCopied records n blocks copied by c.
-func (u *Upstairs) countCopied(c extentCopy, n int) {
+// repairBatchBlocks is how many blocks one repair read or write carries:
+// as many as fit a frame.
+func (u *Upstairs) repairBatchBlocks() int {
+	return max(1, min(wire.MaxRepairBlocks, wire.MaxDataSize/u.blockSize))
+}
+
+// countCopied records n blocks written to a replica by a repair of kind
+// k, on its tracker t.
+func (u *Upstairs) countCopied(k repairKind, t *reconcile.Tracker, n int) {
 	bytes := uint64(n) * uint64(u.blockSize)
-	c.tracker.AddBytes(bytes)
+	t.AddBytes(bytes)
 	u.stats.blocksCopied.Add(uint64(n))
 	u.stats.bytesCopied.Add(bytes)
-	u.rmet.kinds[c.kind].bytes.Add(int(bytes))
+	u.rmet.kinds[k].bytes.Add(int(bytes))
 }
 
 func toWireVersion(v reconcile.Version) wire.ExtentVersion {

@@ -33,7 +33,8 @@ type RepairStats struct {
 	// BlocksCompared is the number of block hashes compared.
 	BlocksCompared uint64
 	// BlocksCopied and BytesCopied count the blocks (and their bytes)
-	// written to destinations.
+	// written to destinations, and to an activation's source in place of
+	// its torn blocks.
 	BlocksCopied uint64
 	BytesCopied  uint64
 	// ExtentsRepaired counts extents a repair finished (copied or
