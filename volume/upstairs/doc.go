@@ -92,10 +92,24 @@
 // (the copy brings them); it serves no reads and gets no flushes until
 // it is Active again. A source that refuses a block as corrupt aborts
 // the attempt with a *CorruptBlockError (an Active replica should hold
-// none; a guest write to the block replaces it). Repair requests are calls on the sessions
-// (replica_call.go): sent in ID order with the engine's jobs, so a call
+// none; a guest write to the block replaces it). Repair requests are
+// calls on the sessions (replica_call.go): sent in ID order with the engine's jobs, so a call
 // on a source follows every write submitted before it. An abort leaves
 // the replica Faulted; its next session retries from extent 0.
+//
+// # Distrust of the downstairs
+//
+// A replica is held to what it was sent (replica_replies.go): every reply
+// must answer exactly one outstanding job or call of its session, with the
+// right type and size, or the replica is faulted with ErrProtocol and its
+// LastError says what it did; a read whose data had already landed in the
+// caller's buffer is settled as failed first, so a peer overwrites it.
+// Data that does not match its hashes is treated as corruption (served
+// from a peer, the block rewritten), not as a protocol error. A replica
+// that stops answering is dropped once its oldest owed reply is older than
+// Config.ReplyTimeout (default 30 s): its reads move to a peer and its
+// writes wait in the Offline backlog. A region geometry that fails
+// extent.Spec.Validate is refused before anything is sized by it.
 //
 // Progress is published through reconcile.Tracker: one for the
 // activation (from New on), one per live-repair attempt; RepairStats and
