@@ -12,7 +12,6 @@ import (
 
 	"tern/volume/extent"
 	"tern/volume/upstairs"
-	"tern/volume/volumetest"
 	"tern/volume/wire"
 )
 
@@ -59,21 +58,13 @@ func RunRepair(ctx context.Context, opts RepairOptions) (*RepairReport, error) {
 	if opts.Diverge <= 0 || opts.Diverge > 1 {
 		return nil, fmt.Errorf("diverge %v: want a fraction in (0, 1]", opts.Diverge)
 	}
-	dir, cleanup, err := workDir(opts.Dir, "tern-bench-repair")
+	cl, cleanup, err := newCluster(opts.Dir, "tern-bench-repair", opts.VolumeBytes)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
 	say := sayer(opts.Progress)
-	spec, err := extent.SpecForSize(opts.VolumeBytes, 4096)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := volumetest.NewCluster(dir, spec)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
+	spec := cl.Spec
 	say("filling three %d MiB replicas", spec.SizeBytes()>>20)
 	for i := range 3 {
 		if err := fillRegion(cl.RegionDir(i), spec); err != nil {

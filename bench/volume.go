@@ -8,9 +8,7 @@ import (
 	"os"
 	"time"
 
-	"tern/volume/extent"
 	"tern/volume/upstairs"
-	"tern/volume/volumetest"
 	"tern/volume/wire"
 )
 
@@ -74,20 +72,13 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 	if opts.VolumeBytes == 0 {
 		opts.VolumeBytes = 256 << 20
 	}
-	dir, cleanup, err := workDir(opts.Dir, "tern-bench-volume")
+	cl, cleanup, err := newCluster(opts.Dir, "tern-bench-volume", opts.VolumeBytes)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
 	say := sayer(opts.Progress)
-	spec, err := extent.SpecForSize(opts.VolumeBytes, 4096)
-	if err != nil {
-		return nil, err
-	}
-	cl, err := volumetest.NewCluster(dir, spec)
-	if err != nil {
-		return nil, err
-	}
+	spec := cl.Spec
 	if err := cl.StartAll(); err != nil {
 		return nil, err
 	}
@@ -122,7 +113,7 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 			}
 		}
 		say("%s: local file limit", shape.Name)
-		file, err := localFileLimit(ctx, dir, shape, space, opts.Duration)
+		file, err := localFileLimit(ctx, cl.Dir, shape, space, opts.Duration)
 		if err != nil {
 			return nil, fmt.Errorf("%s on a local file: %w", shape.Name, err)
 		}

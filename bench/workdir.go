@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"tern/volume/extent"
+	"tern/volume/volumetest"
 )
 
 // workDir returns dir, or a new temporary directory (removed by cleanup)
@@ -26,4 +29,24 @@ func sayer(w io.Writer) func(format string, args ...any) {
 			fmt.Fprintf(w, format+"\n", args...)
 		}
 	}
+}
+
+// newCluster makes a volume of sizeBytes (4 KiB blocks, 64 MiB extents) on
+// three loopback downstairs in dir, or in a temporary directory when dir
+// is empty. The replicas are created but not started; cleanup closes them
+// and removes a temporary directory.
+func newCluster(dir, prefix string, sizeBytes uint64) (*volumetest.Cluster, func(), error) {
+	dir, removeDir, err := workDir(dir, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err := extent.SpecForSize(sizeBytes, 4096)
+	if err == nil {
+		var cl *volumetest.Cluster
+		if cl, err = volumetest.NewCluster(dir, spec); err == nil {
+			return cl, func() { cl.Close(); removeDir() }, nil
+		}
+	}
+	removeDir()
+	return nil, nil, err
 }
