@@ -1,8 +1,11 @@
 package downstairs
 
 import (
+	"bytes"
+	"encoding/binary"
 	"math"
 	"testing"
+	"time"
 
 	"tern/volume/wire"
 )
@@ -18,8 +21,6 @@ func TestHostileRequestsGetErrorsNotPanics(t *testing.T) {
 	data, hashes := blocks(2, 1)
 	long := append(append([]byte(nil), data...), make([]byte, testBlockSize)...)
 	one, oneHash := blocks(1, 2)
-	twoHashes := []uint64{oneHash[0], oneHash[0]}
-	twoBlocks := append(append([]byte(nil), one...), one...)
 	v := wire.ExtentVersion{Gen: 1, Flush: 1}
 	cases := []struct {
 		name string
@@ -45,16 +46,6 @@ func TestHostileRequestsGetErrorsNotPanics(t *testing.T) {
 		})
 	}
 	c.t = t
-	// Duplicate or unsorted repair blocks are not refused: each block is
-	// verified against its hash and written in list order (the last copy
-	// of a duplicate wins), which harms nothing the extent version does
-	// not already vouch for.
-	for _, blocks := range [][]uint32{{3, 3}, {4, 3}} {
-		r := c.call(&wire.RepairWrite{JobID: c.jobID(), Version: v, Blocks: blocks, Hashes: twoHashes, Data: twoBlocks})
-		if _, ok := r.(*wire.Ack); !ok {
-			t.Fatalf("repair write of blocks %v: %s", blocks, describe(r))
-		}
-	}
 	// First+Count past uint32: the versions that exist, or none.
 	for _, first := range []wire.ExtentID{testExtentCount - 1, math.MaxUint32} {
 		r := c.call(&wire.ExtentVersionsRequest{JobID: c.jobID(), First: first, Count: math.MaxUint32})
@@ -69,6 +60,59 @@ func TestHostileRequestsGetErrorsNotPanics(t *testing.T) {
 		}
 	}
 	c.mustWrite(0, data) // the session still works
+}
+
+// TestUnsortedRepairBlocksEndTheSession: a repair block list must be
+// strictly increasing (package wire). One with a duplicate or out of
+// order does not decode, so the session that sent it ends and none of it
+// is applied, neither its blocks nor its extent version.
+func TestUnsortedRepairBlocksEndTheSession(t *testing.T) {
+	dir, _ := newRegionDir(t)
+	ts := startServer(t, dir)
+	two, twoHashes := blocks(2, 7)
+	v := wire.ExtentVersion{Gen: 9, Flush: 9}
+	gen := wire.Generation(0)
+	check := func() *client {
+		gen++
+		c := dial(t, ts.addr(), false)
+		c.mustActivate(gen)
+		if got := c.mustRead(3, 2); !bytes.Equal(got.Data, make([]byte, len(two))) {
+			t.Fatal("blocks of a refused repair write were stored")
+		}
+		r := c.call(&wire.ExtentVersionsRequest{JobID: c.jobID(), Count: 1})
+		if vs, ok := r.(*wire.ExtentVersions); !ok || len(vs.Versions) != 1 || vs.Versions[0] == v {
+			t.Fatalf("extent 0 version after a refused repair write: %s", describe(r))
+		}
+		return c
+	}
+	for _, bad := range [][]uint32{{3, 3}, {4, 3}} {
+		for _, m := range []wire.Message{
+			&wire.RepairWrite{JobID: 1, Version: v, Blocks: []uint32{3, 4}, Hashes: twoHashes, Data: two},
+			&wire.RepairRead{JobID: 1, Blocks: []uint32{3, 4}},
+		} {
+			c := check()
+			// The Encoder refuses the list, so write the frame by hand.
+			frame, data, err := wire.AppendFrame(nil, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := bytes.Index(frame, []byte{3, 0, 0, 0, 4, 0, 0, 0})
+			binary.LittleEndian.PutUint32(frame[at:], bad[0])
+			binary.LittleEndian.PutUint32(frame[at+4:], bad[1])
+			if _, err := c.stream.Write(append(frame, data...)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-c.readDone:
+			case <-time.After(testTimeout):
+				t.Fatalf("%v of blocks %v did not end the session", m.Type(), bad)
+			}
+			for r := range c.msgs {
+				t.Fatalf("%v of blocks %v answered with %s", m.Type(), bad, describe(r))
+			}
+		}
+	}
+	check()
 }
 
 // TestDependenciesOnFutureOrUnknownJobsDoNotDeadlock: the downstairs

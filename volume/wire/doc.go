@@ -44,6 +44,11 @@
 //   - Encoding never copies bulk data into an intermediate buffer, and
 //     neither encoding nor decoding allocates once its buffers have grown to
 //     the working size (the steady state).
+//   - A repair block list (RepairRead, RepairData, RepairWrite) is strictly
+//     increasing: the Encoder refuses, and the Decoder rejects as
+//     ErrMalformed, a list with a duplicate or out of order, so no receiver
+//     has to decide which copy of a block wins. That the blocks lie inside
+//     the extent is the receiver's check (it knows the region).
 //   - A decoded message, and every slice in it except data placed in a buffer
 //     returned by DataBuffer, belongs to the Decoder and is valid only until
 //     the next call to Next.

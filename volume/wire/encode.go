@@ -177,12 +177,15 @@ func appendPayload(b []byte, m Message) ([]byte, []byte, error) {
 		if len(m.Blocks) > MaxRepairBlocks {
 			return b, nil, fmt.Errorf("%d blocks: %w", len(m.Blocks), ErrTooLarge)
 		}
+		if err := checkBlockList(m.Blocks); err != nil {
+			return b, nil, err
+		}
 		b = le.AppendUint64(b, uint64(m.JobID))
 		b = le.AppendUint32(b, uint32(m.Extent))
 		b = le.AppendUint32(b, uint32(len(m.Blocks)))
 		b = appendU32s(b, m.Blocks)
 	case *RepairData:
-		if err := checkRepair(len(m.Blocks), len(m.Hashes), len(m.Data)); err != nil {
+		if err := checkRepair(m.Blocks, len(m.Hashes), len(m.Data)); err != nil {
 			return b, nil, err
 		}
 		b = le.AppendUint64(b, uint64(m.JobID))
@@ -193,7 +196,7 @@ func appendPayload(b []byte, m Message) ([]byte, []byte, error) {
 		b = appendU64s(b, m.Hashes)
 		return b, m.Data, nil
 	case *RepairWrite:
-		if err := checkRepair(len(m.Blocks), len(m.Hashes), len(m.Data)); err != nil {
+		if err := checkRepair(m.Blocks, len(m.Hashes), len(m.Data)); err != nil {
 			return b, nil, err
 		}
 		b = le.AppendUint64(b, uint64(m.JobID))
@@ -222,16 +225,16 @@ func checkBulk(deps, hashes, data int) error {
 	return nil
 }
 
-func checkRepair(blocks, hashes, data int) error {
+func checkRepair(blocks []uint32, hashes, data int) error {
 	switch {
-	case blocks > MaxRepairBlocks:
-		return fmt.Errorf("%d blocks: %w", blocks, ErrTooLarge)
-	case hashes != blocks:
-		return fmt.Errorf("%d hashes for %d blocks: %w", hashes, blocks, ErrMalformed)
+	case len(blocks) > MaxRepairBlocks:
+		return fmt.Errorf("%d blocks: %w", len(blocks), ErrTooLarge)
+	case hashes != len(blocks):
+		return fmt.Errorf("%d hashes for %d blocks: %w", hashes, len(blocks), ErrMalformed)
 	case data > MaxDataSize:
 		return fmt.Errorf("%d data bytes: %w", data, ErrTooLarge)
 	}
-	return nil
+	return checkBlockList(blocks)
 }
 
 func appendBool(b []byte, v bool) []byte {

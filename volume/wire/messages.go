@@ -277,7 +277,8 @@ type ExtentHashes struct {
 	Hashes  []uint64
 }
 
-// RepairRead asks for some blocks of one extent, by index within the extent.
+// RepairRead asks for some blocks of one extent, by index within the
+// extent, strictly increasing.
 type RepairRead struct {
 	JobID  JobID
 	Extent ExtentID
@@ -294,8 +295,9 @@ type RepairData struct {
 	Data   []byte
 }
 
-// RepairWrite overwrites some blocks of one extent with a peer's copy and
-// sets the extent's version to Version, making it match the source.
+// RepairWrite overwrites some blocks of one extent (strictly increasing)
+// with a peer's copy and sets the extent's version to Version, making it
+// match the source.
 type RepairWrite struct {
 	JobID   JobID
 	Extent  ExtentID

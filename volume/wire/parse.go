@@ -242,6 +242,9 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		}
 		d.blocks = c.u32s(d.blocks, n)
 		r.Blocks = d.blocks
+		if err := checkBlockList(r.Blocks); err != nil {
+			return nil, err
+		}
 		m = r
 	case TypeRepairData:
 		r := &d.repairData
@@ -252,6 +255,9 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		d.blocks = c.u32s(d.blocks, n)
 		d.hashes = c.u64s(d.hashes, n)
 		r.Blocks, r.Hashes, r.Data = d.blocks, d.hashes, nil
+		if err := checkBlockList(r.Blocks); err != nil {
+			return nil, err
+		}
 		m = r
 	case TypeRepairWrite:
 		r := &d.repairWrite
@@ -263,6 +269,9 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		d.blocks = c.u32s(d.blocks, n)
 		d.hashes = c.u64s(d.hashes, n)
 		r.Blocks, r.Hashes, r.Data = d.blocks, d.hashes, nil
+		if err := checkBlockList(r.Blocks); err != nil {
+			return nil, err
+		}
 		m = r
 	default:
 		return nil, fmt.Errorf("type %d: %w", uint16(t), ErrUnknownType)
@@ -274,4 +283,18 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		return nil, fmt.Errorf("%d trailing bytes: %w", len(c.b), ErrMalformed)
 	}
 	return m, nil
+}
+
+// checkBlockList enforces the one shape of a repair block list: strictly
+// increasing. A list with a duplicate or out of order would make the
+// result depend on which copy of a block is applied last, and no upstairs
+// sends one. (Whether the blocks lie inside the extent depends on the
+// region, which only the receiver knows.)
+func checkBlockList(blocks []uint32) error {
+	for i := 1; i < len(blocks); i++ {
+		if blocks[i] <= blocks[i-1] {
+			return fmt.Errorf("block %d after block %d: %w", blocks[i], blocks[i-1], ErrMalformed)
+		}
+	}
+	return nil
 }

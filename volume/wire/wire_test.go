@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -214,12 +215,57 @@ func TestEncodeRejectsOversizedMessages(t *testing.T) {
 	}
 }
 
+// ascendingBlocks returns the block list 0, 1, ..., n-1.
+func ascendingBlocks(n int) []uint32 {
+	b := make([]uint32, n)
+	for i := range b {
+		b[i] = uint32(i)
+	}
+	return b
+}
+
+// TestRepairBlockListsMustStrictlyIncrease: a repair block list with a
+// duplicate or out of order is refused by the Encoder and, built by hand,
+// by the Decoder, for every message that carries one.
+func TestRepairBlockListsMustStrictlyIncrease(t *testing.T) {
+	data := make([]byte, 2*512)
+	messages := func(blocks []uint32) []Message {
+		return []Message{
+			&RepairRead{JobID: 1, Extent: 2, Blocks: blocks},
+			&RepairData{JobID: 1, Extent: 2, Blocks: blocks, Hashes: []uint64{5, 6}, Data: data},
+			&RepairWrite{JobID: 1, Extent: 2, Blocks: blocks, Hashes: []uint64{5, 6}, Data: data},
+		}
+	}
+	for _, bad := range [][]uint32{{3, 3}, {4, 3}} {
+		good := messages([]uint32{3, 4})
+		for i, m := range messages(bad) {
+			t.Run(fmt.Sprintf("%v %v", m.Type(), bad), func(t *testing.T) {
+				if err := NewEncoder(io.Discard).Encode(m); !errors.Is(err, ErrMalformed) {
+					t.Fatalf("Encode: %v, want ErrMalformed", err)
+				}
+				// Encode the sorted list, then rewrite it in place.
+				frame, d, err := AppendFrame(nil, good[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				at := bytes.Index(frame, []byte{3, 0, 0, 0, 4, 0, 0, 0})
+				le.PutUint32(frame[at:], bad[0])
+				le.PutUint32(frame[at+4:], bad[1])
+				_, err = NewDecoder(bytes.NewReader(append(frame, d...))).Next()
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("Next: %v, want ErrMalformed", err)
+				}
+			})
+		}
+	}
+}
+
 func TestLargestMessagesFitMaxPayload(t *testing.T) {
 	cases := []Message{
 		&Write{Deps: make([]JobID, MaxDeps), Hashes: make([]uint64, MaxDataSize/512), Data: make([]byte, MaxDataSize)},
 		&ExtentHashes{Hashes: make([]uint64, MaxExtentHashes)},
 		&ExtentVersions{Versions: make([]ExtentVersion, MaxExtentVersions)},
-		&RepairWrite{Blocks: make([]uint32, MaxRepairBlocks), Hashes: make([]uint64, MaxRepairBlocks), Data: make([]byte, MaxDataSize)},
+		&RepairWrite{Blocks: ascendingBlocks(MaxRepairBlocks), Hashes: make([]uint64, MaxRepairBlocks), Data: make([]byte, MaxDataSize)},
 		&Error{Message: strings.Repeat("x", 2*MaxErrorMessage)},
 	}
 	for _, m := range cases {
