@@ -99,7 +99,8 @@
 //
 // # Distrust of the downstairs
 //
-// A replica is held to what it was sent (replica_replies.go): every reply
+// A replica is held to what it was sent (checkReply in replica_replies.go,
+// pure and fuzzed with the decoder by FuzzReplicaReplies): every reply
 // must answer exactly one outstanding job or call of its session, with the
 // right type and size, or the replica is faulted with ErrProtocol and its
 // LastError says what it did; a read whose data had already landed in the

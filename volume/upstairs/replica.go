@@ -558,9 +558,10 @@ func (r *replica) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
 
 // readLoop decodes replies until the connection fails or the downstairs
 // breaks the protocol. Every reply must answer, once, a job or call sent
-// on this session, with the type and size it asked for; anything else
-// faults the replica (ErrProtocol), as a downstairs that answers what it
-// was not asked cannot be trusted to hold what its peers hold.
+// on this session, with the type and size it asked for (checkReply);
+// anything else faults the replica (ErrProtocol), as a downstairs that
+// answers what it was not asked cannot be trusted to hold what its peers
+// hold.
 func (r *replica) readLoop(dec *wire.Decoder) error {
 	u := r.u
 	dec.DataBuffer = r.dataBuffer
@@ -569,51 +570,55 @@ func (r *replica) readLoop(dec *wire.Decoder) error {
 		if err != nil {
 			return fmt.Errorf("reading from replica %d: %w", r.id, err)
 		}
-		if id, ok := wire.JobOf(m); ok && id != 0 {
-			if c := r.callFor(id); c != nil {
-				r.answer(c, m)
-				if f, ok := m.(*wire.Fenced); ok {
-					u.fence(r.id, f.ByGen)
-					return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
-				}
-				continue
-			}
-		}
-		switch m := m.(type) {
-		case *wire.Fenced:
-			u.fence(r.id, m.ByGen)
-			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
-		case *wire.Error:
-			if m.JobID == 0 || m.Code == wire.CodeFenced {
-				return r.sessionError(m)
-			}
-		}
-		if err := r.takeSent(m); err != nil {
+		u.mu.Lock()
+		kind, c, err := checkReply(r.id, m, r.sent, r.inflight, r.blockSize)
+		u.mu.Unlock()
+		if err != nil {
 			r.violated(m, err)
 			return err
 		}
-		switch m := m.(type) {
-		case *wire.Ack:
-			u.mu.Lock()
-			u.eng.done(r.id, m.JobID)
-			u.stepLocked()
-			u.finishLocked()
-		case *wire.ReadResponse:
-			out := readFailed
-			if r.landed == m.JobID && r.landedBuf != nil {
-				out = verifyBlocks(r.landedBuf, m.Hashes, r.blockSize)
-				if out == readBadData {
-					u.log.Warn("read data failed verification", "replica", r.id, "job", m.JobID)
-				}
+		switch kind {
+		case replyCall:
+			r.answer(c, m)
+			if f, ok := m.(*wire.Fenced); ok {
+				u.fence(r.id, f.ByGen)
+				return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
 			}
-			r.landed, r.landedBuf = 0, nil
-			u.mu.Lock()
-			u.eng.readResult(r.id, m.JobID, out)
-			u.stepLocked()
-			u.finishLocked()
-		case *wire.Error:
-			r.jobError(m)
+		case replyFenced:
+			u.fence(r.id, m.(*wire.Fenced).ByGen)
+			return fmt.Errorf("replica %d: %w", r.id, ErrFenced)
+		case replySessionError:
+			return r.sessionError(m.(*wire.Error))
+		case replyJob:
+			r.jobReply(m)
 		}
+	}
+}
+
+// jobReply applies a reply checkReply accepted as answering a job.
+func (r *replica) jobReply(m wire.Message) {
+	u := r.u
+	switch m := m.(type) {
+	case *wire.Ack:
+		u.mu.Lock()
+		u.eng.done(r.id, m.JobID)
+		u.stepLocked()
+		u.finishLocked()
+	case *wire.ReadResponse:
+		out := readFailed
+		if r.landed == m.JobID && r.landedBuf != nil {
+			out = verifyBlocks(r.landedBuf, m.Hashes, r.blockSize)
+			if out == readBadData {
+				u.log.Warn("read data failed verification", "replica", r.id, "job", m.JobID)
+			}
+		}
+		r.landed, r.landedBuf = 0, nil
+		u.mu.Lock()
+		u.eng.readResult(r.id, m.JobID, out)
+		u.stepLocked()
+		u.finishLocked()
+	case *wire.Error:
+		r.jobError(m)
 	}
 }
 

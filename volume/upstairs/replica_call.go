@@ -136,22 +136,13 @@ func (r *replica) sendCall(enc *wire.Encoder) error {
 	return nil
 }
 
-// callFor returns the in-flight call a reply answers, if any.
-func (r *replica) callFor(id wire.JobID) *call {
-	r.u.mu.Lock()
-	defer r.u.mu.Unlock()
-	return r.inflight[id]
-}
-
-// answer hands reply m to its call (copied: the decoder reuses m).
+// answer hands reply m to its call, which checkReply took out of
+// inflight (copied: the decoder reuses m).
 func (r *replica) answer(c *call, m wire.Message) {
 	res := callResult{msg: cloneReply(m, c.data)}
 	if e, ok := m.(*wire.Error); ok {
 		res.err = fmt.Errorf("replica %d: %w", r.id, e.Err())
 	}
-	r.u.mu.Lock()
-	delete(r.inflight, c.id)
-	r.u.mu.Unlock()
 	c.reply <- res
 }
 
@@ -173,7 +164,14 @@ func (r *replica) endCalls(err error) {
 
 // callData is the DataBuffer choice for a call's bulk reply.
 func (r *replica) callData(id wire.JobID, n int) []byte {
-	c := r.inflight[id]
+	return callBuffer(r.inflight, id, n)
+}
+
+// callBuffer is where n bytes of bulk data answering call id go: the
+// call's buffer if it is in flight, still wanted and large enough, else
+// nil (the decoder's own).
+func callBuffer(inflight map[wire.JobID]*call, id wire.JobID, n int) []byte {
+	c := inflight[id]
 	if c == nil || c.abandoned || len(c.data) < n {
 		return nil
 	}

@@ -131,43 +131,109 @@ func (r *replica) checkReplyTimeout(t *time.Timer) error {
 // requestTypes names what a job kind sends.
 var requestTypes = [...]wire.MsgType{kindWrite: wire.TypeWrite, kindRead: wire.TypeRead, kindFlush: wire.TypeFlush}
 
-// takeSent checks that reply m (not a call's, not session-level) answers
-// a job sent on this session and not answered yet, with the type and size
-// the job asked for, and marks it answered.
-func (r *replica) takeSent(m wire.Message) error {
-	u := r.u
+// replyKind is what a decoded reply is to the session that received it.
+type replyKind int
+
+const (
+	// replyJob answers one of the engine's jobs sent on the session.
+	replyJob replyKind = iota + 1
+	// replyCall answers an in-flight call.
+	replyCall
+	// replyFenced is a Fenced answering no call: the session ends with
+	// ErrFenced.
+	replyFenced
+	// replySessionError is an Error answering no call that names no job
+	// or says CodeFenced: the session ends.
+	replySessionError
+)
+
+// checkReply decides what reply m is to the session of replica rep,
+// which is owed replies to the jobs in sent and the calls in inflight
+// (blockSize is the region's), and takes what m answers out of sent or
+// inflight. A reply that answers nothing owed, or answers with the wrong
+// type or size, is an error wrapping ErrProtocol and leaves both as they
+// were. It is pure: replica.readLoop calls it under Upstairs.mu and
+// applies the outcome, and FuzzReplicaReplies drives it with a decoder.
+func checkReply(rep int, m wire.Message, sent map[wire.JobID]sentJob, inflight map[wire.JobID]*call,
+	blockSize int) (replyKind, *call, error) {
 	id, ok := wire.JobOf(m)
-	if !ok || id == 0 {
-		return fmt.Errorf("replica %d sent unsolicited %v: %w", r.id, m.Type(), ErrProtocol)
+	if c := inflight[id]; ok && id != 0 && c != nil {
+		if err := answersCall(c.req, m, blockSize); err != nil {
+			return 0, nil, fmt.Errorf("replica %d %w (call %d): %w", rep, err, id, ErrProtocol)
+		}
+		delete(inflight, id)
+		return replyCall, c, nil
 	}
-	u.mu.Lock()
-	s, ok := r.sent[id]
-	delete(r.sent, id)
-	u.mu.Unlock()
+	switch m := m.(type) {
+	case *wire.Fenced:
+		return replyFenced, nil, nil
+	case *wire.Error:
+		if m.JobID == 0 || m.Code == wire.CodeFenced {
+			return replySessionError, nil, nil
+		}
+	}
+	if !ok || id == 0 {
+		return 0, nil, fmt.Errorf("replica %d sent unsolicited %v: %w", rep, m.Type(), ErrProtocol)
+	}
+	s, ok := sent[id]
 	if !ok {
-		return fmt.Errorf("replica %d sent %v for job %d, which it was not sent or already answered: %w",
-			r.id, m.Type(), id, ErrProtocol)
+		return 0, nil, fmt.Errorf("replica %d sent %v for job %d, which it was not sent or already answered: %w",
+			rep, m.Type(), id, ErrProtocol)
 	}
 	req := requestTypes[s.kind]
 	switch m := m.(type) {
 	case *wire.Error:
 	case *wire.Ack:
 		if s.kind == kindRead {
-			return fmt.Errorf("replica %d answered %v with Ack (job %d): %w", r.id, req, id, ErrProtocol)
+			return 0, nil, fmt.Errorf("replica %d answered %v with Ack (job %d): %w", rep, req, id, ErrProtocol)
 		}
 	case *wire.ReadResponse:
 		switch {
 		case s.kind != kindRead:
-			return fmt.Errorf("replica %d answered %v with ReadResponse (job %d): %w", r.id, req, id, ErrProtocol)
+			return 0, nil, fmt.Errorf("replica %d answered %v with ReadResponse (job %d): %w", rep, req, id, ErrProtocol)
 		case len(m.Data) != s.bytes:
-			return fmt.Errorf("replica %d sent %d bytes for a read of %d (job %d): %w",
-				r.id, len(m.Data), s.bytes, id, ErrProtocol)
-		case len(m.Hashes)*r.blockSize != len(m.Data):
-			return fmt.Errorf("replica %d sent %d hashes for %d blocks (job %d): %w",
-				r.id, len(m.Hashes), len(m.Data)/max(r.blockSize, 1), id, ErrProtocol)
+			return 0, nil, fmt.Errorf("replica %d sent %d bytes for a read of %d (job %d): %w",
+				rep, len(m.Data), s.bytes, id, ErrProtocol)
+		case len(m.Hashes)*blockSize != len(m.Data):
+			return 0, nil, fmt.Errorf("replica %d sent %d hashes for %d blocks (job %d): %w",
+				rep, len(m.Hashes), len(m.Data)/max(blockSize, 1), id, ErrProtocol)
 		}
 	default:
-		return fmt.Errorf("replica %d answered %v with %v (job %d): %w", r.id, req, m.Type(), id, ErrProtocol)
+		return 0, nil, fmt.Errorf("replica %d answered %v with %v (job %d): %w", rep, req, m.Type(), id, ErrProtocol)
+	}
+	delete(sent, id)
+	return replyJob, nil, nil
+}
+
+// answersCall checks that m is a reply call request req may get: an
+// Error, a Fenced, or its own reply type; a RepairData must carry the
+// blocks asked for, with their data.
+func answersCall(req, m wire.Message, blockSize int) error {
+	var want wire.MsgType
+	switch req.(type) {
+	case *wire.ExtentHashesRequest:
+		want = wire.TypeExtentHashes
+	case *wire.ExtentVersionsRequest:
+		want = wire.TypeExtentVersions
+	case *wire.RegionInfoRequest:
+		want = wire.TypeRegionInfoReply
+	case *wire.RepairRead:
+		want = wire.TypeRepairData
+	case *wire.RepairWrite, *wire.Flush:
+		want = wire.TypeAck
+	}
+	switch t := m.Type(); {
+	case t == wire.TypeError || t == wire.TypeFenced:
+		return nil
+	case t != want:
+		return fmt.Errorf("answered %v with %v", req.Type(), t)
+	}
+	if d, ok := m.(*wire.RepairData); ok {
+		r := req.(*wire.RepairRead)
+		if d.Extent != r.Extent || !slices.Equal(d.Blocks, r.Blocks) || len(d.Data) != len(d.Blocks)*blockSize {
+			return fmt.Errorf("answered a RepairRead of %d blocks of extent %d with %d blocks, %d bytes of extent %d",
+				len(r.Blocks), r.Extent, len(d.Blocks), len(d.Data), d.Extent)
+		}
 	}
 	return nil
 }
