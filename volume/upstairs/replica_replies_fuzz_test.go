@@ -35,26 +35,44 @@ type fuzzSession struct {
 	readBufs map[wire.JobID][]byte
 }
 
-func newFuzzSession() *fuzzSession {
+// newFuzzSession owes replies to jobs 10-13 (two reads, a write, a flush)
+// and calls 20-25 (six repair requests, one abandoned). layout rotates
+// which ID is which, so one mutated byte turns a well-formed reply into
+// one of the wrong type for its ID; layout 0 is what replySeeds answer.
+func newFuzzSession(layout uint8) *fuzzSession {
 	s := &fuzzSession{
-		sent: map[wire.JobID]sentJob{
-			10: {kind: kindWrite},
-			11: {kind: kindRead, bytes: 2 * fuzzBlockSize},
-			12: {kind: kindFlush},
-			13: {kind: kindRead, bytes: fuzzBlockSize},
-		},
+		sent:     map[wire.JobID]sentJob{},
 		inflight: map[wire.JobID]*call{},
-		readBufs: map[wire.JobID][]byte{11: make([]byte, 2*fuzzBlockSize), 13: make([]byte, fuzzBlockSize)},
+		readBufs: map[wire.JobID][]byte{},
 	}
-	for _, c := range []*call{
-		{id: 20, req: &wire.ExtentHashesRequest{JobID: 20, Extent: 1}},
-		{id: 21, req: &wire.RepairRead{JobID: 21, Extent: 1, Blocks: []uint32{0, 2}}, data: make([]byte, 2*fuzzBlockSize)},
-		{id: 22, req: &wire.RepairWrite{JobID: 22, Extent: 1, Version: wire.ExtentVersion{Gen: 3, Flush: 4}}},
-		{id: 23, req: &wire.ExtentVersionsRequest{JobID: 23, Count: 2}},
-		{id: 24, req: &wire.RepairRead{JobID: 24, Extent: 0, Blocks: []uint32{5}}, abandoned: true},
-	} {
+	jobs := []sentJob{
+		{kind: kindWrite},
+		{kind: kindRead, bytes: 2 * fuzzBlockSize},
+		{kind: kindFlush},
+		{kind: kindRead, bytes: fuzzBlockSize},
+	}
+	for i := range jobs {
+		id := wire.JobID(10 + i)
+		j := jobs[(i+int(layout))%len(jobs)]
+		s.sent[id] = j
+		if j.kind == kindRead {
+			s.readBufs[id] = make([]byte, j.bytes)
+		}
+	}
+	calls := []call{
+		{req: &wire.ExtentHashesRequest{Extent: 1}},
+		{req: &wire.RepairRead{Extent: 1, Blocks: []uint32{0, 2}}, data: make([]byte, 2*fuzzBlockSize)},
+		{req: &wire.RepairWrite{Extent: 1, Version: wire.ExtentVersion{Gen: 3, Flush: 4}}},
+		{req: &wire.ExtentVersionsRequest{Count: 2}},
+		{req: &wire.RepairRead{Extent: 1, Blocks: []uint32{0, 3}}, abandoned: true},
+		{req: &wire.RepairRead{Extent: 2, Blocks: []uint32{0, 2}}, data: make([]byte, 2*fuzzBlockSize)},
+	}
+	for i := range calls {
+		c := calls[(i+int(layout>>2))%len(calls)]
+		c.id = wire.JobID(20 + i)
+		setJobID(c.req, c.id)
 		c.reply = make(chan callResult, 1)
-		s.inflight[c.id] = c
+		s.inflight[c.id] = &c
 	}
 	return s
 }
@@ -106,6 +124,10 @@ func replySeeds(tb testing.TB) map[string][]byte {
 		seeds[name] = encode(m)
 	}
 	seeds["truncated_read_response"] = seeds["read_response"][:wire.HeaderSize+20]
+	// Wrong sizes the decoder cannot know are wrong, each refused.
+	seeds["empty_read_response_for_write"] = encode(&wire.ReadResponse{JobID: 10})
+	seeds["read_response_short_of_hashes"] = encode(&wire.ReadResponse{JobID: 11, Hashes: oneHash, Data: two})
+	seeds["repair_data_short_of_data"] = encode(&wire.RepairData{JobID: 21, Extent: 1, Blocks: []uint32{0, 2}, Hashes: twoHashes, Data: one})
 	// Every job and call answered, then a session-level Error.
 	seeds["session"] = encode(
 		&wire.Ack{JobID: 10}, frames["read_response"], &wire.Ack{JobID: 12},
@@ -114,24 +136,34 @@ func replySeeds(tb testing.TB) map[string][]byte {
 		frames["repair_data"], &wire.Ack{JobID: 22},
 		&wire.ExtentVersions{JobID: 23, Versions: make([]wire.ExtentVersion, 2)},
 		&wire.Error{JobID: 24, Code: wire.CodeCorruptBlock},
+		&wire.RepairData{JobID: 25, Extent: 2, Blocks: []uint32{0, 2}, Hashes: twoHashes, Data: two},
 		&wire.Error{Code: wire.CodeShuttingDown},
 	)
 	return seeds
 }
 
-// FuzzReplicaReplies feeds arbitrary bytes, as the stream a downstairs
+// FuzzReplicaReplies feeds arbitrary bytes (in), as the stream a downstairs
 // sends, through the decode-and-check path of a session (wire.Decoder
 // with the session's data buffers, then checkReply against what the
-// session is owed). Nothing may panic or allocate without bound; every
+// session is owed, newFuzzSession(layout)). Nothing may panic or allocate without bound; every
 // frame is either accepted as answering exactly one thing owed, with the
 // right type and size, or the session ends: with a framing error or
 // io.EOF from the decoder, ErrProtocol from checkReply (the record left
 // as it was), or a Fenced or session-level Error.
 func FuzzReplicaReplies(f *testing.F) {
-	// The seeds are the committed corpus (testdata/fuzz), checked
-	// against replySeeds by TestReplySeedsAnswerTheSession.
-	f.Fuzz(func(t *testing.T, in []byte) {
-		s := newFuzzSession()
+	// The committed corpus (testdata/fuzz, checked against replySeeds by
+	// TestReplySeedsAnswerTheSession) answers layout 0. The same frames
+	// under other layouts answer the wrong job or call, so every refusal
+	// of checkReply starts covered: the fuzzer seldom mutates layout and
+	// the stream together.
+	seeds := replySeeds(f)
+	for _, name := range slices.Sorted(maps.Keys(seeds)) {
+		for _, layout := range []uint8{1, 2, 3, 4, 8, 12, 16, 20} {
+			f.Add(layout, seeds[name])
+		}
+	}
+	f.Fuzz(func(t *testing.T, layout uint8, in []byte) {
+		s := newFuzzSession(layout)
 		dec := wire.NewDecoder(bytes.NewReader(in))
 		dec.DataBuffer = s.dataBuffer
 		allocated := heapAllocated()
@@ -201,6 +233,20 @@ func (s *fuzzSession) step(t *testing.T, dec *wire.Decoder) bool {
 		if c == nil || c != owedCall || len(s.inflight) != calls-1 || len(s.sent) != jobs {
 			t.Fatalf("%v accepted for call %d, which was not owed once", m.Type(), id)
 		}
+		want := map[wire.MsgType]wire.MsgType{
+			wire.TypeExtentHashesRequest: wire.TypeExtentHashes, wire.TypeRepairRead: wire.TypeRepairData,
+			wire.TypeRepairWrite: wire.TypeAck, wire.TypeExtentVersionsRequest: wire.TypeExtentVersions,
+		}[c.req.Type()]
+		if got := m.Type(); got != want && got != wire.TypeError && got != wire.TypeFenced {
+			t.Fatalf("%v accepted for call %d, a %v", got, id, c.req.Type())
+		}
+		if d, ok := m.(*wire.RepairData); ok {
+			r := c.req.(*wire.RepairRead)
+			if d.Extent != r.Extent || !slices.Equal(d.Blocks, r.Blocks) || len(d.Data) != len(r.Blocks)*fuzzBlockSize {
+				t.Fatalf("RepairData of extent %d blocks %v, %d bytes accepted for a RepairRead of extent %d blocks %v",
+					d.Extent, d.Blocks, len(d.Data), r.Extent, r.Blocks)
+			}
+		}
 		if got := cloneReply(m, c.data); got.Type() != m.Type() {
 			t.Fatalf("cloned %v as %v", m.Type(), got.Type())
 		}
@@ -227,7 +273,7 @@ func (s *fuzzSession) step(t *testing.T, dec *wire.Decoder) bool {
 // encodes today (regenerate with TERN_WRITE_FUZZ_SEEDS=1).
 func TestReplySeedsAnswerTheSession(t *testing.T) {
 	seeds := replySeeds(t)
-	s := newFuzzSession()
+	s := newFuzzSession(0)
 	dec := wire.NewDecoder(bytes.NewReader(seeds["session"]))
 	dec.DataBuffer = s.dataBuffer
 	for s.step(t, dec) {
@@ -237,7 +283,7 @@ func TestReplySeedsAnswerTheSession(t *testing.T) {
 	}
 	dir := filepath.Join("testdata", "fuzz", "FuzzReplicaReplies")
 	for name, seed := range seeds {
-		want := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", seed)
+		want := fmt.Sprintf("go test fuzz v1\nbyte(%q)\n[]byte(%q)\n", uint8(0), seed)
 		path := filepath.Join(dir, name)
 		if os.Getenv("TERN_WRITE_FUZZ_SEEDS") != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
