@@ -28,7 +28,7 @@ const (
 	testBlockSize    = 4096
 	testExtentBlocks = 64
 	testExtentCount  = 8
-	testTimeout      = 30 * time.Second
+	testTimeout      = 60 * time.Second // generous: only a failing test waits it out
 )
 
 var (

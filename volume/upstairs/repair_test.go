@@ -379,12 +379,15 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 			}
 		}
 	}()
+	// Stop the writer before anything else ends the test, so it never
+	// runs (and reports) after the test has returned.
+	stopWriter := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopWriter()
 	progress, cancel := u.SubscribeLiveRepair(1, 64)
 	defer cancel()
 	c.ds[1].start()
 	got := waitFinal(t, progress)
-	close(stop)
-	wg.Wait()
+	stopWriter()
 	requireMonotone(t, got)
 	if last := got[len(got)-1]; last.Phase != reconcile.PhaseDone || last.ExtentsDone != testExtentCount {
 		t.Fatalf("live repair ended %+v", last)
