@@ -170,7 +170,7 @@ func (c *client) readLoop() {
 		if err != nil {
 			return
 		}
-		c.msgs <- cloneMsg(m)
+		c.msgs <- wire.Clone(m)
 	}
 }
 
@@ -311,39 +311,6 @@ func wantFenced(t testing.TB, m wire.Message, gen wire.Generation) {
 }
 
 // cloneMsg copies a decoded message out of the decoder's storage.
-func cloneMsg(m wire.Message) wire.Message {
-	switch m := m.(type) {
-	case *wire.ReadResponse:
-		return &wire.ReadResponse{JobID: m.JobID, Hashes: clone(m.Hashes), Data: clone(m.Data)}
-	case *wire.ExtentVersions:
-		return &wire.ExtentVersions{JobID: m.JobID, First: m.First, Versions: clone(m.Versions)}
-	case *wire.ExtentHashes:
-		return &wire.ExtentHashes{JobID: m.JobID, Extent: m.Extent, Version: m.Version, Hashes: clone(m.Hashes)}
-	case *wire.RepairData:
-		return &wire.RepairData{JobID: m.JobID, Extent: m.Extent, Blocks: clone(m.Blocks), Hashes: clone(m.Hashes), Data: clone(m.Data)}
-	case *wire.HelloReply:
-		c := *m
-		return &c
-	case *wire.Error:
-		c := *m
-		return &c
-	case *wire.Ack:
-		c := *m
-		return &c
-	case *wire.ActivateAck:
-		c := *m
-		return &c
-	case *wire.Fenced:
-		c := *m
-		return &c
-	case *wire.RegionInfoReply:
-		c := *m
-		return &c
-	}
-	return m
-}
-
-func clone[T any](s []T) []T { return append([]T(nil), s...) }
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {

@@ -181,35 +181,10 @@ func callBuffer(inflight map[wire.JobID]*call, id wire.JobID, n int) []byte {
 // cloneReply copies a decoded reply out of the decoder's buffers. Bulk
 // data already in data (chosen by callData) is referenced, not copied.
 func cloneReply(m wire.Message, data []byte) wire.Message {
-	switch m := m.(type) {
-	case *wire.Ack:
-		c := *m
-		return &c
-	case *wire.Error:
-		c := *m
-		return &c
-	case *wire.Fenced:
-		c := *m
-		return &c
-	case *wire.RegionInfoReply:
-		c := *m
-		return &c
-	case *wire.ExtentVersions:
-		c := *m
-		c.Versions = slices.Clone(m.Versions)
-		return &c
-	case *wire.ExtentHashes:
-		c := *m
-		c.Hashes = slices.Clone(m.Hashes)
-		return &c
-	case *wire.RepairData:
-		c := *m
-		c.Blocks = slices.Clone(m.Blocks)
-		c.Hashes = slices.Clone(m.Hashes)
-		if len(m.Data) > 0 && (len(data) < len(m.Data) || &data[0] != &m.Data[0]) {
-			c.Data = slices.Clone(m.Data)
-		}
+	if r, ok := m.(*wire.RepairData); ok && len(r.Data) > 0 && len(data) >= len(r.Data) && &data[0] == &r.Data[0] {
+		c := *r
+		c.Blocks, c.Hashes = slices.Clone(r.Blocks), slices.Clone(r.Hashes)
 		return &c
 	}
-	return m
+	return wire.Clone(m)
 }

@@ -66,20 +66,7 @@ func normalize(m Message) Message {
 }
 
 // clone deep-copies a decoded message out of the Decoder's storage.
-func clone(m Message) Message {
-	v := reflect.ValueOf(m).Elem()
-	c := reflect.New(v.Type())
-	c.Elem().Set(v)
-	for i := range v.NumField() {
-		f := c.Elem().Field(i)
-		if f.Kind() == reflect.Slice && !f.IsNil() {
-			s := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
-			reflect.Copy(s, f)
-			f.Set(s)
-		}
-	}
-	return normalize(c.Interface().(Message))
-}
+func clone(m Message) Message { return normalize(Clone(m)) }
 
 func TestEveryMessageRoundTrips(t *testing.T) {
 	seen := map[MsgType]bool{}
