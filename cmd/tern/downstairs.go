@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
@@ -122,8 +119,8 @@ func newDownstairsRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// main cancels the command context on SIGINT and SIGTERM.
+			ctx := cmd.Context()
 			set := metrics.NewSet()
 			if metricsListen != "" {
 				ln, err := net.Listen("tcp", metricsListen)

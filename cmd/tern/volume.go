@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"sync"
 	"time"
 
@@ -118,6 +116,40 @@ const (
 	volumeWorkers = 8
 )
 
+// chunkFunc handles one chunk of a pattern command: buf holds the blocks
+// starting at block, each bs bytes.
+type chunkFunc func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error
+
+// runOverRange is the body of fill and verify: activate, resolve the range,
+// apply each chunk (volumeWorkers at once), run finish, report, deactivate.
+// The command's context is cancelled by SIGINT and SIGTERM (see main).
+func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb string, each chunkFunc, finish func(context.Context, *upstairs.Upstairs) error) error {
+	ctx := cmd.Context()
+	up, err := vf.activate(ctx)
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	bs, first, blocks, err := pf.span(cmd, up)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = forChunks(ctx, bs, first, blocks, func(buf []byte, block uint64) error {
+		return each(ctx, up, buf, bs, block)
+	})
+	if err != nil {
+		return err
+	}
+	if finish != nil {
+		if err := finish(ctx, up); err != nil {
+			return err
+		}
+	}
+	report(cmd, verb, bs, first, blocks, time.Since(start))
+	return up.Close()
+}
+
 func newVolumeFillCmd() *cobra.Command {
 	var vf volumeFlags
 	var pf patternFlags
@@ -126,33 +158,15 @@ func newVolumeFillCmd() *cobra.Command {
 		Short: "Write deterministic pseudo-random data to a range of the volume, then flush",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
-			up, err := vf.activate(ctx)
-			if err != nil {
-				return err
-			}
-			defer up.Close()
-			bs, first, blocks, err := pf.span(cmd, up)
-			if err != nil {
-				return err
-			}
-			start := time.Now()
-			err = forChunks(ctx, bs, first, blocks, func(buf []byte, block uint64) error {
+			write := func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error {
 				upstairs.FillPattern(buf, bs, block, pf.seed)
 				if _, err := up.WriteAt(ctx, buf, int64(block)*int64(bs)); err != nil {
 					return fmt.Errorf("block %d: %w", block, err)
 				}
 				return nil
-			})
-			if err != nil {
-				return err
 			}
-			if err := up.Flush(ctx); err != nil {
-				return err
-			}
-			report(cmd, "filled", bs, first, blocks, time.Since(start))
-			return up.Close()
+			flush := func(ctx context.Context, up *upstairs.Upstairs) error { return up.Flush(ctx) }
+			return runOverRange(cmd, &vf, &pf, "filled", write, flush)
 		},
 	}
 	vf.register(cmd)
@@ -170,19 +184,7 @@ func newVolumeVerifyCmd() *cobra.Command {
 			"writes for the same seed; fails naming the first bad block (\"block N: ...\").",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
-			up, err := vf.activate(ctx)
-			if err != nil {
-				return err
-			}
-			defer up.Close()
-			bs, first, blocks, err := pf.span(cmd, up)
-			if err != nil {
-				return err
-			}
-			start := time.Now()
-			err = forChunks(ctx, bs, first, blocks, func(buf []byte, block uint64) error {
+			check := func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error {
 				if _, err := up.ReadAt(ctx, buf, int64(block)*int64(bs)); err != nil {
 					return fmt.Errorf("block %d: %w", block, err)
 				}
@@ -190,12 +192,8 @@ func newVolumeVerifyCmd() *cobra.Command {
 					return fmt.Errorf("block %d: data does not match seed %d", bad, pf.seed)
 				}
 				return nil
-			})
-			if err != nil {
-				return err
 			}
-			report(cmd, "verified", bs, first, blocks, time.Since(start))
-			return up.Close()
+			return runOverRange(cmd, &vf, &pf, "verified", check, nil)
 		},
 	}
 	vf.register(cmd)
