@@ -55,22 +55,25 @@ func ParseBytes(s string) (uint64, error) {
 }
 
 // FormatBytes writes n with the largest binary suffix that divides it
-// exactly, so ParseBytes(FormatBytes(n)) == n.
+// exactly ("64MiB", "4KiB"), or in bytes with a B suffix when none does
+// ("4100B", "0B"), so ParseBytes(FormatBytes(n)) == n. It is the one way
+// tern writes a size in a message; Bytes' String uses it.
 func FormatBytes(n uint64) string {
 	for _, suf := range suffixes[:4] {
 		if n != 0 && n%suf.mult == 0 {
 			return strconv.FormatUint(n/suf.mult, 10) + suf.name
 		}
 	}
-	return strconv.FormatUint(n, 10)
+	return strconv.FormatUint(n, 10) + "B"
 }
 
 // Bytes is a byte count usable as a command-line flag (it implements
 // pflag.Value and flag.Value).
 type Bytes uint64
 
-// String formats b with FormatBytes.
-func (b *Bytes) String() string { return FormatBytes(uint64(*b)) }
+// String formats b with FormatBytes, so a Bytes prints the same way in a
+// message (fmt's %v or %s) as in a flag's help.
+func (b Bytes) String() string { return FormatBytes(uint64(b)) }
 
 // Set parses s with ParseBytes.
 func (b *Bytes) Set(s string) error {

@@ -2,6 +2,7 @@ package units
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -32,8 +33,19 @@ func TestFormatBytesRoundTrips(t *testing.T) {
 			t.Errorf("round trip of %d via %q = %d, %v", n, FormatBytes(n), got, err)
 		}
 	}
-	if s := FormatBytes(64 << 20); s != "64MiB" {
-		t.Errorf("FormatBytes(64MiB) = %q", s)
+	for n, want := range map[uint64]string{
+		64 << 20: "64MiB", 255 << 20: "255MiB", 2 << 20: "2MiB", 4096: "4KiB",
+		4100: "4100B", 0: "0B", 1<<40 + 1: "1099511627777B",
+	} {
+		if s := FormatBytes(n); s != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, s, want)
+		}
+	}
+}
+
+func TestBytesFormatsInMessages(t *testing.T) {
+	if s := fmt.Sprintf("%v of %s", Bytes(256<<20), Bytes(0)); s != "256MiB of 0B" {
+		t.Fatalf("Bytes in a message: %q", s)
 	}
 }
 
