@@ -66,7 +66,7 @@ func (s *session) toJob(m wire.Message, data *[]byte) *job {
 		if m.UpstairsID != s.upstairs || m.SessionID != s.sessionID {
 			j.fail(wire.CodeBadRequest, "activation for upstairs %v session %v on a session of %v/%v", m.UpstairsID, m.SessionID, s.upstairs, s.sessionID)
 		} else if m.Gen == 0 {
-			j.fail(wire.CodeGenTooLow, "generation 0")
+			j.fail(wire.CodeGenTooLow, "generation 0: generations start at 1")
 		}
 	case *wire.RegionInfoRequest:
 		j = newJob(s, kindRegionInfo, m.JobID, nil)

@@ -112,7 +112,20 @@ func (srv *Server) serveConn(ctx context.Context, conn *quic.Conn) {
 	s.log.Info("session started")
 	err = s.run(ctx, dec, enc)
 	srv.deactivate(s)
-	s.log.Info("session ended", "err", err)
+	if closedNormally(err) {
+		s.log.Info("session ended")
+	} else {
+		s.log.Info("session ended", "err", err)
+	}
+}
+
+// closedNormally reports whether a session's error is the peer closing the
+// connection with application code 0, which both the upstairs and a
+// read-only probe do when they are done: the end of a session, not a
+// failure worth an err field in the log.
+func closedNormally(err error) bool {
+	var appErr *quic.ApplicationError
+	return err == nil || errors.As(err, &appErr) && appErr.Remote && appErr.ErrorCode == 0
 }
 
 // handshake accepts the session stream and answers its Hello. On failure
