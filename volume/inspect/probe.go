@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"tern/units"
 	"tern/volume/wire"
 )
 
@@ -28,7 +29,10 @@ type Replica struct {
 	// DirtyExtents counts extents with unflushed writes on this replica.
 	DirtyExtents int    `json:"dirty_extents"`
 	Error        string `json:"error,omitempty"`
-	versions     []wire.ExtentVersion
+	// Err is the error behind Error, for callers that branch on its type
+	// (a TLS verification failure, a timeout); nil when reachable.
+	Err      error `json:"-"`
+	versions []wire.ExtentVersion
 }
 
 // Report is the result of Probe; its JSON form is the contract of
@@ -38,7 +42,8 @@ type Report struct {
 	ExtentsTotal       int       `json:"extents_total"`
 	ExtentsDisagreeing int       `json:"extents_disagreeing"`
 	// GeometryMismatch names a difference between reachable replicas'
-	// regions; extents are not compared when it is set.
+	// regions (uuid, block size, extent size or count); extents are not
+	// compared when it is set.
 	GeometryMismatch string `json:"geometry_mismatch,omitempty"`
 }
 
@@ -67,8 +72,8 @@ func Probe(ctx context.Context, targets []string, conf *tls.Config, timeout time
 	first := reached[0].Region
 	rep.ExtentsTotal = int(first.ExtentCount)
 	for _, r := range reached[1:] {
-		if *r.Region != *first {
-			rep.GeometryMismatch = fmt.Sprintf("%s serves %+v but %s serves %+v", reached[0].Target, *first, r.Target, *r.Region)
+		if d := regionDiff(*first, *r.Region); d != "" {
+			rep.GeometryMismatch = fmt.Sprintf("%s and %s: %s", reached[0].Target, r.Target, d)
 			return rep, nil
 		}
 	}
@@ -78,6 +83,21 @@ func Probe(ctx context.Context, targets []string, conf *tls.Config, timeout time
 		}
 	}
 	return rep, nil
+}
+
+// regionDiff names how b differs from a, or returns "".
+func regionDiff(a, b Region) string {
+	switch {
+	case a.UUID != b.UUID:
+		return fmt.Sprintf("region uuid %s differs from %s", b.UUID, a.UUID)
+	case a.BlockSize != b.BlockSize:
+		return fmt.Sprintf("block size %s differs from %s", units.FormatBytes(uint64(b.BlockSize)), units.FormatBytes(uint64(a.BlockSize)))
+	case a.ExtentBlocks != b.ExtentBlocks:
+		return fmt.Sprintf("extent size %d blocks differs from %d", b.ExtentBlocks, a.ExtentBlocks)
+	case a.ExtentCount != b.ExtentCount:
+		return fmt.Sprintf("extent count %d differs from %d", b.ExtentCount, a.ExtentCount)
+	}
+	return ""
 }
 
 // extentDisagrees applies the activation rule: an extent needs repair when
@@ -102,13 +122,13 @@ func probeOne(ctx context.Context, r *Replica, conf *tls.Config, timeout time.Du
 	}
 	s, err := dialReadOnly(ctx, r.Target, c)
 	if err != nil {
-		r.Error = err.Error()
+		r.Error, r.Err = err.Error(), err
 		return
 	}
 	defer s.close()
 	versions, err := s.extentVersions()
 	if err != nil {
-		r.Error = err.Error()
+		r.Error, r.Err = err.Error(), err
 		return
 	}
 	r.Reachable = true
