@@ -111,7 +111,7 @@ func newDownstairsRunCmd() *cobra.Command {
 			if err := errors.Join(errs...); err != nil {
 				return err
 			}
-			log, err := newLogger()
+			log, err := newLogger(serverLogLevel)
 			if err != nil {
 				return err
 			}

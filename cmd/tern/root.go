@@ -23,15 +23,29 @@ them, the VMM, and the tools to operate and benchmark them.`,
 
 var logLevel string
 
+// Default log levels: a server's log is its record of what happened; a
+// client command's one-line result should not drown in it, so it shows
+// only what went wrong unless asked.
+const (
+	serverLogLevel = "info"
+	clientLogLevel = "warn"
+)
+
 func init() {
-	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "",
+		"log level: debug, info, warn or error (default "+serverLogLevel+" for servers, "+clientLogLevel+" for client commands)")
 	rootCmd.CompletionOptions.HiddenDefaultCmd = true
 }
 
-// newLogger builds the process logger from --log-level; logs go to stderr
-// so stdout stays for a command's own output.
-func newLogger() (*slog.Logger, error) {
-	level, err := telemetry.ParseLevel(logLevel)
+// newLogger builds the process logger from --log-level, or at defaultLevel
+// when it is not given; logs go to stderr so stdout stays for a command's
+// own output.
+func newLogger(defaultLevel string) (*slog.Logger, error) {
+	name := logLevel
+	if name == "" {
+		name = defaultLevel
+	}
+	level, err := telemetry.ParseLevel(name)
 	if err != nil {
 		return nil, err
 	}

@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
-	"tern/dataplane/tlsconf"
 	"tern/units"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
@@ -28,87 +28,6 @@ func newVolumeCmd() *cobra.Command {
 	return cmd
 }
 
-// volumeFlags are the flags every command that activates a volume takes.
-type volumeFlags struct {
-	targets    []string
-	certs      string
-	gen        uint64
-	quorumWait time.Duration
-}
-
-func (f *volumeFlags) register(cmd *cobra.Command) {
-	fs := cmd.Flags()
-	fs.StringSliceVar(&f.targets, "targets", nil, "the three downstairs addresses, host:port,host:port,host:port")
-	fs.StringVar(&f.certs, "certs", "", "certificate directory (ca.pem, node.pem, node-key.pem)")
-	fs.Uint64Var(&f.gen, "gen", 0, "activation generation; must exceed every earlier one")
-	fs.DurationVar(&f.quorumWait, "activation-quorum-wait", upstairs.DefaultActivationQuorumWait,
-		"how long to wait for all three downstairs before activating with two")
-	for _, name := range []string{"targets", "certs", "gen"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
-}
-
-// activate connects to the volume and activates it.
-func (f *volumeFlags) activate(ctx context.Context) (*upstairs.Upstairs, error) {
-	bundle, err := tlsconf.Load(f.certs)
-	if err != nil {
-		return nil, fmt.Errorf("loading certificates: %w", err)
-	}
-	logger, err := newLogger()
-	if err != nil {
-		return nil, err
-	}
-	up, err := upstairs.New(upstairs.Config{
-		Targets:              f.targets,
-		TLS:                  bundle.ClientConfig(""), // server name: each target's host
-		Logger:               logger,
-		ActivationQuorumWait: f.quorumWait,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := up.Activate(ctx, wire.Generation(f.gen)); err != nil {
-		_ = up.Close()
-		return nil, err
-	}
-	return up, nil
-}
-
-// patternFlags choose the deterministic data and the range it covers.
-type patternFlags struct {
-	seed   uint64
-	offset units.Bytes
-	length units.Bytes
-}
-
-func (f *patternFlags) register(fs *pflag.FlagSet) {
-	fs.Uint64Var(&f.seed, "seed", 0, "seed of the pseudo-random data (each block derives from seed and block index)")
-	fs.Var(&f.offset, "offset", "first byte of the range (block-aligned; accepts units such as 64MiB)")
-	fs.Var(&f.length, "length", "bytes in the range (block-aligned; default: to the end of the volume)")
-}
-
-// span resolves the range against the volume: block size, first block and
-// block count.
-func (f *patternFlags) span(cmd *cobra.Command, up *upstairs.Upstairs) (bs int, first, blocks uint64, err error) {
-	region := up.Status().Region
-	bs = int(region.BlockSize)
-	size := region.Blocks() * uint64(bs)
-	off, length := uint64(f.offset), uint64(f.length)
-	if !cmd.Flags().Changed("length") {
-		if off > size {
-			return 0, 0, 0, fmt.Errorf("offset %s: past the end of the %s volume", units.FormatBytes(off), units.FormatBytes(size))
-		}
-		length = size - off
-	}
-	switch {
-	case off%uint64(bs) != 0 || length%uint64(bs) != 0:
-		return 0, 0, 0, fmt.Errorf("offset %d, length %d: not multiples of the %d-byte block: %w", off, length, bs, upstairs.ErrUnaligned)
-	case off > size || length > size-off:
-		return 0, 0, 0, fmt.Errorf("offset %d, length %d: past the end of the %d-byte volume: %w", off, length, size, upstairs.ErrOutOfRange)
-	}
-	return bs, off / uint64(bs), length / uint64(bs), nil
-}
-
 // chunkBytes is the IO size of fill and verify; volumeWorkers IOs are in
 // flight at once.
 const (
@@ -120,34 +39,79 @@ const (
 // starting at block, each bs bytes.
 type chunkFunc func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error
 
-// runOverRange is the body of fill and verify: activate, resolve the range,
-// apply each chunk (volumeWorkers at once), run finish, report, deactivate.
-// The command's context is cancelled by SIGINT and SIGTERM (see main).
+// runOverRange is the body of fill and verify: check the flags and the
+// range against the probed region (before anything is activated),
+// activate, apply each chunk (volumeWorkers at once, each IO bounded by
+// --io-timeout), run finish, report, deactivate. The command's context is
+// cancelled by SIGINT and SIGTERM (see main).
 func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb string, each chunkFunc, finish func(context.Context, *upstairs.Upstairs) error) error {
 	ctx := cmd.Context()
-	up, err := vf.activate(ctx)
+	pf.lengthSet = cmd.Flags().Changed("length")
+	if err := pf.check(); err != nil {
+		return err
+	}
+	var (
+		bs            int
+		first, blocks uint64
+	)
+	span := func(region wire.RegionInfo) (err error) {
+		bs, first, blocks, err = pf.span(region)
+		return err
+	}
+	// Close flushes what is in flight; past the IO timeout there is
+	// no quorum to flush to.
+	tune := func(cfg *upstairs.Config) {
+		cfg.DeactivateTimeout = min(pf.ioTimeout, upstairs.DefaultDeactivateTimeout)
+	}
+	p, err := vf.prepare(ctx, span, tune)
 	if err != nil {
 		return err
 	}
+	up := p.up
 	defer up.Close()
-	bs, first, blocks, err := pf.span(cmd, up)
-	if err != nil {
+	if err := p.activate(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
 	err = forChunks(ctx, bs, first, blocks, func(buf []byte, block uint64) error {
-		return each(ctx, up, buf, bs, block)
+		ioCtx, cancel := context.WithTimeout(ctx, pf.ioTimeout)
+		defer cancel()
+		return each(ioCtx, up, buf, bs, block)
 	})
-	if err != nil {
-		return err
+	if err == nil && finish != nil {
+		ioCtx, cancel := context.WithTimeout(ctx, pf.ioTimeout)
+		err = finish(ioCtx, up)
+		cancel()
 	}
-	if finish != nil {
-		if err := finish(ctx, up); err != nil {
-			return err
-		}
+	if err != nil {
+		return ioFailed(ctx, up, err, pf.ioTimeout)
 	}
 	report(cmd, verb, bs, first, blocks, time.Since(start))
 	return up.Close()
+}
+
+// ioFailed explains an IO that ran out of --io-timeout by naming the
+// replicas that stopped answering: those no longer active, and active ones
+// that still owe replies. Other errors pass unchanged.
+func ioFailed(ctx context.Context, up *upstairs.Upstairs, err error, ioTimeout time.Duration) error {
+	if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var lost []string
+	for i, r := range up.Status().Replicas {
+		switch {
+		case r.State != upstairs.ReplicaActive && r.LastError != "":
+			lost = append(lost, fmt.Sprintf("replica %d (%s): %s: %s", i, r.Target, r.State, r.LastError))
+		case r.State != upstairs.ReplicaActive:
+			lost = append(lost, fmt.Sprintf("replica %d (%s): %s", i, r.Target, r.State))
+		case r.OutstandingJobs > 0:
+			lost = append(lost, fmt.Sprintf("replica %d (%s): no reply to %d requests", i, r.Target, r.OutstandingJobs))
+		}
+	}
+	if len(lost) == 0 {
+		return fmt.Errorf("giving up after --io-timeout %v: %w", ioTimeout, err)
+	}
+	return fmt.Errorf("giving up after --io-timeout %v without a quorum: lost %s", ioTimeout, strings.Join(lost, "; "))
 }
 
 func newVolumeFillCmd() *cobra.Command {

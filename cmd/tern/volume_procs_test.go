@@ -27,11 +27,21 @@ type volumeProcs struct {
 type downstairsProc struct {
 	cmd    *exec.Cmd
 	exited chan error
+	// records receives every JSON log record the process writes (a full
+	// channel drops them).
+	records chan map[string]any
 }
 
 // startVolumeProcesses creates certificates and three 4-extent regions of
-// one uuid and starts a downstairs process on each.
+// one uuid (1 MiB extents) and starts a downstairs process on each.
 func startVolumeProcesses(t *testing.T) *volumeProcs {
+	t.Helper()
+	return startVolumeProcessesSized(t, "1MiB")
+}
+
+// startVolumeProcessesSized is startVolumeProcesses with extents of
+// extentSize (a --extent-size value).
+func startVolumeProcessesSized(t *testing.T, extentSize string) *volumeProcs {
 	t.Helper()
 	base := t.TempDir()
 	v := &volumeProcs{certs: filepath.Join(base, "certs")}
@@ -42,7 +52,7 @@ func startVolumeProcesses(t *testing.T) *volumeProcs {
 	for i := range v.dirs {
 		v.dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
 		if _, stderr, code := runTern(t, "downstairs", "create", "--dir", v.dirs[i], "--uuid", id,
-			"--block-size", "4096", "--extent-size", "1MiB", "--extent-count", "4"); code != 0 {
+			"--block-size", "4096", "--extent-size", extentSize, "--extent-count", "4"); code != 0 {
 			t.Fatalf("downstairs create: %s", stderr)
 		}
 		v.start(t, i)
@@ -71,15 +81,22 @@ func (v *volumeProcs) start(t *testing.T, i int) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &downstairsProc{cmd: cmd, exited: make(chan error, 1)}
+	p := &downstairsProc{cmd: cmd, exited: make(chan error, 1), records: make(chan map[string]any, 4096)}
 	listening := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
+			if json.Unmarshal(sc.Bytes(), &rec) != nil {
+				continue
+			}
+			if rec["msg"] == "listening" {
 				addr, _ := rec["addr"].(string)
 				listening <- addr
+			}
+			select {
+			case p.records <- rec:
+			default:
 			}
 		}
 		io.Copy(io.Discard, stderr)
@@ -111,6 +128,36 @@ func (v *volumeProcs) stop(t *testing.T, i int) {
 	case <-time.After(10 * time.Second):
 		p.cmd.Process.Kill()
 		<-p.exited
+	}
+}
+
+// kill ends replica i with SIGKILL, the way a crash does, and waits for
+// it to exit.
+func (v *volumeProcs) kill(t *testing.T, i int) {
+	t.Helper()
+	p := v.running[i]
+	if p == nil {
+		return
+	}
+	v.running[i] = nil
+	p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// waitRecord returns the first log record of running replica i for which
+// match holds, failing the test after a minute without one.
+func (v *volumeProcs) waitRecord(t *testing.T, i int, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case rec := <-v.running[i].records:
+			if match(rec) {
+				return rec
+			}
+		case <-deadline:
+			t.Fatalf("downstairs %d logged no matching record within a minute", i)
+		}
 	}
 }
 

@@ -11,11 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/dataplane/tlsconf"
 	"tern/units"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
-	"tern/volume/wire"
 )
 
 // newVolumeRepairCmd is `tern volume repair`: activate (which reconciles
@@ -33,23 +31,11 @@ func newVolumeRepairCmd() *cobra.Command {
 			"one progress object per line on stdout, the last being the final one, and the summary on stderr.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bundle, err := tlsconf.Load(vf.certs)
-			if err != nil {
-				return fmt.Errorf("loading certificates: %w", err)
-			}
-			logger, err := newLogger()
+			p, err := vf.prepare(cmd.Context(), nil, nil)
 			if err != nil {
 				return err
 			}
-			up, err := upstairs.New(upstairs.Config{
-				Targets:              vf.targets,
-				TLS:                  bundle.ClientConfig(""),
-				Logger:               logger,
-				ActivationQuorumWait: vf.quorumWait,
-			})
-			if err != nil {
-				return err
-			}
+			up := p.up
 			defer up.Close()
 			updates, cancel := up.SubscribeActivation(64)
 			defer cancel()
@@ -57,7 +43,7 @@ func newVolumeRepairCmd() *cobra.Command {
 			go func() {
 				shown <- showProgress(cmd.OutOrStdout(), updates, asJSON)
 			}()
-			actErr := up.Activate(cmd.Context(), wire.Generation(vf.gen))
+			actErr := p.activate(cmd.Context())
 			var final reconcile.Progress
 			if actErr == nil {
 				final = <-shown

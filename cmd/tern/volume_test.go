@@ -31,7 +31,7 @@ func TestVolumeFillThenVerify(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("fill exited %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "filled 8MiB at offset 0") {
+	if !strings.Contains(out, "filled 8MiB at offset 0B") {
 		t.Fatalf("fill printed %q", out)
 	}
 	// Overwrite 8 KiB in the middle with another seed.
@@ -45,7 +45,14 @@ func TestVolumeFillThenVerify(t *testing.T) {
 		{[]string{"--gen", "3", "--seed", "42", "--length", "4MiB"}, ""},
 		{[]string{"--gen", "4", "--seed", "7", "--offset", "4MiB", "--length", "8KiB"}, ""},
 		{[]string{"--gen", "5", "--seed", "42"}, "block 1024: "},
-		{[]string{"--gen", "6", "--seed", "42", "--offset", "4100", "--length", "4KiB"}, "not multiples of the 4096-byte block"},
+		// Inputs that are wrong on this volume fail before activating,
+		// so they use up no generation: 6 is still free after them.
+		{[]string{"--gen", "6", "--seed", "42", "--offset", "4100", "--length", "4KiB"}, "--offset 4100B: not block-aligned on any volume"},
+		{[]string{"--gen", "6", "--seed", "42", "--offset", "2KiB", "--length", "4KiB"}, "--offset 2KiB: not a multiple of the 4KiB block size"},
+		{[]string{"--gen", "6", "--seed", "42", "--offset", "300MiB"}, "--offset 300MiB: past the end of the 8MiB volume"},
+		{[]string{"--gen", "6", "--seed", "42", "--offset", "7MiB", "--length", "2MiB"}, "--offset 7MiB, --length 2MiB: past the end of the 8MiB volume"},
+		{[]string{"--gen", "6", "--seed", "42", "--length", "0"}, "--length 0B: the range is empty"},
+		{[]string{"--gen", "6", "--seed", "42", "--length", "4MiB"}, ""},
 		{[]string{"--gen", "6", "--seed", "42"}, "generation too low"}, // gen 6 used by the previous run
 	}
 	for _, tt := range tests {
