@@ -9,12 +9,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/dataplane/tlsconf"
+	"tern/units"
 	"tern/volume/inspect"
 )
 
 // newVolumeStatusCmd is `tern volume status`: a read-only look at the
-// replicas that never fences the active upstairs. Disagreement is a
-// finding; the command fails only when no replica answered.
+// replicas that never fences the active upstairs. Extents that disagree
+// are a finding (what repair is for); the command fails when no replica
+// answered or when replicas serve different regions (uuid or geometry),
+// which no repair can fix.
 func newVolumeStatusCmd() *cobra.Command {
 	var (
 		targets    []string
@@ -44,6 +47,9 @@ func newVolumeStatusCmd() *cobra.Command {
 			} else if rep != nil {
 				printStatus(cmd, rep)
 			}
+			if err == nil && rep.GeometryMismatch != "" {
+				err = fmt.Errorf("replicas disagree on the region: %s", rep.GeometryMismatch)
+			}
 			return err
 		},
 	}
@@ -67,12 +73,11 @@ func printStatus(cmd *cobra.Command, rep *inspect.Report) {
 			fmt.Fprintf(w, "%-22s unreachable: %s\n", r.Target, r.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%-22s reachable  region %s  %d × %d blocks of %d B  dirty extents %d\n",
-			r.Target, r.Region.UUID, r.Region.ExtentCount, r.Region.ExtentBlocks, r.Region.BlockSize, r.DirtyExtents)
+		fmt.Fprintf(w, "%-22s reachable  region %s  %d × %d blocks of %s  dirty extents %d\n",
+			r.Target, r.Region.UUID, r.Region.ExtentCount, r.Region.ExtentBlocks, units.FormatBytes(uint64(r.Region.BlockSize)), r.DirtyExtents)
 	}
 	if rep.GeometryMismatch != "" {
-		fmt.Fprintf(w, "replicas disagree on geometry: %s\n", rep.GeometryMismatch)
-		return
+		return // the command's error names it
 	}
 	fmt.Fprintf(w, "extents: %d total, %d disagreeing\n", rep.ExtentsTotal, rep.ExtentsDisagreeing)
 }
