@@ -242,3 +242,58 @@ func TestVolumeCommandsAreQuietByDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeWaitsForReplicasThatStartLate: until --activate-timeout the
+// command keeps trying, so replicas that start after it warned are used.
+func TestVolumeWaitsForReplicasThatStartLate(t *testing.T) {
+	v := startVolumeProcesses(t)
+	v.stop(t, 1)
+	v.stop(t, 2)
+	cmd := exec.Command(ternBin, "volume", "fill", "--targets", v.targetList(), "--certs", v.certs, "--gen", "1",
+		"--length", "1MiB", "--activation-quorum-wait", "1s", "--activate-timeout", "10m")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	warned := make(chan struct{})
+	readDone := make(chan struct{})
+	var lines []string
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+			if len(lines) == 2 { // one warning for each missing replica
+				close(warned)
+			}
+		}
+	}()
+	select {
+	case <-warned:
+	case <-readDone:
+		cmd.Wait()
+		t.Fatalf("fill ended without waiting: %q", lines)
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-readDone
+		t.Fatal("fill gave no warning about two missing replicas within 2 minutes")
+	}
+	v.start(t, 1)
+	v.start(t, 2)
+	select {
+	case <-readDone:
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		<-readDone
+		t.Fatal("fill did not finish within 3 minutes of its replicas starting")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("fill exited with %v once its replicas started: %q", err, lines)
+	}
+	if len(lines) != 2 || !strings.Contains(lines[0], "unreachable, retrying until --activate-timeout 10m0s") {
+		t.Fatalf("stderr %q: want one retry warning per missing replica", lines)
+	}
+}
