@@ -123,6 +123,9 @@ func (f *patternFlags) register(fs *pflag.FlagSet) {
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the pseudo-random data (each block derives from seed and block index)")
 	fs.Var(&f.offset, "offset", "first byte of the range (block-aligned; accepts units such as 64MiB)")
 	fs.Var(&f.length, "length", "bytes in the range (block-aligned; default: to the end of the volume)")
+	// Its zero value is not a length of zero but "to the end", which the
+	// usage already says.
+	fs.Lookup("length").DefValue = ""
 	fs.DurationVar(&f.ioTimeout, "io-timeout", defaultIOTimeout,
 		"how long one IO may wait (for a quorum of replicas) before the command gives up")
 }
