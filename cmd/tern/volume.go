@@ -90,11 +90,20 @@ func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb st
 	return up.Close()
 }
 
-// ioFailed explains an IO that ran out of --io-timeout by naming the
-// replicas that stopped answering: those no longer active, and active ones
-// that still owe replies. Other errors pass unchanged.
+// ioFailed explains an IO that ran out of --io-timeout, or that the
+// upstairs failed for want of a quorum, by naming the replicas lost: those
+// no longer active, and active ones that still owe replies. Other errors
+// pass unchanged.
 func ioFailed(ctx context.Context, up *upstairs.Upstairs, err error, ioTimeout time.Duration) error {
-	if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+	var why string
+	switch {
+	case ctx.Err() != nil:
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		why = fmt.Sprintf("giving up after --io-timeout %v without a quorum", ioTimeout)
+	case errors.Is(err, upstairs.ErrNotEnoughReplicas):
+		why = "lost the quorum"
+	default:
 		return err
 	}
 	var lost []string
@@ -109,9 +118,9 @@ func ioFailed(ctx context.Context, up *upstairs.Upstairs, err error, ioTimeout t
 		}
 	}
 	if len(lost) == 0 {
-		return fmt.Errorf("giving up after --io-timeout %v: %w", ioTimeout, err)
+		return fmt.Errorf("%s: %w", why, err)
 	}
-	return fmt.Errorf("giving up after --io-timeout %v without a quorum: lost %s", ioTimeout, strings.Join(lost, "; "))
+	return fmt.Errorf("%s: lost %s", why, strings.Join(lost, "; "))
 }
 
 func newVolumeFillCmd() *cobra.Command {

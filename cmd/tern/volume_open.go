@@ -282,6 +282,8 @@ func unreachable(rep *inspect.Report) string {
 // reachReason is why a probe did not reach r, on one line.
 func reachReason(r inspect.Replica) string {
 	if errors.Is(r.Err, context.DeadlineExceeded) {
+		// QUIC gets no "connection refused": a port nobody serves
+		// looks like a host that is down.
 		return "no answer (is a downstairs serving that address?)"
 	}
 	if r.Error == "" {
