@@ -72,19 +72,41 @@ func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb st
 	if err := p.activate(ctx); err != nil {
 		return err
 	}
-	start := time.Now()
-	err = forChunks(ctx, bs, first, blocks, func(buf []byte, block uint64) error {
+	var (
+		giveUpOnce sync.Once
+		gaveUp     error
+	)
+	// bounded runs one IO under --io-timeout. The first that runs out
+	// of it, or of replicas, becomes the command's error, and closes the
+	// volume: the other IOs may be waiting on the same dead replicas,
+	// and a write is released only once no sender still reads its
+	// buffer, which for a replica that vanished is when its connection
+	// closes.
+	bounded := func(io func(context.Context) error) error {
 		ioCtx, cancel := context.WithTimeout(ctx, pf.ioTimeout)
 		defer cancel()
-		return each(ioCtx, up, buf, bs, block)
+		err := io(ioCtx)
+		if lost := ioFailed(ctx, up, err, pf.ioTimeout); lost != nil {
+			giveUpOnce.Do(func() {
+				gaveUp = lost
+				_ = up.Close()
+			})
+			return lost
+		}
+		return err
+	}
+	start := time.Now()
+	err = forChunks(ctx, bs, first, blocks, func(buf []byte, block uint64) error {
+		return bounded(func(ioCtx context.Context) error { return each(ioCtx, up, buf, bs, block) })
 	})
 	if err == nil && finish != nil {
-		ioCtx, cancel := context.WithTimeout(ctx, pf.ioTimeout)
-		err = finish(ioCtx, up)
-		cancel()
+		err = bounded(func(ioCtx context.Context) error { return finish(ioCtx, up) })
+	}
+	if gaveUp != nil {
+		return gaveUp // not an IO that failed for being cut short by it
 	}
 	if err != nil {
-		return ioFailed(ctx, up, err, pf.ioTimeout)
+		return err
 	}
 	report(cmd, verb, bs, first, blocks, time.Since(start))
 	return up.Close()
@@ -92,19 +114,19 @@ func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb st
 
 // ioFailed explains an IO that ran out of --io-timeout, or that the
 // upstairs failed for want of a quorum, by naming the replicas lost: those
-// no longer active, and active ones that still owe replies. Other errors
-// pass unchanged.
+// no longer active, and active ones that still owe replies. It returns nil
+// for any other outcome.
 func ioFailed(ctx context.Context, up *upstairs.Upstairs, err error, ioTimeout time.Duration) error {
 	var why string
 	switch {
-	case ctx.Err() != nil:
-		return err
+	case err == nil || ctx.Err() != nil:
+		return nil
 	case errors.Is(err, context.DeadlineExceeded):
 		why = fmt.Sprintf("giving up after --io-timeout %v without a quorum", ioTimeout)
 	case errors.Is(err, upstairs.ErrNotEnoughReplicas):
 		why = "lost the quorum"
 	default:
-		return err
+		return nil
 	}
 	var lost []string
 	for i, r := range up.Status().Replicas {
