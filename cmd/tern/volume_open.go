@@ -42,9 +42,11 @@ type preparedVolume struct {
 	filter *replicaLogFilter // nil at --log-level debug
 	region wire.RegionInfo
 	// missing holds, for each replica the probe could not reach, why.
-	missing  [3]string
-	deadline time.Time // end of --activate-timeout
-	flags    *volumeFlags
+	missing [3]string
+	// probeWait is how long the last probe waited for each replica.
+	probeWait time.Duration
+	deadline  time.Time // end of --activate-timeout
+	flags     *volumeFlags
 }
 
 // prepare checks the flags, probes the replicas read-only until two agree
@@ -80,7 +82,7 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 			reached++
 			p.region = regionInfo(r.Region)
 		} else {
-			p.missing[i] = reachReason(r)
+			p.missing[i] = reachReason(r, p.probeWait)
 		}
 	}
 	if check != nil {
@@ -132,6 +134,7 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 		perTry := max(time.Until(quorumAt), reachBackoffMax)
 		perTry = min(perTry, max(time.Until(p.deadline), time.Millisecond))
 		rep, _ := inspect.Probe(ctx, f.targets, conf, perTry)
+		p.probeWait = perTry
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -159,10 +162,10 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 		case reached >= 2 && (!now.Before(quorumAt) || reached+hopeless == len(f.targets)):
 			return rep, nil
 		case len(f.targets)-hopeless < 2:
-			return nil, fmt.Errorf("TLS verification failed %d times: %s", tlsAttempts, unreachable(rep))
+			return nil, fmt.Errorf("TLS verification failed %d times: %s", tlsAttempts, unreachable(rep, perTry))
 		case !now.Before(p.deadline):
 			return nil, fmt.Errorf("%d of %d replicas reachable within --activate-timeout %v: %s",
-				reached, len(f.targets), f.activateTimeout, unreachable(rep))
+				reached, len(f.targets), f.activateTimeout, unreachable(rep, perTry))
 		}
 		if !warned && !now.Before(quorumAt) {
 			// Below quorum after the quorum wait: say once per replica
@@ -171,7 +174,7 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 			for i, r := range rep.Replicas {
 				if !r.Reachable {
 					p.cliLog.Warn(fmt.Sprintf("replica %d (%s) unreachable, retrying until --activate-timeout %v: %s",
-						i, r.Target, f.activateTimeout, reachReason(r)))
+						i, r.Target, f.activateTimeout, reachReason(r, perTry)))
 				}
 			}
 		}
@@ -269,22 +272,23 @@ func (p *preparedVolume) replicaReasons(pick func(upstairs.ReplicaStatus) bool) 
 
 // unreachable lists "replica i (addr): reason" for each replica the probe
 // did not reach, in one line.
-func unreachable(rep *inspect.Report) string {
+func unreachable(rep *inspect.Report, wait time.Duration) string {
 	var out []string
 	for i, r := range rep.Replicas {
 		if !r.Reachable {
-			out = append(out, fmt.Sprintf("replica %d (%s): %s", i, r.Target, reachReason(r)))
+			out = append(out, fmt.Sprintf("replica %d (%s): %s", i, r.Target, reachReason(r, wait)))
 		}
 	}
 	return strings.Join(out, "; ")
 }
 
-// reachReason is why a probe did not reach r, on one line.
-func reachReason(r inspect.Replica) string {
+// reachReason is why a probe that waited wait did not reach r, on one
+// line.
+func reachReason(r inspect.Replica, wait time.Duration) string {
 	if errors.Is(r.Err, context.DeadlineExceeded) {
 		// QUIC gets no "connection refused": a port nobody serves
 		// looks like a host that is down.
-		return "no answer (is a downstairs serving that address?)"
+		return fmt.Sprintf("no answer within %v (is a downstairs serving that address?)", wait.Round(100*time.Millisecond))
 	}
 	if r.Error == "" {
 		return "no answer"
