@@ -162,7 +162,8 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 		case reached >= 2 && (!now.Before(quorumAt) || reached+hopeless == len(f.targets)):
 			return rep, nil
 		case len(f.targets)-hopeless < 2:
-			return nil, fmt.Errorf("TLS verification failed %d times: %s", tlsAttempts, unreachable(rep, perTry))
+			// Not transient: no retry until --activate-timeout.
+			return nil, fmt.Errorf("%d replicas failed the TLS handshake %d times in a row: %s", hopeless, tlsAttempts, unreachable(rep, perTry))
 		case !now.Before(p.deadline):
 			return nil, fmt.Errorf("%d of %d replicas reachable within --activate-timeout %v: %s",
 				reached, len(f.targets), f.activateTimeout, unreachable(rep, perTry))
