@@ -10,10 +10,11 @@ import (
 // upstairs retries a replica it cannot reach: the upstairs logs a warning
 // on every failed attempt (every 2 s at most once backed off), which is
 // right for a long-running server and noise for a command whose result is
-// one line. Below LevelError, it passes a record that names a replica
-// (the "replica" attribute) once per message and replica, and none at all
-// for a replica the command has already named to the user (quiet). Errors
-// and records about no replica always pass.
+// one line. Of the warnings that name a replica (the "replica" attribute)
+// it passes each message once per replica, and none at all for a replica
+// the command has already named to the user (quiet). Every other record
+// passes: errors, and the info and debug lines (state changes) asked for
+// with --log-level.
 type replicaLogFilter struct {
 	next  slog.Handler
 	state *replicaLogState // shared by the handlers WithAttrs and WithGroup derive
@@ -23,7 +24,7 @@ type replicaLogState struct {
 	mu sync.Mutex
 	// seen holds the (message, replica) pairs already passed.
 	seen map[replicaLogKey]bool
-	// quiet holds the replicas whose sub-error records are all dropped.
+	// quiet holds the replicas whose warnings are all dropped.
 	quiet map[int64]bool
 }
 
@@ -39,8 +40,8 @@ func newReplicaLogFilter(next slog.Handler) *replicaLogFilter {
 	}}
 }
 
-// quiet drops every further record below LevelError about replica r: the
-// command has told the user about it in its own words.
+// quiet drops every further warning about replica r: the command has told
+// the user about it in its own words.
 func (h *replicaLogFilter) quiet(r int) {
 	h.state.mu.Lock()
 	defer h.state.mu.Unlock()
@@ -52,10 +53,10 @@ func (h *replicaLogFilter) Enabled(ctx context.Context, level slog.Level) bool {
 	return h.next.Enabled(ctx, level)
 }
 
-// Handle passes rec on unless it repeats a replica's message or concerns a
-// quiet replica (see replicaLogFilter).
+// Handle passes rec on unless it is a warning that repeats a replica's
+// message or concerns a quiet replica (see replicaLogFilter).
 func (h *replicaLogFilter) Handle(ctx context.Context, rec slog.Record) error {
-	if rec.Level >= slog.LevelError {
+	if rec.Level != slog.LevelWarn {
 		return h.next.Handle(ctx, rec)
 	}
 	replica, ok := int64(0), false

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestReplicaLogFilterPassesEachReplicaWarningOnce(t *testing.T) {
+func TestReplicaLogFilterPassesEachReplicaWarningOnceAndAllElse(t *testing.T) {
 	var buf bytes.Buffer
 	f := newReplicaLogFilter(slog.NewTextHandler(&buf, nil))
 	log := slog.New(f).With("component", "upstairs") // derived handlers share what was seen
@@ -16,13 +16,15 @@ func TestReplicaLogFilterPassesEachReplicaWarningOnce(t *testing.T) {
 		log.Warn("downstairs session ended", "replica", 2, "err", "dial: timeout")
 		log.Warn("no replica named", "n", 1)
 	}
+	log.Info("replica state", "replica", 1, "state", "active")
+	log.Info("replica state", "replica", 1, "state", "stopped")
 	f.quiet(0)
 	log.Warn("downstairs session ended", "replica", 0)
 	log.Error("replica refused to rejoin", "replica", 0)
 	log.Error("replica refused to rejoin", "replica", 0)
 	got := buf.String()
 	for msg, want := range map[string]int{
-		"replica=1": 1, "replica=2": 1, `"no replica named"`: 3,
+		"downstairs session ended\" component=upstairs replica=1": 1, "replica=2": 1, `msg="replica state"`: 2, `"no replica named"`: 3,
 		`msg="downstairs session ended" component=upstairs replica=0`: 0, `msg="replica refused to rejoin"`: 2,
 	} {
 		if n := strings.Count(got, msg); n != want {
