@@ -71,9 +71,9 @@ func createSpec(dir string, blockSize, extentSize uint64, extentCount uint32, id
 		errs = append(errs, errors.New("--extent-count is required and must be positive"))
 	}
 	if blockSize != 512 && blockSize != 4096 {
-		errs = append(errs, fmt.Errorf("--block-size %d: want 512 or 4096", blockSize))
+		errs = append(errs, fmt.Errorf("--block-size %s: want 512B or 4KiB", units.FormatBytes(blockSize)))
 	} else if extentSize == 0 || extentSize%blockSize != 0 {
-		errs = append(errs, fmt.Errorf("--extent-size %s is not a positive multiple of the %d-byte block size", units.FormatBytes(extentSize), blockSize))
+		errs = append(errs, fmt.Errorf("--extent-size %s is not a positive multiple of the %s block size", units.FormatBytes(extentSize), units.FormatBytes(blockSize)))
 	} else if extentSize/blockSize > 1<<32-1 {
 		errs = append(errs, fmt.Errorf("--extent-size %s has too many blocks", units.FormatBytes(extentSize)))
 	}

@@ -45,16 +45,19 @@ func TestDownstairsCreatePrintsUUID(t *testing.T) {
 }
 
 func TestDownstairsCreateRejectsBadGeometry(t *testing.T) {
-	cases := [][]string{
-		{"--extent-size", "5000", "--extent-count", "1"},
-		{"--extent-count", "0"},
-		{"--block-size", "1000", "--extent-count", "1"},
-		{"--extent-count", "1", "--uuid", "not-a-uuid"},
+	cases := []struct {
+		args []string
+		want string // sizes are written with units, as everywhere
+	}{
+		{[]string{"--extent-size", "5000", "--extent-count", "1"}, "--extent-size 5000B is not a positive multiple of the 4KiB block size"},
+		{[]string{"--extent-count", "0"}, "--extent-count"},
+		{[]string{"--block-size", "1000", "--extent-count", "1"}, "--block-size 1000B: want 512B or 4KiB"},
+		{[]string{"--extent-count", "1", "--uuid", "not-a-uuid"}, "uuid"},
 	}
-	for _, args := range cases {
-		_, stderr, code := runTern(t, append([]string{"downstairs", "create", "--dir", t.TempDir() + "/r"}, args...)...)
-		if code == 0 || stderr == "" {
-			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+	for _, c := range cases {
+		_, stderr, code := runTern(t, append([]string{"downstairs", "create", "--dir", t.TempDir() + "/r"}, c.args...)...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want it to name %q", c.args, code, stderr, c.want)
 		}
 	}
 }
