@@ -151,7 +151,7 @@ func TestVolumeFailsOnAForeignCA(t *testing.T) {
 func TestVolumeFillGivesUpWhenTwoReplicasDie(t *testing.T) {
 	v := startVolumeProcessesSized(t, "64MiB") // 256 MiB: the fill outlasts the kills
 	cmd := exec.Command(ternBin, "volume", "fill", "--targets", v.targetList(), "--certs", v.certs, "--gen", "1",
-		"--seed", "3", "--io-timeout", "3s", "--log-level", "info")
+		"--seed", "3", "--io-timeout", "5s", "--log-level", "info")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestVolumeFillGivesUpWhenTwoReplicasDie(t *testing.T) {
 		t.Fatalf("fill exited %d after losing two replicas: %s", code, strings.Join(lines, "\n"))
 	}
 	final := lines[len(lines)-1]
-	if !strings.Contains(final, "--io-timeout 3s") || !strings.Contains(final, "replica 1 ("+v.addrs[1]+")") ||
+	if !strings.Contains(final, "--io-timeout 5s") || !strings.Contains(final, "replica 1 ("+v.addrs[1]+")") ||
 		!strings.Contains(final, "replica 2 ("+v.addrs[2]+")") || strings.Contains(final, v.addrs[0]) {
 		t.Fatalf("final line %q: want the IO timeout and replicas 1 and 2, not replica 0", final)
 	}
