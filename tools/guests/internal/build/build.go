@@ -23,7 +23,7 @@ var Guests = []string{"hello", "dirty", "disk"}
 const CompilerFile = "COMPILER"
 
 // commonSources are linked into every guest.
-var commonSources = []string{"entry.S", "runtime.c"}
+var commonSources = []string{"entry.S", "runtime.c", "trap.c"}
 
 // Flags are the compiler and linker flags. They leave out everything that
 // would make the bytes depend on the checkout or the host: no debug info,
