@@ -249,19 +249,46 @@ func TestQEMUDiskWithoutDeviceFails(t *testing.T) {
 	}
 }
 
+var (
+	dirtyRateLine   = regexp.MustCompile(`^dirty: rate [0-9]+ MiB/s$`)
+	dirtyVerifyLine = regexp.MustCompile(`^dirty: verify (PASS generation [0-9]+|FAIL .*)$`)
+)
+
 func TestQEMUDirtyHonoursParamsAndVerifies(t *testing.T) {
-	p := Params{MemStart: 8 << 20, MemBytes: 4 << 20, WorkingSetBytes: 256 << 10, Passes: 3}
+	p := Params{MemStart: 8 << 20, MemBytes: 4 << 20, WorkingSetBytes: 256 << 10, Passes: 3, TSCkHz: 1_000_000}
 	out, code := qemuRun(t, "dirty", &p)
 	for _, want := range []string{
 		"dirty: 1024 pages at 0x800000, working set 64 pages\n",
-		"dirty: verify PASS generation 3\n",
+		"dirty: tsc 1000000 kHz\n",
+		"dirty: verify PASS generation 3\ndirty: verified 4 MiB in ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("serial output %q lacks %q", out, want)
 		}
 	}
+	for _, re := range []string{`\ndirty: filled 4 MiB in [0-9]+ ms\n`, `\ndirty: rate [0-9]+ MiB/s\n`,
+		`\ndirty: max progress gap [0-9]+ tsc ticks\n$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("serial output %q does not match %q", out, re)
+		}
+	}
+	if strings.Contains(out, "FAIL") {
+		t.Errorf("serial output %q reports a failure", out)
+	}
 	if code != qemuExitSuccess {
 		t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
+	}
+}
+
+func TestQEMUDirtyForeverVerifiesPeriodicallyAndPrintsItsRate(t *testing.T) {
+	// A small TSC frequency makes the interval short in wall-clock time.
+	p := Params{MemBytes: 2 << 20, WorkingSetBytes: 1 << 20, Passes: PassesForever, TSCkHz: 200_000}
+	g := startQEMU(t, tcg, "dirty", &p)
+	for i := 0; i < 2; i++ {
+		g.waitFor(dirtyRateLine)
+		if line := g.waitFor(dirtyVerifyLine); !strings.HasPrefix(line, "dirty: verify PASS generation ") {
+			t.Fatalf("periodic verification %d: %q", i, line)
+		}
 	}
 }
 
@@ -312,4 +339,16 @@ func TestQEMUKVMHelloRunsAtCPL3(t *testing.T) {
 		code != qemuStatus(ExceptionStatus(14)) {
 		t.Errorf("output %q status %d, want the hello line, then the #PF at CPL3 and status %d", out, code, qemuStatus(ExceptionStatus(14)))
 	}
+}
+
+func TestQEMUKVMDirtyVerifies256MiB(t *testing.T) {
+	kvmUsable(t)
+	p := Params{MemStart: 16 << 20, MemBytes: 256 << 20, WorkingSetBytes: 64 << 20, Passes: 8}
+	g := startQEMU(t, kvm, "dirty", &p)
+	out, code := g.wait()
+	skipIfKVMRefused(t, g, out)
+	if !strings.Contains(out, "dirty: verify PASS generation 8\n") || strings.Contains(out, "FAIL") || code != qemuExitSuccess {
+		t.Errorf("output %q status %d, want a PASS of generation 8 and status %d", out, code, qemuExitSuccess)
+	}
+	t.Logf("dirty under KVM (figures scaled by an assumed %d kHz TSC):\n%s", DefaultTSCkHz, out)
 }
