@@ -213,6 +213,23 @@ func TestQEMUExceptionAtCPL3IsReportedAndExitsWithItsVector(t *testing.T) {
 	}
 }
 
+func TestQEMUEchoEchoesUARTInputUntilQuit(t *testing.T) {
+	g := startQEMU(t, tcg, "echo", nil)
+	g.waitFor(regexp.MustCompile(`^echo: ready$`))
+	// CR LF, bare LF and bare CR all end a line; CR LF counts once.
+	if _, err := io.WriteString(g.stdin, "hello tern\r\nsecond line\nthird\r\rquit\n"); err != nil {
+		t.Fatal(err)
+	}
+	out, code := g.wait()
+	want := "echo: ready\necho: hello tern\necho: second line\necho: third\necho: \necho: quit\necho: bye\n"
+	if out != want {
+		t.Errorf("serial output %q, want %q", out, want)
+	}
+	if code != qemuExitSuccess {
+		t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
+	}
+}
+
 func TestQEMUDiskWritesVerifiesAndLeavesThePatternOnTheImage(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(img, make([]byte, 1<<20), 0o644); err != nil {
