@@ -40,6 +40,7 @@ type qemuGuest struct {
 	lines  chan string // serial lines without CR LF; closed when QEMU's stdout is
 	out    strings.Builder
 	ctx    context.Context
+	kvm    bool
 }
 
 // startQEMU boots guest under `qemu-system-x86_64 -M microvm` with the
@@ -73,7 +74,7 @@ func startQEMU(t *testing.T, accel []string, guest string, p *Params, extra ...s
 	args := append(append([]string{"-M", "microvm"}, accel...), "-m", "512M",
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-kernel", path)
-	g := &qemuGuest{t: t, name: guest, lines: make(chan string, 64), ctx: ctx}
+	g := &qemuGuest{t: t, name: guest, lines: make(chan string, 64), ctx: ctx, kvm: accel[0] == kvm[0]}
 	g.cmd = exec.CommandContext(ctx, qemu, append(args, extra...)...)
 	g.cmd.Stderr = &g.stderr
 	if g.stdin, err = g.cmd.StdinPipe(); err != nil {
@@ -128,6 +129,8 @@ func (g *qemuGuest) waitFor(re *regexp.Regexp) string {
 	for {
 		line, ok := g.next()
 		if !ok {
+			_ = g.cmd.Wait()
+			g.skipIfKVMRefused()
 			g.t.Fatalf("guest %s ended without a line matching %q; serial:\n%s\nstderr: %s",
 				g.name, re, g.out.String(), g.stderr.String())
 		}
@@ -150,6 +153,7 @@ func (g *qemuGuest) wait() (string, int) {
 	if g.ctx.Err() != nil {
 		g.t.Fatalf("guest %s did not exit within the deadline; serial:\n%s", g.name, g.out.String())
 	}
+	g.skipIfKVMRefused()
 	var ee *exec.ExitError
 	code := 0
 	if errors.As(err, &ee) {
@@ -178,28 +182,31 @@ func qemuStatus(status uint8) int { return int(status)<<1 | 1 }
 var qemuExitSuccess = qemuStatus(0)
 
 func TestQEMUHelloPrintsAndExitsZero(t *testing.T) {
-	out, code := qemuRun(t, "hello", nil)
-	if out != "Hello from the tern test guest\n" {
-		t.Errorf("serial output %q, want exactly the hello line", out)
-	}
-	if code != qemuExitSuccess {
-		t.Errorf("qemu exit status %d, want %d (guest status 0)", code, qemuExitSuccess)
-	}
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		out, code := startQEMU(t, accel, "hello", nil).wait()
+		if out != "Hello from the tern test guest\n" {
+			t.Errorf("serial output %q, want exactly the hello line", out)
+		}
+		if code != qemuExitSuccess {
+			t.Errorf("qemu exit status %d, want %d (guest status 0)", code, qemuExitSuccess)
+		}
+	})
 }
 
 func TestQEMUExceptionAtCPL3IsReportedAndExitsWithItsVector(t *testing.T) {
 	for _, c := range []struct {
+		name   string
 		fault  uint64
 		vector uint8
 		line   string
 	}{
-		{HelloFaultDivide, 0, `^guest: exception #DE vector 0 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
-		{HelloFaultInvalidOp, 6, `^guest: exception #UD vector 6 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
-		{HelloFaultNonCanonical, 13, `^guest: exception #GP vector 13 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
-		{HelloFaultPage, 14, `^guest: exception #PF vector 14 error 0x4 rip 0x[0-9a-f]+ cpl 3 cr2 0x100000000$`},
-		{HelloFaultPort, 13, `^guest: exception #GP vector 13 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"divide", HelloFaultDivide, 0, `^guest: exception #DE vector 0 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"ud2", HelloFaultInvalidOp, 6, `^guest: exception #UD vector 6 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"non-canonical", HelloFaultNonCanonical, 13, `^guest: exception #GP vector 13 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"unmapped", HelloFaultPage, 14, `^guest: exception #PF vector 14 error 0x4 rip 0x[0-9a-f]+ cpl 3 cr2 0x100000000$`},
+		{"denied-port", HelloFaultPort, 13, `^guest: exception #GP vector 13 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
 	} {
-		t.Run(fmt.Sprint(c.fault), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			out, code := qemuRun(t, "hello", &Params{HelloFault: c.fault})
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
@@ -214,31 +221,39 @@ func TestQEMUExceptionAtCPL3IsReportedAndExitsWithItsVector(t *testing.T) {
 }
 
 func TestQEMUEchoEchoesUARTInputUntilQuit(t *testing.T) {
-	g := startQEMU(t, tcg, "echo", nil)
-	g.waitFor(regexp.MustCompile(`^echo: ready$`))
-	// CR LF, bare LF and bare CR all end a line; CR LF counts once.
-	if _, err := io.WriteString(g.stdin, "hello tern\r\nsecond line\nthird\r\rquit\n"); err != nil {
-		t.Fatal(err)
-	}
-	out, code := g.wait()
-	want := "echo: ready\necho: hello tern\necho: second line\necho: third\necho: \necho: quit\necho: bye\n"
-	if out != want {
-		t.Errorf("serial output %q, want %q", out, want)
-	}
-	if code != qemuExitSuccess {
-		t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
-	}
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		g := startQEMU(t, accel, "echo", nil)
+		g.waitFor(regexp.MustCompile(`^echo: ready$`))
+		// CR LF, bare LF and bare CR all end a line; CR LF counts once.
+		if _, err := io.WriteString(g.stdin, "hello tern\r\nsecond line\nthird\r\rquit\n"); err != nil {
+			t.Fatal(err)
+		}
+		out, code := g.wait()
+		want := "echo: ready\necho: hello tern\necho: second line\necho: third\necho: \necho: quit\necho: bye\n"
+		if out != want {
+			t.Errorf("serial output %q, want %q", out, want)
+		}
+		if code != qemuExitSuccess {
+			t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
+		}
+	})
 }
 
 func TestQEMUDiskWritesVerifiesAndLeavesThePatternOnTheImage(t *testing.T) {
+	forEachAccel(t, testDisk)
+}
+
+// testDisk runs the disk guest from CPL3 against QEMU's virtio-blk and
+// checks the image afterwards.
+func testDisk(t *testing.T, accel []string) {
 	img := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(img, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code := qemuRun(t, "disk", nil,
+	out, code := startQEMU(t, accel, "disk", nil,
 		"-global", "virtio-mmio.force-legacy=false",
 		"-drive", "id=d0,file="+img+",format=raw,if=none",
-		"-device", "virtio-blk-device,drive=d0,serial=terndisk0")
+		"-device", "virtio-blk-device,drive=d0,serial=terndisk0").wait()
 	if !strings.Contains(out, "disk: id terndisk0\n") || !strings.Contains(out, "disk: PASS 256 sectors\n") {
 		t.Errorf("serial output %q, want the disk id and PASS", out)
 	}
@@ -339,18 +354,26 @@ func kvmUsable(t *testing.T) {
 
 // skipIfKVMRefused skips the test when QEMU could not use KVM, which shows
 // as no serial output and a complaint that names KVM on stderr.
-func skipIfKVMRefused(t *testing.T, g *qemuGuest, out string) {
-	t.Helper()
-	if out == "" && strings.Contains(strings.ToLower(g.stderr.String()), "kvm") {
-		t.Skipf("qemu could not use KVM: %s", g.stderr.String())
+func (g *qemuGuest) skipIfKVMRefused() {
+	g.t.Helper()
+	if g.kvm && g.out.Len() == 0 && strings.Contains(strings.ToLower(g.stderr.String()), "kvm") {
+		g.t.Skipf("qemu could not use KVM: %s", g.stderr.String())
 	}
+}
+
+// forEachAccel runs f under TCG and, when /dev/kvm is usable, under KVM.
+func forEachAccel(t *testing.T, f func(t *testing.T, accel []string)) {
+	t.Run("tcg", func(t *testing.T) { f(t, tcg) })
+	t.Run("kvm", func(t *testing.T) {
+		kvmUsable(t)
+		f(t, kvm)
+	})
 }
 
 func TestQEMUKVMHelloRunsAtCPL3(t *testing.T) {
 	kvmUsable(t)
 	g := startQEMU(t, kvm, "hello", &Params{HelloFault: HelloFaultPage})
 	out, code := g.wait()
-	skipIfKVMRefused(t, g, out)
 	if !strings.Contains(out, "Hello from the tern test guest\n") ||
 		!regexp.MustCompile(`guest: exception #PF vector 14 error 0x[0-9a-f]+ rip 0x[0-9a-f]+ cpl 3 cr2 0x100000000\n`).MatchString(out) ||
 		code != qemuStatus(ExceptionStatus(14)) {
@@ -363,7 +386,6 @@ func TestQEMUKVMDirtyVerifies256MiB(t *testing.T) {
 	p := Params{MemStart: 16 << 20, MemBytes: 256 << 20, WorkingSetBytes: 64 << 20, Passes: 8}
 	g := startQEMU(t, kvm, "dirty", &p)
 	out, code := g.wait()
-	skipIfKVMRefused(t, g, out)
 	if !strings.Contains(out, "dirty: verify PASS generation 8\n") || strings.Contains(out, "FAIL") || code != qemuExitSuccess {
 		t.Errorf("output %q status %d, want a PASS of generation 8 and status %d", out, code, qemuExitSuccess)
 	}
