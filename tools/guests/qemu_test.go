@@ -194,6 +194,10 @@ func TestQEMUHelloPrintsAndExitsZero(t *testing.T) {
 }
 
 func TestQEMUExceptionAtCPL3IsReportedAndExitsWithItsVector(t *testing.T) {
+	forEachAccel(t, testExceptions)
+}
+
+func testExceptions(t *testing.T, accel []string) {
 	for _, c := range []struct {
 		name   string
 		fault  uint64
@@ -208,7 +212,7 @@ func TestQEMUExceptionAtCPL3IsReportedAndExitsWithItsVector(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			out, code := qemuRun(t, "hello", &Params{HelloFault: c.fault})
+			out, code := startQEMU(t, accel, "hello", &Params{HelloFault: c.fault}).wait()
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			if len(lines) != 2 || lines[0] != "Hello from the tern test guest" || !regexp.MustCompile(c.line).MatchString(lines[1]) {
 				t.Errorf("serial output %q, want the hello line and one matching %q", out, c.line)
@@ -368,17 +372,6 @@ func forEachAccel(t *testing.T, f func(t *testing.T, accel []string)) {
 		kvmUsable(t)
 		f(t, kvm)
 	})
-}
-
-func TestQEMUKVMHelloRunsAtCPL3(t *testing.T) {
-	kvmUsable(t)
-	g := startQEMU(t, kvm, "hello", &Params{HelloFault: HelloFaultPage})
-	out, code := g.wait()
-	if !strings.Contains(out, "Hello from the tern test guest\n") ||
-		!regexp.MustCompile(`guest: exception #PF vector 14 error 0x[0-9a-f]+ rip 0x[0-9a-f]+ cpl 3 cr2 0x100000000\n`).MatchString(out) ||
-		code != qemuStatus(ExceptionStatus(14)) {
-		t.Errorf("output %q status %d, want the hello line, then the #PF at CPL3 and status %d", out, code, qemuStatus(ExceptionStatus(14)))
-	}
 }
 
 func TestQEMUKVMDirtyVerifies256MiB(t *testing.T) {
