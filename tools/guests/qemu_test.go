@@ -122,19 +122,19 @@ func (g *qemuGuest) next() (line string, ok bool) {
 	}
 }
 
-// waitFor returns the first serial line that matches re, failing the test
-// if QEMU's output ends first.
-func (g *qemuGuest) waitFor(re *regexp.Regexp) string {
+// waitFor returns the first serial line that match accepts, failing the
+// test if QEMU's output ends first.
+func (g *qemuGuest) waitFor(match func(line string) bool) string {
 	g.t.Helper()
 	for {
 		line, ok := g.next()
 		if !ok {
 			_ = g.cmd.Wait()
 			g.skipIfKVMRefused()
-			g.t.Fatalf("guest %s ended without a line matching %q; serial:\n%s\nstderr: %s",
-				g.name, re, g.out.String(), g.stderr.String())
+			g.t.Fatalf("guest %s ended without the line it waited for; serial:\n%s\nstderr: %s",
+				g.name, g.out.String(), g.stderr.String())
 		}
-		if re.MatchString(line) {
+		if match(line) {
 			return line
 		}
 	}
@@ -184,7 +184,7 @@ var qemuExitSuccess = qemuStatus(0)
 func TestQEMUHelloPrintsAndExitsZero(t *testing.T) {
 	forEachAccel(t, func(t *testing.T, accel []string) {
 		out, code := startQEMU(t, accel, "hello", nil).wait()
-		if out != "Hello from the tern test guest\n" {
+		if out != HelloLine+"\n" {
 			t.Errorf("serial output %q, want exactly the hello line", out)
 		}
 		if code != qemuExitSuccess {
@@ -214,7 +214,7 @@ func testExceptions(t *testing.T, accel []string) {
 			t.Parallel()
 			out, code := startQEMU(t, accel, "hello", &Params{HelloFault: c.fault}).wait()
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-			if len(lines) != 2 || lines[0] != "Hello from the tern test guest" || !regexp.MustCompile(c.line).MatchString(lines[1]) {
+			if len(lines) != 2 || lines[0] != HelloLine || !regexp.MustCompile(c.line).MatchString(lines[1]) {
 				t.Errorf("serial output %q, want the hello line and one matching %q", out, c.line)
 			}
 			if want := qemuStatus(ExceptionStatus(c.vector)); code != want {
@@ -227,13 +227,13 @@ func testExceptions(t *testing.T, accel []string) {
 func TestQEMUEchoEchoesUARTInputUntilQuit(t *testing.T) {
 	forEachAccel(t, func(t *testing.T, accel []string) {
 		g := startQEMU(t, accel, "echo", nil)
-		g.waitFor(regexp.MustCompile(`^echo: ready$`))
+		g.waitFor(func(line string) bool { return line == EchoReady })
 		// CR LF, bare LF and bare CR all end a line; CR LF counts once.
 		if _, err := io.WriteString(g.stdin, "hello tern\r\nsecond line\nthird\r\rquit\n"); err != nil {
 			t.Fatal(err)
 		}
 		out, code := g.wait()
-		want := "echo: ready\necho: hello tern\necho: second line\necho: third\necho: \necho: quit\necho: bye\n"
+		want := EchoReady + "\necho: hello tern\necho: second line\necho: third\necho: \necho: quit\n" + EchoBye + "\n"
 		if out != want {
 			t.Errorf("serial output %q, want %q", out, want)
 		}
@@ -285,11 +285,6 @@ func TestQEMUDiskWithoutDeviceFails(t *testing.T) {
 	}
 }
 
-var (
-	dirtyRateLine   = regexp.MustCompile(`^dirty: rate [0-9]+ MiB/s$`)
-	dirtyVerifyLine = regexp.MustCompile(`^dirty: verify (PASS generation [0-9]+|FAIL .*)$`)
-)
-
 func TestQEMUDirtyHonoursParamsAndVerifies(t *testing.T) {
 	p := Params{MemStart: 8 << 20, MemBytes: 4 << 20, WorkingSetBytes: 256 << 10, Passes: 3, TSCkHz: 1_000_000}
 	out, code := qemuRun(t, "dirty", &p)
@@ -321,8 +316,9 @@ func TestQEMUDirtyForeverVerifiesPeriodicallyAndPrintsItsRate(t *testing.T) {
 	p := Params{MemBytes: 2 << 20, WorkingSetBytes: 1 << 20, Passes: PassesForever, TSCkHz: 200_000}
 	g := startQEMU(t, tcg, "dirty", &p)
 	for i := 0; i < 2; i++ {
-		g.waitFor(dirtyRateLine)
-		if line := g.waitFor(dirtyVerifyLine); !strings.HasPrefix(line, "dirty: verify PASS generation ") {
+		g.waitFor(func(line string) bool { _, ok := ParseDirtyRate(line); return ok })
+		line := g.waitFor(func(line string) bool { _, ok := ParseDirtyVerify(line); return ok })
+		if v, _ := ParseDirtyVerify(line); !v.Pass {
 			t.Fatalf("periodic verification %d: %q", i, line)
 		}
 	}
