@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +49,7 @@ func pvhEntry(f *elf.File) (uint32, bool) {
 
 func TestEveryGuestIsALoadableELF64WithBothEntries(t *testing.T) {
 	names := Names()
-	if want := []string{"dirty", "disk", "hello"}; !slices.Equal(names, want) {
+	if want := []string{"dirty", "disk", "echo", "hello"}; !slices.Equal(names, want) {
 		t.Fatalf("Names() = %v, want %v", names, want)
 	}
 	for _, name := range names {
@@ -137,13 +138,34 @@ func TestGenerateReproducesCommittedELFs(t *testing.T) {
 }
 
 func TestParamsEncodeLayout(t *testing.T) {
-	b := Params{MemBytes: 4 << 20, Passes: 3, VirtioBase: 0xd0000000}.Encode()
+	b := Params{MemBytes: 4 << 20, Passes: 3, VirtioBase: 0xd0000000,
+		TSCkHz: 2596120, VerifyEverySec: 5, HelloFault: HelloFaultPage}.Encode()
 	if len(b) != ParamsSize || string(b[:8]) != "TERNPARM" {
 		t.Fatalf("block %q..., len %d", b[:8], len(b))
 	}
-	for off, want := range map[int]uint64{0x08: 1, 0x18: 4 << 20, 0x28: 3, 0x48: 0xd0000000, 0x10: 0} {
+	for off, want := range map[int]uint64{0x08: 1, 0x18: 4 << 20, 0x28: 3, 0x48: 0xd0000000, 0x10: 0,
+		0x50: 2596120, VerifyRequestOffset: 0, VerifyAckOffset: 0, 0x68: 5, 0x70: 4} {
 		if got := binary.LittleEndian.Uint64(b[off:]); got != want {
 			t.Errorf("offset %#x = %#x, want %#x", off, got, want)
+		}
+	}
+}
+
+func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
+	h, err := os.ReadFile(filepath.Join("src", "guest.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("#define DEFAULT_TSC_KHZ %dULL\n", DefaultTSCkHz),
+		fmt.Sprintf("#define PARAMS_ADDR %#xUL\n", ParamsAddr),
+		fmt.Sprintf("#define P_VERIFY_REQUEST %#x\n", VerifyRequestOffset),
+		fmt.Sprintf("#define P_VERIFY_ACK %#x\n", VerifyAckOffset),
+		// The offsets TestParamsEncodeLayout pins on the Go side.
+		"#define P_TSC_KHZ 0x50\n", "#define P_VERIFY_EVERY_SEC 0x68\n", "#define P_HELLO_FAULT 0x70\n",
+	} {
+		if !bytes.Contains(h, []byte(want)) {
+			t.Errorf("src/guest.h lacks %q", want)
 		}
 	}
 }
