@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -42,7 +43,7 @@ func RunInit() {
 // initAndRun does init's work and returns the binary's exit status.
 func initAndRun() (int, error) {
 	for _, m := range []struct{ fstype, dir string }{
-		{"proc", "/proc"}, {"sysfs", "/sys"}, {"devtmpfs", "/dev"}, {"tmpfs", "/tmp"},
+		{"proc", "/proc"}, {"sysfs", "/sys"}, {"devtmpfs", "/dev"},
 	} {
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
 			return 0, fmt.Errorf("creating %s: %w", m.dir, err)
@@ -51,7 +52,9 @@ func initAndRun() (int, error) {
 			return 0, fmt.Errorf("mounting %s on %s: %w", m.fstype, m.dir, err)
 		}
 	}
-	os.Chmod("/tmp", 0o1777)
+	if err := mountTmp(); err != nil {
+		return 0, err
+	}
 	if err := loopbackUp(); err != nil {
 		return 0, err
 	}
@@ -173,4 +176,88 @@ func openRawTTY(path string) (*os.File, error) {
 // drain waits until everything written to a tty has been sent (tcdrain).
 func drain(f *os.File) {
 	unix.IoctlSetInt(int(f.Fd()), unix.TCSBRK, 1)
+}
+
+// mountTmp mounts a tmpfs on /tmp. What the initramfs put under /tmp (a
+// test binary built in the host's /tmp, its working directory) would be
+// hidden by it, so it is copied into the new tmpfs first, which then
+// moves onto /tmp.
+func mountTmp() error {
+	const staging = "/kvmhost/tmp"
+	if err := os.MkdirAll(staging, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", staging, err)
+	}
+	if err := unix.Mount("tmpfs", staging, "tmpfs", 0, "mode=1777"); err != nil {
+		return fmt.Errorf("mounting tmpfs: %w", err)
+	}
+	if err := os.MkdirAll("/tmp", 0o1777); err != nil {
+		return fmt.Errorf("creating /tmp: %w", err)
+	}
+	if err := copyTree("/tmp", staging); err != nil {
+		return fmt.Errorf("moving /tmp into its tmpfs: %w", err)
+	}
+	entries, _ := os.ReadDir("/tmp")
+	for _, e := range entries {
+		os.RemoveAll("/tmp/" + e.Name()) // frees the initramfs copy
+	}
+	if err := unix.Mount(staging, "/tmp", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("moving tmpfs onto /tmp: %w", err)
+	}
+	return nil
+}
+
+// copyTree copies the contents of directory src into existing directory
+// dst: directories, regular files (with their permission bits) and
+// symbolic links.
+func copyTree(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		s, d := src+"/"+e.Name(), dst+"/"+e.Name()
+		info, err := os.Lstat(s)
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.IsDir():
+			if err := os.Mkdir(d, info.Mode().Perm()); err != nil {
+				return err
+			}
+			if err := copyTree(s, d); err != nil {
+				return err
+			}
+		case info.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(s)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, d); err != nil {
+				return err
+			}
+		case info.Mode().IsRegular():
+			if err := copyFile(s, d, info.Mode().Perm()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string, perm os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
