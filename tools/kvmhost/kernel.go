@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -161,8 +162,13 @@ func EnsureKernel(ctx context.Context, log io.Writer) (*Kernel, error) {
 	if k, ok := CachedKernel(cache, pkg); ok { // another process filled it
 		return k, nil
 	}
-	fmt.Fprintf(log, "kvmhost: fetching %s into %s (once)\n", pkg, cache)
-	return fetchKernel(ctx, cache, pkg)
+	start := time.Now()
+	k, err := fetchKernel(ctx, cache, pkg)
+	if err == nil {
+		// Said after the fact, so that a failure stays one line.
+		fmt.Fprintf(log, "kvmhost: fetched %s into %s in %.1fs (once)\n", pkg, cache, time.Since(start).Seconds())
+	}
+	return k, err
 }
 
 // fetchKernel downloads pkg with apt-get, unpacks it with dpkg-deb in a
