@@ -164,6 +164,20 @@ func EnsureKernel(ctx context.Context, log io.Writer) (*Kernel, error) {
 	}
 	start := time.Now()
 	k, err := fetchKernel(ctx, cache, pkg)
+	if err != nil && os.Getenv(KernelEnv) == "" && os.Geteuid() == 0 && ctx.Err() == nil {
+		// Stale package lists name a kernel the mirror no longer has:
+		// update them once and try the package they name now.
+		if out, uerr := exec.CommandContext(ctx, "apt-get", "update", "-qq").CombinedOutput(); uerr != nil {
+			return nil, fmt.Errorf("%w (and apt-get update failed: %s)", err, lastLine(out))
+		}
+		if pkg, err = KernelPackage(ctx); err != nil {
+			return nil, err
+		}
+		if cached, ok := CachedKernel(cache, pkg); ok {
+			return cached, nil
+		}
+		k, err = fetchKernel(ctx, cache, pkg)
+	}
 	if err == nil {
 		// Said after the fact, so that a failure stays one line.
 		fmt.Fprintf(log, "kvmhost: fetched %s into %s in %.1fs (once)\n", pkg, cache, time.Since(start).Seconds())
