@@ -266,6 +266,19 @@ func buildInitramfs(dst string, k *Kernel, binary string, o Options) error {
 		if err := add(file.Host, guest); err != nil {
 			return err
 		}
+		if st, err := os.Stat(file.Host); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			// A carried executable (a tern binary for the tests) needs
+			// its libraries too.
+			deps, err := libs.Dependencies(file.Host)
+			if err != nil {
+				return err
+			}
+			for _, d := range deps {
+				if err := add(d, d); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	w.Dir(o.Dir)
 	if td := filepath.Join(o.Dir, "testdata"); isDir(td) {
