@@ -28,6 +28,9 @@ func ioctlBytes(fd int, request uintptr, b []byte) error {
 	return err
 }
 
+// runHeaderSize is the bytes of kvm_run before its exit union.
+const runHeaderSize = uint64(unsafe.Sizeof(runHeader{}))
+
 // sliceAddr is the host virtual address of b's first byte.
 func sliceAddr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 

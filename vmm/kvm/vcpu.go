@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -156,7 +155,7 @@ func (c *VCPU) IO() (IO, error) {
 	}
 	e := view[ioExit](run, runExitOffset)
 	n := uint64(e.Size) * uint64(e.Count)
-	if e.DataOffset+n > uint64(len(run)) || e.DataOffset < uint64(unsafe.Sizeof(runHeader{})) {
+	if e.DataOffset+n > uint64(len(run)) || e.DataOffset < runHeaderSize {
 		return IO{}, fmt.Errorf("reading IO exit of vCPU %d: data at %d+%d outside kvm_run", c.id, e.DataOffset, n)
 	}
 	return IO{

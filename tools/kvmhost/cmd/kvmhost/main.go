@@ -7,6 +7,11 @@
 //
 // The same executable is the emulated host's /init: it copies itself into
 // the initramfs and, started there as pid 1, acts as init.
+//
+// exec exits with the binary's status; 124 when the time limit killed
+// QEMU; 125 when kvmhost itself failed (one line on stderr says why).
+// Under `go run`, cmd/go turns any non-zero status into 1 and prints
+// "exit status N": build the command when the exact status matters.
 package main
 
 import (
