@@ -75,7 +75,7 @@ func CheckEmulatedHost(ctx context.Context) CheckResult {
 		kernel = "kernel " + pkg + " fetchable with apt-get download"
 	}
 	r.OK = true
-	r.Detail = fmt.Sprintf("%s, %s, svm offered by -cpu max", kernel, qemu)
+	r.Detail = fmt.Sprintf("%s, %s, svm among the CPU flags its -cpu max offers", kernel, qemu)
 	return r
 }
 

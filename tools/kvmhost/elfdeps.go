@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +62,8 @@ func readLdconfigCache() map[string]string {
 
 // Dependencies returns the absolute paths of the dynamic loader (PT_INTERP)
 // and every shared library (DT_NEEDED, recursively) that the ELF file at
-// bin needs, each once, in discovery order. A static binary, or a file that
-// is not ELF (a script), needs none.
+// bin needs, each once, in discovery order. For a "#!" script they are its
+// interpreter and what that needs. A static binary needs none.
 func (r *libResolver) Dependencies(bin string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
@@ -71,12 +71,18 @@ func (r *libResolver) Dependencies(bin string) ([]string, error) {
 	for len(queue) > 0 {
 		file := queue[0]
 		queue = queue[1:]
+		if file == bin && !isELF(bin) {
+			interp, ok := scriptInterpreter(bin)
+			if !ok {
+				return nil, nil // neither ELF nor a script: nothing to resolve
+			}
+			seen[interp] = true
+			out = append(out, interp)
+			queue = append(queue, interp)
+			continue
+		}
 		f, err := elf.Open(file)
 		if err != nil {
-			var fe *elf.FormatError
-			if file == bin && (errors.As(err, &fe) || strings.Contains(err.Error(), "bad magic")) {
-				return nil, nil // not ELF: nothing to resolve
-			}
 			return nil, fmt.Errorf("reading ELF %s: %w", file, err)
 		}
 		interp, needed, runpaths, err := elfDynamicInfo(f)
@@ -163,4 +169,35 @@ func (r *libResolver) find(lib, file string, runpaths []string) (string, error) 
 func isRegular(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular()
+}
+
+// scriptInterpreter returns the absolute interpreter path of a "#!" script.
+func scriptInterpreter(p string) (string, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	line, _ := bufio.NewReader(io.LimitReader(f, 256)).ReadString('\n')
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return "", false
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 || !filepath.IsAbs(fields[0]) || !isRegular(fields[0]) {
+		return "", false
+	}
+	return fields[0], true
+}
+
+// isELF reports whether the file at p starts with the ELF magic.
+func isELF(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [4]byte
+	_, err = io.ReadFull(f, magic[:])
+	return err == nil && string(magic[:]) == elf.ELFMAG
 }

@@ -101,14 +101,21 @@ func TestDependenciesOfDynamicShell(t *testing.T) {
 	}
 }
 
-func TestDependenciesOfScriptAreNone(t *testing.T) {
+func TestDependenciesOfScriptAreItsInterpreters(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "script")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	if err := os.WriteFile(p, []byte("#!/bin/sh -e\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	deps, err := newLibResolver().Dependencies(p)
-	if err != nil || len(deps) != 0 {
-		t.Fatalf("Dependencies(script) = %v, %v; want none", deps, err)
+	if err != nil || len(deps) < 2 || deps[0] != "/bin/sh" {
+		t.Fatalf("Dependencies(script) = %v, %v; want /bin/sh and its libraries", deps, err)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(data, []byte("plain bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if deps, err := newLibResolver().Dependencies(data); err != nil || len(deps) != 0 {
+		t.Fatalf("Dependencies(data) = %v, %v; want none", deps, err)
 	}
 }
 
