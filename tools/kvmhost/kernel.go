@@ -85,7 +85,7 @@ func KernelPackage(ctx context.Context) (string, error) {
 		return p, nil
 	}
 	pkg, err := dependsOf(ctx)
-	if errors.Is(err, errAptListsMissing) && os.Geteuid() == 0 {
+	if errors.Is(err, errAptListsMissing) && geteuid() == 0 {
 		if out, uerr := exec.CommandContext(ctx, "apt-get", "update", "-qq").CombinedOutput(); uerr != nil {
 			return "", fmt.Errorf("running apt-get update: %v: %s", uerr, lastLine(out))
 		}
@@ -164,7 +164,7 @@ func EnsureKernel(ctx context.Context, log io.Writer) (*Kernel, error) {
 	}
 	start := time.Now()
 	k, err := fetchKernel(ctx, cache, pkg)
-	if err != nil && os.Getenv(KernelEnv) == "" && os.Geteuid() == 0 && ctx.Err() == nil {
+	if err != nil && os.Getenv(KernelEnv) == "" && geteuid() == 0 && ctx.Err() == nil {
 		// Stale package lists name a kernel the mirror no longer has:
 		// update them once and try the package they name now.
 		if out, uerr := exec.CommandContext(ctx, "apt-get", "update", "-qq").CombinedOutput(); uerr != nil {
@@ -450,3 +450,6 @@ func lastLine(out []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
 }
+
+// geteuid is os.Geteuid, replaced by tests of the non-root paths.
+var geteuid = os.Geteuid
