@@ -1,8 +1,11 @@
 package kvmtest
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +53,84 @@ func TestTestTimeoutAddsBootAllowance(t *testing.T) {
 	t.Setenv(kvmhost.TimeoutEnv, "5m")
 	if got := testTimeout([]string{"-test.timeout=10m"}); got != 0 {
 		t.Errorf("with %s set: %v, want 0 (kvmhost reads it)", kvmhost.TimeoutEnv, got)
+	}
+}
+
+// tbRecorder records what Require asks of its testing.TB; like testing.T,
+// a skip or a failure ends the goroutine that calls it.
+type tbRecorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *tbRecorder) Helper() {}
+func (r *tbRecorder) Skipf(format string, args ...any) {
+	r.skipped = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *tbRecorder) Fatalf(format string, args ...any) {
+	r.failed = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *tbRecorder) Fatal(args ...any) {
+	r.failed = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+// require runs Require against a recorder in its own goroutine.
+func require(t *testing.T) *tbRecorder {
+	r := &tbRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Require(r)
+	}()
+	<-done
+	return r
+}
+
+func TestRequireSkipsOutsideAndFailsInside(t *testing.T) {
+	saved := state
+	t.Cleanup(func() { state = saved })
+	state.probeErr = errors.New("opening KVM: open /dev/kvm: no such file or directory")
+
+	state.inside = false
+	r := require(t)
+	if !strings.HasPrefix(r.skipped, "no usable /dev/kvm: opening KVM") || r.failed != "" {
+		t.Errorf("outside: skipped %q, failed %q", r.skipped, r.failed)
+	}
+
+	state.inside = true
+	r = require(t)
+	if r.failed == "" || r.skipped != "" {
+		t.Errorf("inside: skipped %q, failed %q; want a failure", r.skipped, r.failed)
+	}
+}
+
+// TestAlwaysReexecutesInEmulatedHost runs one test of this binary again
+// with TERN_KVMHOST=always, so that the re-execution path is exercised on
+// machines whose /dev/kvm works too: one boot.
+func TestAlwaysReexecutesInEmulatedHost(t *testing.T) {
+	if Inside() {
+		t.Skip("already inside the emulated test host")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^TestTernIsCarriedIn$", "-test.v")
+	cmd.Env = append(os.Environ(), ModeEnv+"=always")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("re-executed test binary: %v\n%s", err, out)
+	}
+	if got := strings.Count(string(out), InsideBanner+"\n"); got != 1 {
+		t.Errorf("banner printed %d times, want once:\n%s", got, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestTernIsCarriedIn") {
+		t.Errorf("TestTernIsCarriedIn did not pass inside:\n%s", out)
 	}
 }
