@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // cpioEntry is one parsed newc entry.
@@ -223,5 +224,30 @@ func TestCheckResultString(t *testing.T) {
 		if got := fmt.Sprint(c.r); got != c.want {
 			t.Errorf("%+v = %q, want %q", c.r, got, c.want)
 		}
+	}
+}
+
+func TestTimeoutFromEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+		bad  bool
+	}{
+		{"", DefaultTimeout, false},
+		{"90s", 90 * time.Second, false},
+		{"soon", 0, true},
+		{"-1m", 0, true},
+	} {
+		t.Setenv(TimeoutEnv, c.env)
+		o := Options{Binary: "/bin/true"}
+		err := o.defaults()
+		if (err != nil) != c.bad || (!c.bad && o.Timeout != c.want) {
+			t.Errorf("%s=%q: timeout %v, err %v", TimeoutEnv, c.env, o.Timeout, err)
+		}
+	}
+	t.Setenv(TimeoutEnv, "90s")
+	o := Options{Binary: "/bin/true", Timeout: time.Minute}
+	if err := o.defaults(); err != nil || o.Timeout != time.Minute {
+		t.Errorf("an explicit --timeout lost to the environment: %v, %v", o.Timeout, err)
 	}
 }
