@@ -149,6 +149,12 @@ func (e *engine) privatized(id wire.JobID, same bool) {
 		return
 	}
 	j.privatizing, j.callerMem = false, false
+	// Replicas that held the job back while it was copied send the copy.
+	for r := range j.slot {
+		if j.slot[r] == slotQueued {
+			e.emit(action{kind: actWake, replica: r})
+		}
+	}
 	if !same {
 		j.torn = true
 	}

@@ -496,6 +496,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		j, ok := u.eng.takeNext(r.id)
 		if !ok {
 			u.mu.Unlock()
+			r.picked(0)
 			return nil
 		}
 		msg := r.messageLocked(j)
@@ -503,6 +504,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		r.sent[id] = sentJob{kind: j.kind, bytes: j.bytes}
 		r.noteSentLocked(id)
 		u.mu.Unlock()
+		r.picked(id)
 		err := enc.Encode(msg)
 		u.mu.Lock()
 		u.eng.sent(r.id, id)
@@ -511,6 +513,13 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		if err != nil {
 			return fmt.Errorf("sending to replica %d: %w", r.id, err)
 		}
+	}
+}
+
+// picked runs the test hook that sees which job the sender took (0: none).
+func (r *replica) picked(id wire.JobID) {
+	if h := r.u.ioHooks; h != nil && h.sendPicked != nil {
+		h.sendPicked(r.id, id)
 	}
 }
 

@@ -29,10 +29,13 @@ type Upstairs struct {
 	stats repairCounters
 	// hooks lets tests act at fixed points of a repair; set before
 	// Activate, nil in production.
-	hooks  *repairHooks
-	ctx    context.Context // ends when Close starts
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // replica goroutines
+	hooks *repairHooks
+	// ioHooks lets tests act at fixed points of the IO path; set before
+	// Activate, nil in production.
+	ioHooks *ioHooks
+	ctx     context.Context // ends when Close starts
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // replica goroutines
 
 	// mu guards everything below, including the engine and the records.
 	mu    sync.Mutex
@@ -522,6 +525,9 @@ func (u *Upstairs) privatizeLocked(id wire.JobID) {
 		bs = len(src) / blocks
 	}
 	u.mu.Unlock()
+	if h := u.ioHooks; h != nil && h.privatizing != nil {
+		h.privatizing(id)
+	}
 	copy(b.data, src)
 	hashBlocks(b.hashes, b.data, bs)
 	u.mu.Lock()
