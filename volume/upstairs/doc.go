@@ -103,7 +103,8 @@
 // pure and fuzzed with the decoder by FuzzReplicaReplies): every reply
 // must answer exactly one outstanding job or call of its session, with the
 // right type and size, or the replica is faulted with ErrProtocol and its
-// LastError says what it did; a read whose data had already landed in the
+// FaultReason (in Status) says what it did, until it is Active again,
+// while LastError follows its reconnect attempts; a read whose data had already landed in the
 // caller's buffer is settled as failed first, so a peer overwrites it.
 // Data that does not match its hashes is treated as corruption (served
 // from a peer, the block rewritten), not as a protocol error. A replica

@@ -77,7 +77,7 @@ const (
 	// actRepairRead: read job got good data after replica returned bad
 	// blocks; the driver may copy the good data and call submitRepair.
 	actRepairRead
-	// actState: replica changed state (to state).
+	// actState: replica changed state (to state, on event).
 	actState
 	// actRewrite: job id is the rewrite of torn write parent; it sends the
 	// parent's private copy.
@@ -90,6 +90,7 @@ type action struct {
 	id      wire.JobID
 	replica int
 	state   ReplicaState
+	event   replicaEvent // of actState
 	parent  wire.JobID
 	err     error
 }

@@ -267,7 +267,7 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		return false
 	}
 	rc.state = next
-	e.emit(action{kind: actState, replica: r, state: next})
+	e.emit(action{kind: actState, replica: r, state: next, event: ev})
 	if !next.takesIO() {
 		// Skip what r owes, except requests its driver is busy with; the
 		// driver reports those (sent, readResult) and they settle then.

@@ -36,11 +36,20 @@ type replica struct {
 	blockSize int
 
 	// Guarded by u.mu.
-	lastErr  error
-	serving  bool                 // a session is in its serving phase (calls accepted)
-	epoch    uint64               // counts serving sessions; pins repair calls to one
-	calls    []*call              // calls waiting to be sent
-	inflight map[wire.JobID]*call // calls sent, reply outstanding
+	lastErr error
+	// cause is why the driver is taking this replica out of service, set
+	// for the engine call that does it (dropLocked).
+	cause error
+	// faultReason is why the replica last left service, faultFirst why
+	// it first did since it was last Active, and faultedAt when; all
+	// cleared once it is Active again (noteFaultLocked).
+	faultReason error
+	faultFirst  error
+	faultedAt   time.Time
+	serving     bool                 // a session is in its serving phase (calls accepted)
+	epoch       uint64               // counts serving sessions; pins repair calls to one
+	calls       []*call              // calls waiting to be sent
+	inflight    map[wire.JobID]*call // calls sent, reply outstanding
 	// sent are the engine's jobs sent on this session and not answered
 	// yet: a reply must match one of them (or an inflight call) exactly
 	// once, in type and size. sendOrder lists them and the calls in send
@@ -82,8 +91,72 @@ func (r *replica) wakeUp() {
 	}
 }
 
-// stateChanged is called under u.mu when the engine moves this replica.
-func (r *replica) stateChanged(ReplicaState) { r.wakeUp() }
+// stateChanged is called under u.mu when the engine moves this replica
+// to st on ev: it keeps the fault reason and wakes the run goroutine.
+func (r *replica) stateChanged(st ReplicaState, ev replicaEvent) {
+	r.noteFaultLocked(st, ev)
+	r.wakeUp()
+}
+
+// dropLocked tells the engine, with tell (u.eng.fault, u.eng.disconnected,
+// ...), that this replica stops serving IO because of why, and applies
+// the engine's actions; why becomes the fault reason if the engine moves
+// the replica out of service.
+func (r *replica) dropLocked(why error, tell func()) {
+	r.cause = why
+	tell()
+	r.u.stepLocked()
+	r.cause = nil
+}
+
+// noteFaultLocked keeps faultReason up to date with a state change: set
+// when the replica leaves service (to Offline or Faulted, from r.cause
+// or the engine's event), extended when it falls further (Offline to
+// Faulted), cleared when it is Active again. Reconnect attempts in
+// between do not touch it, so it still says why the replica was dropped
+// when lastErr already says why it cannot come back.
+func (r *replica) noteFaultLocked(st ReplicaState, ev replicaEvent) {
+	switch st {
+	case ReplicaActive:
+		r.faultReason, r.faultFirst, r.faultedAt = nil, nil, time.Time{}
+		return
+	case ReplicaOffline, ReplicaFaulted:
+	default:
+		return
+	}
+	why := r.cause
+	if why == nil || ev == evOverflow {
+		why = r.eventReasonLocked(ev)
+	}
+	if r.faultFirst == nil {
+		r.faultFirst, r.faultedAt = why, time.Now()
+	}
+	r.faultReason = why
+}
+
+// eventReasonLocked describes a transition the engine decided by itself.
+func (r *replica) eventReasonLocked(ev replicaEvent) error {
+	rc := &r.u.eng.replicas[r.id]
+	switch ev {
+	case evOverflow:
+		return fmt.Errorf("replica %d owes %d jobs (%d bytes), more than the offline backlog allows (%d jobs, %d bytes)",
+			r.id, rc.owedJobs, rc.owedBytes, r.u.eng.limits.backlogJobs, r.u.eng.limits.backlogBytes)
+	case evDisconnected:
+		return fmt.Errorf("replica %d: connection lost", r.id)
+	}
+	return fmt.Errorf("replica %d: %v", r.id, ev)
+}
+
+// faultReasonLocked is FaultReason of the replica's status.
+func (r *replica) faultReasonLocked() string {
+	switch {
+	case r.faultReason == nil:
+		return ""
+	case r.faultFirst == nil || r.faultFirst == r.faultReason:
+		return r.faultReason.Error()
+	}
+	return r.faultReason.Error() + "; first: " + r.faultFirst.Error()
+}
 
 func (r *replica) lastErrLocked() string {
 	if r.lastErr == nil {
@@ -302,9 +375,9 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 	if d := regionDiff(u.region, region); d != "" {
 		// A replica that comes back serving another region is not one
 		// of ours any more.
-		u.eng.fault(r.id)
-		u.stepLocked()
-		return 0, fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
+		err := fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
+		r.dropLocked(err, func() { u.eng.fault(r.id) })
+		return 0, err
 	}
 	st := u.eng.replicas[r.id].state
 	if st == ReplicaFaulted && u.eng.running {
@@ -375,8 +448,7 @@ func (r *replica) activationFailed(err error) error {
 		a.err[r.id] = err
 		a.notifyLocked()
 	} else if errors.Is(err, ErrRegionMismatch) {
-		u.eng.fault(r.id)
-		u.stepLocked()
+		r.dropLocked(err, func() { u.eng.fault(r.id) })
 	}
 	return err
 }
@@ -394,8 +466,7 @@ func (r *replica) refusedGen(err error) {
 		return
 	}
 	u.log.Error("replica refused to rejoin the activation; it needs repair", "replica", r.id, "target", r.target, "err", err)
-	u.eng.fault(r.id)
-	u.stepLocked()
+	r.dropLocked(err, func() { u.eng.fault(r.id) })
 	u.finishLocked()
 }
 
@@ -464,8 +535,7 @@ loop:
 		a.done[r.id] = false
 		a.notifyLocked()
 	}
-	u.eng.disconnected(r.id)
-	u.stepLocked()
+	r.dropLocked(err, func() { u.eng.disconnected(r.id) })
 	u.finishLocked()
 	return err
 }
@@ -667,10 +737,12 @@ func (r *replica) jobError(m *wire.Error) {
 	case j.kind == kindRead:
 		u.eng.readResult(r.id, m.JobID, readFailed)
 	case m.Code == wire.CodeHashMismatch:
-		u.eng.rejected(r.id, m.JobID)
+		why := fmt.Errorf("replica %d refused the private copy of write %d: %w", r.id, m.JobID, m.Err())
+		r.dropLocked(why, func() { u.eng.rejected(r.id, m.JobID) })
 	default:
 		u.log.Warn("replica failed a job", "replica", r.id, "job", m.JobID, "kind", j.kind, "err", m.Err())
-		u.eng.failed(r.id, m.JobID)
+		why := fmt.Errorf("replica %d failed %v %d: %w", r.id, j.kind, m.JobID, m.Err())
+		r.dropLocked(why, func() { u.eng.failed(r.id, m.JobID) })
 	}
 	u.stepLocked()
 	u.finishLocked()

@@ -1,6 +1,7 @@
 package upstairs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -333,9 +334,20 @@ func (u *Upstairs) startIOLocked(a *activation) {
 		}
 	}
 	u.eng.setExtentBlocks(u.region.ExtentBlocks)
+	for r, rep := range u.replicas {
+		if !active[r] {
+			rep.cause = fmt.Errorf("replica %d missed the activation", r)
+			if err := cmp.Or(a.err[r], rep.lastErr); err != nil {
+				rep.cause = fmt.Errorf("replica %d missed the activation: %w", r, err)
+			}
+		}
+	}
 	u.eng.activate(active, maxFlush+1)
 	a.notifyLocked() // replicas waiting in activated go on to serve IO
 	u.stepLocked()
+	for _, rep := range u.replicas {
+		rep.cause = nil
+	}
 	for r := range replicaCount {
 		if a.done[r] {
 			u.log.Info("replica active", "replica", r, "target", u.targets[r], "gen", a.gen)
@@ -491,7 +503,7 @@ func (u *Upstairs) applyLocked(a action) {
 		u.recs[a.id] = child
 	case actState:
 		u.log.Info("replica state", "replica", a.replica, "target", u.targets[a.replica], "state", a.state)
-		u.replicas[a.replica].stateChanged(a.state)
+		u.replicas[a.replica].stateChanged(a.state, a.event)
 		close(u.stateCh)
 		u.stateCh = make(chan struct{})
 	}
@@ -602,8 +614,19 @@ type ReplicaStatus struct {
 	// flight when Active, the replay backlog when Offline.
 	OutstandingJobs  int
 	OutstandingBytes int64
-	// LastError is the last connection error, if any.
+	// LastError is the last connection error, if any: after the replica
+	// was dropped, usually why its latest reconnect attempt failed.
 	LastError string
+	// FaultReason is why the replica last stopped serving IO (went
+	// Offline or Faulted): the error that ended its session, the
+	// protocol violation, the job it failed, the backlog it overflowed.
+	// When it fell further since (Offline, then Faulted) it also names the
+	// first reason. Unlike LastError, reconnect attempts leave it alone;
+	// it is cleared once the replica is Active again.
+	FaultReason string
+	// FaultedAt is when the replica first stopped serving IO since it was
+	// last Active; zero when FaultReason is empty.
+	FaultedAt time.Time
 	// Repair is the progress of the replica's current or latest live
 	// repair; nil when it never had one.
 	Repair *reconcile.Progress
@@ -631,6 +654,8 @@ func (u *Upstairs) Status() Status {
 			OutstandingJobs:  rc.owedJobs,
 			OutstandingBytes: int64(rc.owedBytes),
 			LastError:        u.replicas[r].lastErrLocked(),
+			FaultReason:      u.replicas[r].faultReasonLocked(),
+			FaultedAt:        u.replicas[r].faultedAt,
 		}
 		if slot := u.live[r]; slot.tracker != nil && slot.claimed {
 			p := slot.tracker.Status()

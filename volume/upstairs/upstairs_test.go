@@ -199,6 +199,11 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 	if st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica keeps %d jobs", st.OutstandingJobs)
 	}
+	// Why it is faulted (the backlog), and why that began (the lost
+	// connection).
+	if !strings.Contains(st.FaultReason, "more than the offline backlog allows") || !strings.Contains(st.FaultReason, "first: ") {
+		t.Fatalf("fault reason %q: want the overflow and the first reason", st.FaultReason)
+	}
 	// IO continues on two replicas; the faulted one gets none until live
 	// repair brings it back once its downstairs is.
 	for i := range 10 {
@@ -211,6 +216,9 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 	}
 	c.ds[1].start()
 	waitFor(t, "replica 1 repaired", replicaIs(u, 1, ReplicaActive))
+	if st := u.Status().Replicas[1]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
+		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
+	}
 	if err := u.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
