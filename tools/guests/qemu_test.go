@@ -35,7 +35,8 @@ func qemuRun(t *testing.T, guest string, extra ...string) (string, int) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	// Generous for TCG on a loaded machine: only a hung guest waits it out.
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	args := append([]string{"-M", "microvm", "-accel", "tcg", "-m", "128M",
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
