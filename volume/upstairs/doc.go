@@ -109,8 +109,11 @@
 // Data that does not match its hashes is treated as corruption (served
 // from a peer, the block rewritten), not as a protocol error. A replica
 // that stops answering is dropped once its oldest owed reply is older than
-// Config.ReplyTimeout (default 30 s): its reads move to a peer and its
-// writes wait in the Offline backlog. A region geometry that fails
+// Config.ReplyTimeout (default 10 s): its reads move to a peer and its
+// writes wait in the Offline backlog. One that sends nothing at all, not
+// even the acknowledgement of a keepalive (killed, hung, cut off), is
+// dropped sooner, after Config.IdleTimeout (default 5 s) without a
+// packet. A region geometry that fails
 // extent.Spec.Validate is refused before anything is sized by it.
 //
 // Progress is published through reconcile.Tracker: one for the

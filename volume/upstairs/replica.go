@@ -238,7 +238,10 @@ func (r *replica) session(ctx context.Context) error {
 	u.mu.Lock()
 	r.target = u.targets[r.id]
 	u.mu.Unlock()
-	conn, err := transport.Dial(ctx, r.target, u.cfg.TLS)
+	conn, err := transport.DialWith(ctx, r.target, u.cfg.TLS, transport.DialOptions{
+		KeepAlivePeriod: u.cfg.KeepAlivePeriod,
+		IdleTimeout:     u.cfg.IdleTimeout,
+	})
 	if err != nil {
 		return fmt.Errorf("connecting replica %d: %w", r.id, err)
 	}

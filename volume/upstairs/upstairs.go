@@ -632,6 +632,15 @@ type ReplicaStatus struct {
 	Repair *reconcile.Progress
 }
 
+// ReplicaStateChanged returns a channel closed at the next change of any
+// replica's state: take it, read Status, and wait on it if Status does
+// not show what you wait for yet.
+func (u *Upstairs) ReplicaStateChanged() <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.stateCh
+}
+
 // Status returns a snapshot of the upstairs.
 func (u *Upstairs) Status() Status {
 	u.mu.Lock()

@@ -112,11 +112,12 @@ func TestIOBeforeActivateFails(t *testing.T) {
 }
 
 func TestConfigReportsEveryProblem(t *testing.T) {
-	_, err := New(Config{Targets: []string{"a:1", "a:1"}, BacklogJobs: -1, ActivationQuorumWait: -1})
+	_, err := New(Config{Targets: []string{"a:1", "a:1"}, BacklogJobs: -1, ActivationQuorumWait: -1,
+		KeepAlivePeriod: 2 * time.Second, IdleTimeout: time.Second})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"want 3 addresses", "repeats targets[0]", "tls", "backlog jobs", "activation quorum wait"} {
+	for _, want := range []string{"want 3 addresses", "repeats targets[0]", "tls", "backlog jobs", "activation quorum wait", "keepalive 2s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
