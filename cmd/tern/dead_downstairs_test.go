@@ -19,7 +19,7 @@ const deadReplicaBound = 30 * time.Second
 // TestKilledDownstairsIsDroppedWithinTheIdleTimeout SIGKILLs one of three
 // real downstairs processes while an upstairs keeps writing to the volume:
 // no goodbye reaches the upstairs, only silence. The replica must be
-// dropped after about the connection idle timeout (5 s by default), not
+// dropped within 5 s (the connection idle timeout is 4 s by default), not
 // the 30 s it used to take, and writes must go on on the other two. (Until
 // then this one-deep fill waits: the write being sent to the dead replica
 // keeps its caller's buffer, which the stuck send still reads.)

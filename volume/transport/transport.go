@@ -29,10 +29,10 @@ const (
 	KeepAlivePeriod = time.Second
 	// IdleTimeout is how long a dialed connection waits, by default, for
 	// any packet from its peer before it is closed: how soon a downstairs
-	// that was killed, hung or cut off is noticed. Five keepalives fit in
-	// it, so a live peer on a busy machine is not dropped for one late
-	// acknowledgement.
-	IdleTimeout = 5 * time.Second
+	// that was killed, hung or cut off is noticed: within 5 s, with room
+	// for timers that fire late on a busy machine. Four keepalives fit in
+	// it, so a live peer is not dropped for a late acknowledgement or two.
+	IdleTimeout = 4 * time.Second
 	// ListenIdleTimeout is the idle timeout a listener offers. QUIC uses
 	// the smaller of the two ends' values, so the dialer decides, up to
 	// this bound (DialOptions lengthens it for slow hosts).

@@ -112,7 +112,7 @@
 // Config.ReplyTimeout (default 10 s): its reads move to a peer and its
 // writes wait in the Offline backlog. One that sends nothing at all, not
 // even the acknowledgement of a keepalive (killed, hung, cut off), is
-// dropped sooner, after Config.IdleTimeout (default 5 s) without a
+// dropped sooner, after Config.IdleTimeout (default 4 s) without a
 // packet. A region geometry that fails
 // extent.Spec.Validate is refused before anything is sized by it.
 //
