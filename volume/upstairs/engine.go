@@ -361,11 +361,16 @@ func (e *engine) routeRead(j *job) {
 }
 
 // takeNext hands the driver of replica r the next job to send and marks it
-// sending. The driver calls sent (or disconnected) afterwards.
+// sending. The driver calls sent (or disconnected) afterwards. A write
+// being privatized waits: the driver is copying its data out of the
+// caller's buffer, and a send started now would read that buffer after
+// the caller may have been released. privatized wakes r when it may go
+// on. It still counts as r's next job (nextJobID), so no call queued
+// after it overtakes it.
 func (e *engine) takeNext(r int) (*job, bool) {
 	rc := &e.replicas[r]
 	j := e.peekNext(r)
-	if j == nil {
+	if j == nil || j.privatizing {
 		return nil, false
 	}
 	rc.queue.pop()

@@ -62,12 +62,6 @@ func (e *engine) receives(r int, j *job) bool {
 
 // sendable reports whether replica r may be sent job j now.
 func (e *engine) sendable(r int, j *job) bool {
-	if j.privatizing {
-		// The driver is copying the data out of the caller's buffer; a
-		// send started now would read that buffer after the caller may
-		// have been released. privatized wakes r when it may go on.
-		return false
-	}
 	rc := &e.replicas[r]
 	switch rc.state {
 	case ReplicaActive:
