@@ -26,7 +26,9 @@
 //  2. A write is acknowledged when two replicas applied it, and only once no
 //     replica is reading the caller's buffer. If a replica still needs the
 //     data (lagging, or Offline with a backlog), the data is first copied
-//     into a private buffer and rehashed; the caller's buffer is never
+//     into a private buffer and rehashed, and no replica starts sending
+//     the write during that copy; the caller's buffer, and the hashes
+//     computed into its waiter (pooled, reused by its next IO), are never
 //     touched after the call returns.
 //  3. Replicas never diverge because a caller changed a buffer in flight: a
 //     hash-mismatch rejection, or a private copy whose hashes differ from
