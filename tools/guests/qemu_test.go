@@ -69,7 +69,8 @@ func startQEMU(t *testing.T, accel []string, guest string, p *Params, extra ...s
 		}
 		extra = append(extra, "-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", params, ParamsAddr))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Generous for TCG on a loaded machine: only a hung guest waits it out.
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	t.Cleanup(cancel)
 	args := append(append([]string{"-M", "microvm"}, accel...), "-m", "512M",
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
