@@ -15,7 +15,7 @@ import (
 )
 
 // Guests lists the guests built from src/<name>.c, in output order.
-var Guests = []string{"hello", "dirty", "disk", "echo"}
+var Guests = []string{"hello", "dirty", "disk", "echo", "demo"}
 
 // CompilerFile is the name, in the output directory, of the file that
 // records the first line of `cc --version` the ELF files were built with:
@@ -31,6 +31,7 @@ var commonSources = []string{"entry.S", "runtime.c", "trap.c"}
 var sharedSources = map[string][]string{
 	"disk": {"virtio_blk.c"},
 	"echo": {"line.c"},
+	"demo": {"virtio_blk.c", "line.c"},
 }
 
 // Flags are the compiler and linker flags. They leave out everything that
