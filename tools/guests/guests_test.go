@@ -169,3 +169,20 @@ func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
 		}
 	}
 }
+
+func TestDemoConstantsAgreeWithItsSource(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("src", "demo.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("#define DEFAULT_SEED %#xULL\n", DefaultDiskSeed),
+		fmt.Sprintf("#define DEFAULT_SECTORS_PER_ROUND %d\n", DefaultDemoSectorsPerRound),
+		fmt.Sprintf("#define MAX_SECTORS_PER_ROUND %d\n", MaxDemoSectorsPerRound),
+		fmt.Sprintf("#define ROUND_MIX %#xULL\n", uint64(demoRoundMix)),
+	} {
+		if !bytes.Contains(src, []byte(want)) {
+			t.Errorf("src/demo.c lacks %q", want)
+		}
+	}
+}
