@@ -1,0 +1,174 @@
+package kvmhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Emulated machine: two vCPUs under multi-threaded TCG and 2 GiB of RAM.
+const (
+	qemuBinary = "qemu-system-x86_64"
+	memoryMiB  = 2048
+	vcpus      = 2
+)
+
+// TimeoutEnv sets the default wall-clock limit of a run (a Go duration).
+const TimeoutEnv = "TERN_KVMHOST_TIMEOUT"
+
+// DefaultTimeout is the limit when neither a flag nor TimeoutEnv sets one.
+const DefaultTimeout = 20 * time.Minute
+
+// ErrTimeout reports a run that did not finish within its limit; QEMU was
+// killed.
+var ErrTimeout = errors.New("did not finish within the time limit")
+
+// File is a host file or directory carried into the emulated host.
+type File struct {
+	// Host is the path on the host.
+	Host string
+	// Guest is the absolute path inside; empty means Host made absolute.
+	Guest string
+}
+
+// ParseFile parses HOST_PATH[:GUEST_PATH].
+func ParseFile(s string) (File, error) {
+	host, guest, _ := strings.Cut(s, ":")
+	if host == "" {
+		return File{}, fmt.Errorf("parsing --file %q: no host path", s)
+	}
+	if guest != "" && !filepath.IsAbs(guest) {
+		return File{}, fmt.Errorf("parsing --file %q: guest path %q is not absolute", s, guest)
+	}
+	return File{Host: host, Guest: guest}, nil
+}
+
+// Options describe one run of a binary in the emulated host.
+type Options struct {
+	// Binary is the program to run: a path, or a name looked up in PATH.
+	Binary string
+	// Args follow argv[0] (which is Binary as given).
+	Args []string
+	// Files are carried in beside the binary and its libraries.
+	Files []File
+	// Env is the binary's environment; nil means this process's.
+	Env []string
+	// Dir is the working directory, recreated inside; "" means the current
+	// one. Its testdata directory, if any, is carried in (go test reads
+	// its files from there).
+	Dir string
+	// Timeout is the wall-clock limit; 0 means TimeoutEnv or
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Stdout and Stderr receive the binary's output as it is written;
+	// nil means this process's.
+	Stdout, Stderr io.Writer
+	// Log receives kvmhost's own progress (a kernel fetch) and, on failure,
+	// the guest console's last lines; nil means os.Stderr.
+	Log io.Writer
+}
+
+// Exec boots the emulated host, runs the binary in it and returns its exit
+// status. The error is non-nil when the binary's status could not be had:
+// a missing binary or kernel, a QEMU failure, the time limit (ErrTimeout),
+// or SIGINT/SIGTERM to this process. QEMU never outlives Exec: it is
+// killed by pid on every such path, and by the kernel (Pdeathsig) if this
+// process dies.
+func Exec(ctx context.Context, o Options) (int, error) {
+	if err := o.defaults(); err != nil {
+		return 0, err
+	}
+	binary, err := resolveBinary(o.Binary)
+	if err != nil {
+		return 0, err
+	}
+	qemu, err := exec.LookPath(qemuBinary)
+	if err != nil {
+		return 0, fmt.Errorf("%s not found in PATH (install qemu-system-x86)", qemuBinary)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	kernel, err := EnsureKernel(ctx, o.Log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("%s %w of %v while fetching the kernel", o.Binary, ErrTimeout, o.Timeout)
+		}
+		return 0, err
+	}
+	work, err := os.MkdirTemp("", "kvmhost-")
+	if err != nil {
+		return 0, fmt.Errorf("creating work directory: %w", err)
+	}
+	defer os.RemoveAll(work)
+	initrd := filepath.Join(work, "initrd.cpio")
+	if err := buildInitramfs(initrd, kernel, binary, o); err != nil {
+		return 0, err
+	}
+	return runQEMU(ctx, qemu, kernel, initrd, o)
+}
+
+func (o *Options) defaults() error {
+	if o.Binary == "" {
+		return errors.New("no binary to run")
+	}
+	if o.Env == nil {
+		o.Env = os.Environ()
+	}
+	if o.Dir == "" {
+		d, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("finding working directory: %w", err)
+		}
+		o.Dir = d
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+		if s := os.Getenv(TimeoutEnv); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("parsing %s=%q: want a positive duration such as 10m", TimeoutEnv, s)
+			}
+			o.Timeout = d
+		}
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	return nil
+}
+
+// resolveBinary returns the absolute path of the binary to run.
+func resolveBinary(name string) (string, error) {
+	p := name
+	if !strings.Contains(name, "/") {
+		lp, err := exec.LookPath(name)
+		if err != nil {
+			return "", fmt.Errorf("%s: not found in PATH", name)
+		}
+		p = lp
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, errors.Unwrap(err))
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s: not an executable file", name)
+	}
+	return abs, nil
+}

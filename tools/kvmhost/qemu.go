@@ -1,0 +1,172 @@
+package kvmhost
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// kernelCmdline keeps the kernel quiet on its console (ttyS2), stops it
+// from rebooting into a loop on panic, and tells /init it is init.
+const kernelCmdline = "console=ttyS2 quiet loglevel=3 panic=-1 no_timer_check random.trust_cpu=on " + InitEnv + "=1"
+
+// qemuArgs are QEMU's arguments; fds 3, 4 and 5 are the pipes of ttyS0,
+// ttyS1 and ttyS2.
+func qemuArgs(k *Kernel, initrd string) []string {
+	return []string{
+		"-nodefaults", "-no-reboot", "-display", "none", "-vga", "none", "-nic", "none",
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", fmt.Sprint(vcpus), "-m", fmt.Sprint(memoryMiB),
+		"-kernel", k.Vmlinux(), "-initrd", initrd, "-append", kernelCmdline,
+		"-serial", "file:/dev/fd/3", "-serial", "file:/dev/fd/4", "-serial", "file:/dev/fd/5",
+	}
+}
+
+// runQEMU boots the machine, streams the binary's output and returns the
+// status init reported.
+func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Options) (int, error) {
+	type pipe struct{ r, w *os.File }
+	var pipes [3]pipe
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, fmt.Errorf("creating serial pipe: %w", err)
+		}
+		pipes[i] = pipe{r, w}
+		defer r.Close()
+	}
+	var qemuStderr bytes.Buffer
+	cmd := exec.Command(qemu, qemuArgs(k, initrd)...)
+	cmd.ExtraFiles = []*os.File{pipes[0].w, pipes[1].w, pipes[2].w}
+	cmd.Stderr = &qemuStderr
+	// Pdeathsig fires when the thread that forked QEMU ends, so that thread
+	// stays locked to the goroutine that waits for QEMU.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine, after QEMU
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	startErr := <-started
+	for _, p := range pipes {
+		p.w.Close()
+	}
+	if startErr != nil {
+		return 0, fmt.Errorf("starting %s: %w", qemuBinary, startErr)
+	}
+
+	var copies sync.WaitGroup
+	copies.Add(3)
+	go func() { defer copies.Done(); io.Copy(o.Stdout, pipes[0].r) }()
+	go func() { defer copies.Done(); io.Copy(o.Stderr, pipes[1].r) }()
+	console := newConsoleLog()
+	go func() { defer copies.Done(); console.read(pipes[2].r) }()
+
+	var waitErr, stopErr error
+	select {
+	case waitErr = <-exited:
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		waitErr = <-exited
+		stopErr = fmt.Errorf("%s %w of %v: QEMU was killed", o.Binary, ErrTimeout, o.Timeout)
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			stopErr = fmt.Errorf("%s: run cancelled: QEMU was killed", o.Binary)
+		}
+	case sig := <-signals:
+		cmd.Process.Kill()
+		waitErr = <-exited
+		stopErr = fmt.Errorf("%s: interrupted by %v: QEMU was killed", o.Binary, sig)
+	}
+	copies.Wait()
+	if stopErr != nil {
+		return 0, stopErr
+	}
+	if status, ok := console.status(); ok {
+		return status, nil
+	}
+	if msg, ok := console.initError(); ok {
+		return 0, fmt.Errorf("emulated host could not run %s: %s", o.Binary, msg)
+	}
+	fmt.Fprintf(o.Log, "kvmhost: last console lines:\n%s", console.tail())
+	if qemuStderr.Len() > 0 {
+		fmt.Fprintf(o.Log, "kvmhost: QEMU said: %s\n", strings.TrimSpace(qemuStderr.String()))
+	}
+	return 0, fmt.Errorf("emulated host stopped without reporting the exit status of %s (QEMU: %v)", o.Binary, waitErr)
+}
+
+// consoleLog keeps the guest console's last lines and init's reports.
+type consoleLog struct {
+	mu       sync.Mutex
+	lines    []string // guarded by mu; the last consoleKeep lines
+	statusV  int      // guarded by mu
+	statusOK bool     // guarded by mu
+	errMsg   string   // guarded by mu
+}
+
+const consoleKeep = 40
+
+func newConsoleLog() *consoleLog { return &consoleLog{} }
+
+func (c *consoleLog) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		c.mu.Lock()
+		if v, ok := strings.CutPrefix(line, statusPrefix); ok {
+			if _, err := fmt.Sscanf(v, "%d", &c.statusV); err == nil {
+				c.statusOK = true
+			}
+		} else if msg, ok := strings.CutPrefix(line, errorPrefix); ok {
+			c.errMsg = msg
+		}
+		c.lines = append(c.lines, line)
+		if len(c.lines) > consoleKeep {
+			c.lines = c.lines[1:]
+		}
+		c.mu.Unlock()
+	}
+	io.Copy(io.Discard, r)
+}
+
+func (c *consoleLog) status() (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.statusV, c.statusOK
+}
+
+func (c *consoleLog) initError() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errMsg, c.errMsg != ""
+}
+
+func (c *consoleLog) tail() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, l := range c.lines {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}

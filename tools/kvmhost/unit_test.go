@@ -1,0 +1,253 @@
+package kvmhost
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cpioEntry is one parsed newc entry.
+type cpioEntry struct {
+	name string
+	mode uint32
+	data string
+}
+
+// parseCPIO reads a newc archive back, checking the magic and alignment.
+func parseCPIO(t *testing.T, b []byte) []cpioEntry {
+	t.Helper()
+	var out []cpioEntry
+	for off := 0; ; {
+		if off%4 != 0 || off+110 > len(b) || string(b[off:off+6]) != "070701" {
+			t.Fatalf("bad header at %d", off)
+		}
+		field := func(i int) int {
+			v, err := strconv.ParseUint(string(b[off+6+8*i:off+14+8*i]), 16, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(v)
+		}
+		mode, size, namesize := field(1), field(6), field(11)
+		name := string(b[off+110 : off+110+namesize-1])
+		off += 110 + namesize
+		off = (off + 3) &^ 3
+		if name == "TRAILER!!!" {
+			if off != len(b) {
+				t.Fatalf("%d bytes after the trailer", len(b)-off)
+			}
+			return out
+		}
+		out = append(out, cpioEntry{name, uint32(mode), string(b[off : off+size])})
+		off = (off + size + 3) &^ 3
+	}
+}
+
+func TestCPIOWriterAddsParentsOnceAndAligns(t *testing.T) {
+	var buf bytes.Buffer
+	w := newCPIOWriter(&buf)
+	w.File("/a/b/file", 0o755, 5, strings.NewReader("hello"))
+	w.File("/a/b/other", 0o644, 2, strings.NewReader("hi"))
+	w.Symlink("/init", "/a/b/file")
+	w.Dir("/a")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := parseCPIO(t, buf.Bytes())
+	want := []cpioEntry{
+		{"a", cpioDir | 0o755, ""},
+		{"a/b", cpioDir | 0o755, ""},
+		{"a/b/file", cpioFile | 0o755, "hello"},
+		{"a/b/other", cpioFile | 0o644, "hi"},
+		{"init", cpioSymlink | 0o777, "/a/b/file"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries = %+v\nwant %+v", got, want)
+	}
+}
+
+func TestCPIOWriterReportsShortReader(t *testing.T) {
+	w := newCPIOWriter(&bytes.Buffer{})
+	w.File("/x", 0o644, 10, strings.NewReader("short"))
+	if err := w.Close(); err == nil {
+		t.Fatal("Close after a short file = nil, want an error")
+	}
+}
+
+func TestDependenciesOfDynamicShell(t *testing.T) {
+	deps, err := newLibResolver().Dependencies("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var haveLibc, haveInterp bool
+	for _, d := range deps {
+		haveLibc = haveLibc || filepath.Base(d) == "libc.so.6"
+		haveInterp = haveInterp || strings.HasPrefix(filepath.Base(d), "ld-linux")
+		if !filepath.IsAbs(d) || !isRegular(d) {
+			t.Errorf("dependency %q is not an absolute path to a file", d)
+		}
+	}
+	if !haveLibc || !haveInterp {
+		t.Fatalf("/bin/sh dependencies = %v, want the dynamic loader and libc.so.6", deps)
+	}
+}
+
+func TestDependenciesOfScriptAreItsInterpreters(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(p, []byte("#!/bin/sh -e\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	deps, err := newLibResolver().Dependencies(p)
+	if err != nil || len(deps) < 2 || deps[0] != "/bin/sh" {
+		t.Fatalf("Dependencies(script) = %v, %v; want /bin/sh and its libraries", deps, err)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(data, []byte("plain bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if deps, err := newLibResolver().Dependencies(data); err != nil || len(deps) != 0 {
+		t.Fatalf("Dependencies(data) = %v, %v; want none", deps, err)
+	}
+}
+
+// fakeBzImage builds the parts of a bzImage ExtractVmlinux reads: the
+// setup header and a payload after the setup sectors.
+func fakeBzImage(payload []byte) []byte {
+	const setupSects = 2
+	start := (setupSects + 1) * 512
+	b := make([]byte, start+16+len(payload)+4)
+	b[0x1f1] = setupSects
+	binary.LittleEndian.PutUint32(b[0x202:], 0x53726448)
+	binary.LittleEndian.PutUint32(b[0x248:], 16)
+	binary.LittleEndian.PutUint32(b[0x24c:], uint32(len(payload)))
+	copy(b[start+16:], payload)
+	return b
+}
+
+func TestExtractVmlinuxGzipPayload(t *testing.T) {
+	elf := []byte("\x7fELF fake kernel")
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(elf)
+	zw.Close()
+	got, err := ExtractVmlinux(context.Background(), fakeBzImage(z.Bytes()))
+	if err != nil || !bytes.Equal(got, elf) {
+		t.Fatalf("ExtractVmlinux = %q, %v; want %q", got, err, elf)
+	}
+}
+
+func TestExtractVmlinuxRejects(t *testing.T) {
+	for name, img := range map[string][]byte{
+		"not a bzImage":       make([]byte, 4096),
+		"unknown compression": fakeBzImage([]byte("BZh91AY&SY")),
+		"payload past end": func() []byte {
+			b := fakeBzImage([]byte("x"))
+			binary.LittleEndian.PutUint32(b[0x24c:], 1<<30)
+			return b
+		}(),
+	} {
+		if _, err := ExtractVmlinux(context.Background(), img); err == nil {
+			t.Errorf("%s: ExtractVmlinux = nil error", name)
+		}
+	}
+}
+
+func TestParseFile(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want File
+		bad  bool
+	}{
+		{in: "a.txt", want: File{Host: "a.txt"}},
+		{in: "a.txt:/etc/a", want: File{Host: "a.txt", Guest: "/etc/a"}},
+		{in: ":/etc/a", bad: true},
+		{in: "a.txt:rel", bad: true},
+	} {
+		got, err := ParseFile(c.in)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("ParseFile(%q) = %+v, %v", c.in, got, err)
+		}
+	}
+}
+
+func TestGuestEnvSetsInsideAndTmp(t *testing.T) {
+	got := guestEnv([]string{"A=1", "TMPDIR=/host/tmp", InsideEnv + "=0", "B=2"})
+	want := []string{"A=1", "B=2", "TMPDIR=/tmp", InsideEnv + "=1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("guestEnv = %q, want %q", got, want)
+	}
+}
+
+func TestHasCPUFlag(t *testing.T) {
+	help := "x86 max\n\nRecognized CPUID flags:\n  fpu sse svm\n  vmx\n"
+	if !hasCPUFlag(help, "svm") || hasCPUFlag(help, "sv") || hasCPUFlag("svm", "svm") {
+		t.Fatal("hasCPUFlag misreads the flag list")
+	}
+}
+
+func TestRefuseBenchmarkInsideEmulatedHost(t *testing.T) {
+	if _, err := os.Stat(runSpecPath); err == nil {
+		t.Skip("running inside the emulated host: cannot test the outside case")
+	}
+	t.Setenv(InsideEnv, "")
+	if InsideEmulatedHost() || RefuseBenchmark() != nil {
+		t.Fatal("outside the emulated host: refused")
+	}
+	t.Setenv(InsideEnv, "1")
+	if !InsideEmulatedHost() {
+		t.Fatal("InsideEmulatedHost = false with " + InsideEnv + "=1")
+	}
+	err := RefuseBenchmark()
+	if !errors.Is(err, ErrBenchmarkInEmulatedHost) || !strings.HasPrefix(err.Error(), "refusing to report benchmark figures") {
+		t.Fatalf("RefuseBenchmark = %v", err)
+	}
+}
+
+func TestCheckResultString(t *testing.T) {
+	for _, c := range []struct {
+		r    CheckResult
+		want string
+	}{
+		{CheckResult{"/dev/kvm", true, "ran to HLT"}, "/dev/kvm: yes (ran to HLT)"},
+		{CheckResult{"emulated host", false, "no qemu"}, "emulated host: no: no qemu"},
+	} {
+		if got := fmt.Sprint(c.r); got != c.want {
+			t.Errorf("%+v = %q, want %q", c.r, got, c.want)
+		}
+	}
+}
+
+func TestTimeoutFromEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want time.Duration
+		bad  bool
+	}{
+		{"", DefaultTimeout, false},
+		{"90s", 90 * time.Second, false},
+		{"soon", 0, true},
+		{"-1m", 0, true},
+	} {
+		t.Setenv(TimeoutEnv, c.env)
+		o := Options{Binary: "/bin/true"}
+		err := o.defaults()
+		if (err != nil) != c.bad || (!c.bad && o.Timeout != c.want) {
+			t.Errorf("%s=%q: timeout %v, err %v", TimeoutEnv, c.env, o.Timeout, err)
+		}
+	}
+	t.Setenv(TimeoutEnv, "90s")
+	o := Options{Binary: "/bin/true", Timeout: time.Minute}
+	if err := o.defaults(); err != nil || o.Timeout != time.Minute {
+		t.Errorf("an explicit --timeout lost to the environment: %v, %v", o.Timeout, err)
+	}
+}

@@ -1,0 +1,194 @@
+package kvmtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"tern/tools/kvmhost"
+	"tern/vmm/kvm"
+)
+
+// ModeEnv chooses between /dev/kvm and the emulated host (see the package
+// doc).
+const ModeEnv = "TERN_KVMHOST"
+
+// TernEnv carries the path of the tern binary built by WithTern.
+const TernEnv = "TERN_KVMTEST_TERN"
+
+// InsideBanner is printed once by a test binary inside the emulated host.
+const InsideBanner = "kvmhost: running inside the emulated test host"
+
+// Option changes what Main does.
+type Option func(*config)
+
+type config struct {
+	tern bool
+}
+
+// WithTern builds tern on the host before the tests run and carries it
+// into the emulated host; Tern returns its path.
+func WithTern() Option { return func(c *config) { c.tern = true } }
+
+// state is set once by Main, before any test runs, and only read after.
+var state struct {
+	mainRan  bool
+	inside   bool
+	probeErr error
+	tern     string
+}
+
+// Main runs the tests of m where KVM is usable and exits with their
+// status; it never returns.
+func Main(m *testing.M, opts ...Option) {
+	if kvmhost.IsInit() {
+		kvmhost.RunInit() // this binary is the emulated host's /init
+	}
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	state.mainRan = true
+	if kvmhost.InsideEmulatedHost() {
+		fmt.Println(InsideBanner)
+		state.inside = true
+		state.probeErr = kvm.Probe()
+		state.tern = os.Getenv(TernEnv)
+		os.Exit(m.Run())
+	}
+	mode := os.Getenv(ModeEnv)
+	switch mode {
+	case "", "auto", "always", "never":
+	default:
+		fmt.Fprintf(os.Stderr, "kvmtest: %s=%q: want auto, always or never\n", ModeEnv, mode)
+		os.Exit(2)
+	}
+	if mode != "always" {
+		state.probeErr = kvm.Probe()
+		if state.probeErr == nil || mode == "never" {
+			os.Exit(runHere(m, c))
+		}
+	}
+	os.Exit(reexec(c))
+}
+
+// runHere runs the tests in this process.
+func runHere(m *testing.M, c config) int {
+	if c.tern {
+		dir, path, err := buildTern()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvmtest: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		state.tern = path
+	}
+	return m.Run()
+}
+
+// reexec runs this test binary with the same arguments in the emulated
+// host and returns its exit status.
+func reexec(c config) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvmtest: finding the test binary: %v\n", err)
+		return 1
+	}
+	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:])}
+	if c.tern {
+		dir, path, err := buildTern()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvmtest: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		o.Files = append(o.Files, kvmhost.File{Host: path})
+		o.Env = append(os.Environ(), TernEnv+"="+path)
+	}
+	status, err := kvmhost.Exec(context.Background(), o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvmtest: running the tests in the emulated test host: %v\n", err)
+		return 1
+	}
+	return status
+}
+
+// bootAllowance is the time the emulated host needs beyond the tests'
+// own -test.timeout: fetching nothing, booting and loading KVM.
+const bootAllowance = 3 * time.Minute
+
+// testTimeout returns -test.timeout plus bootAllowance, or 0 (kvmhost's
+// default) when TERN_KVMHOST_TIMEOUT is set or the flag is absent or 0.
+func testTimeout(args []string) time.Duration {
+	if os.Getenv(kvmhost.TimeoutEnv) != "" {
+		return 0 // the explicit limit wins
+	}
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "-test.timeout=")
+		if !ok && a == "-test.timeout" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			if d, err := time.ParseDuration(v); err == nil && d > 0 {
+				return d + bootAllowance
+			}
+		}
+	}
+	return 0
+}
+
+// buildTern builds tern/cmd/tern into a new temporary directory.
+func buildTern() (dir, path string, err error) {
+	dir, err = os.MkdirTemp("", "kvmtest-tern-")
+	if err != nil {
+		return "", "", fmt.Errorf("building tern: %w", err)
+	}
+	path = filepath.Join(dir, "tern")
+	out, err := exec.Command("go", "build", "-o", path, "tern/cmd/tern").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("building tern: %v\n%s", err, out)
+	}
+	return dir, path, nil
+}
+
+// Require fails or skips t unless /dev/kvm is usable: outside the
+// emulated host it skips with a message that begins "no usable /dev/kvm"
+// (TERN_KVMHOST=never); inside it fails, since the emulated host exists to
+// provide it.
+func Require(t testing.TB) {
+	t.Helper()
+	if !state.mainRan {
+		t.Fatal("kvmtest.Require needs kvmtest.Main in the package's TestMain")
+	}
+	if state.probeErr == nil {
+		return
+	}
+	if state.inside {
+		t.Fatalf("/dev/kvm inside the emulated test host is not usable: %v", state.probeErr)
+	}
+	t.Skipf("no usable /dev/kvm: %v (%s=never keeps the tests out of the emulated test host)", state.probeErr, ModeEnv)
+}
+
+// Inside reports whether the tests run inside the emulated test host.
+func Inside() bool { return state.inside }
+
+// Tern returns the path of the tern binary that Main built (WithTern),
+// here or inside the emulated host. Under `go test -exec 'kvmhost exec'`
+// the binary enters the emulated host without Main running on the host
+// first, so nothing built tern: Tern then skips t, saying so.
+func Tern(t testing.TB) string {
+	t.Helper()
+	if state.tern == "" && state.inside {
+		t.Skip("no tern binary in the emulated test host: it is built by kvmtest.Main on the host, which `go test -exec` bypasses; run go test without -exec")
+	}
+	if state.tern == "" {
+		t.Fatal("kvmtest.Tern needs kvmtest.Main(m, kvmtest.WithTern())")
+	}
+	return state.tern
+}

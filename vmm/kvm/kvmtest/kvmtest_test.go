@@ -1,0 +1,136 @@
+package kvmtest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"tern/tools/kvmhost"
+)
+
+func TestMain(m *testing.M) { Main(m, WithTern()) }
+
+func TestRequirePassesWhereTestsRun(t *testing.T) {
+	Require(t)
+	if Inside() != kvmhost.InsideEmulatedHost() {
+		t.Errorf("Inside() = %v, InsideEmulatedHost() = %v", Inside(), kvmhost.InsideEmulatedHost())
+	}
+}
+
+// TestTernIsCarriedIn runs the tern binary built on the host, here or in
+// the emulated host.
+func TestTernIsCarriedIn(t *testing.T) {
+	out, err := exec.Command(Tern(t), "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tern --help: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "tern") {
+		t.Fatalf("tern --help printed %q", out)
+	}
+}
+
+func TestTestTimeoutAddsBootAllowance(t *testing.T) {
+	t.Setenv(kvmhost.TimeoutEnv, "")
+	os.Unsetenv(kvmhost.TimeoutEnv)
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"-test.v", "-test.timeout=10m0s"}, 10*time.Minute + bootAllowance},
+		{[]string{"-test.timeout", "1m"}, time.Minute + bootAllowance},
+		{[]string{"-test.timeout=0s"}, 0},
+		{[]string{"-test.run=X"}, 0},
+	} {
+		if got := testTimeout(c.args); got != c.want {
+			t.Errorf("testTimeout(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+	t.Setenv(kvmhost.TimeoutEnv, "5m")
+	if got := testTimeout([]string{"-test.timeout=10m"}); got != 0 {
+		t.Errorf("with %s set: %v, want 0 (kvmhost reads it)", kvmhost.TimeoutEnv, got)
+	}
+}
+
+// tbRecorder records what Require asks of its testing.TB; like testing.T,
+// a skip or a failure ends the goroutine that calls it.
+type tbRecorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *tbRecorder) Helper() {}
+func (r *tbRecorder) Skipf(format string, args ...any) {
+	r.skipped = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *tbRecorder) Fatalf(format string, args ...any) {
+	r.failed = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *tbRecorder) Fatal(args ...any) {
+	r.failed = fmt.Sprint(args...)
+	runtime.Goexit()
+}
+
+// require runs Require against a recorder in its own goroutine.
+func require(t *testing.T) *tbRecorder {
+	r := &tbRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Require(r)
+	}()
+	<-done
+	return r
+}
+
+func TestRequireSkipsOutsideAndFailsInside(t *testing.T) {
+	saved := state
+	t.Cleanup(func() { state = saved })
+	state.probeErr = errors.New("opening KVM: open /dev/kvm: no such file or directory")
+
+	state.inside = false
+	r := require(t)
+	if !strings.HasPrefix(r.skipped, "no usable /dev/kvm: opening KVM") || r.failed != "" {
+		t.Errorf("outside: skipped %q, failed %q", r.skipped, r.failed)
+	}
+
+	state.inside = true
+	r = require(t)
+	if r.failed == "" || r.skipped != "" {
+		t.Errorf("inside: skipped %q, failed %q; want a failure", r.skipped, r.failed)
+	}
+}
+
+// TestAlwaysReexecutesInEmulatedHost runs one test of this binary again
+// with TERN_KVMHOST=always, so that the re-execution path is exercised on
+// machines whose /dev/kvm works too: one boot.
+func TestAlwaysReexecutesInEmulatedHost(t *testing.T) {
+	if Inside() {
+		t.Skip("already inside the emulated test host")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^TestTernIsCarriedIn$", "-test.v")
+	cmd.Env = append(os.Environ(), ModeEnv+"=always")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("re-executed test binary: %v\n%s", err, out)
+	}
+	if got := strings.Count(string(out), InsideBanner+"\n"); got != 1 {
+		t.Errorf("banner printed %d times, want once:\n%s", got, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestTernIsCarriedIn") {
+		t.Errorf("TestTernIsCarriedIn did not pass inside:\n%s", out)
+	}
+}

@@ -1,0 +1,206 @@
+package kvm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// VCPU is one virtual CPU: its fd and its mmap'd kvm_run page. A VCPU is
+// driven from one goroutine locked to its OS thread (see the package doc).
+type VCPU struct {
+	// Immutable after CreateVCPU.
+	id int
+
+	mu  sync.Mutex
+	fd  int    // guarded by mu; -1 after Close
+	run []byte // guarded by mu; the kvm_run mapping, nil after Close
+}
+
+// ID is the vCPU's index given to CreateVCPU.
+func (c *VCPU) ID() int { return c.id }
+
+func (c *VCPU) rawFd() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fd < 0 {
+		return -1, ErrClosed
+	}
+	return c.fd, nil
+}
+
+// Regs reads the general-purpose registers (KVM_GET_REGS).
+func (c *VCPU) Regs() (Regs, error) {
+	var r Regs
+	fd, err := c.rawFd()
+	if err != nil {
+		return r, err
+	}
+	if err := ioctlPtr(fd, kvmGetRegs, &r); err != nil {
+		return r, fmt.Errorf("getting registers of vCPU %d: %w", c.id, err)
+	}
+	return r, nil
+}
+
+// SetRegs writes the general-purpose registers (KVM_SET_REGS).
+func (c *VCPU) SetRegs(r Regs) error {
+	fd, err := c.rawFd()
+	if err != nil {
+		return err
+	}
+	if err := ioctlPtr(fd, kvmSetRegs, &r); err != nil {
+		return fmt.Errorf("setting registers of vCPU %d: %w", c.id, err)
+	}
+	return nil
+}
+
+// Sregs reads the special registers (KVM_GET_SREGS).
+func (c *VCPU) Sregs() (Sregs, error) {
+	var s Sregs
+	fd, err := c.rawFd()
+	if err != nil {
+		return s, err
+	}
+	if err := ioctlPtr(fd, kvmGetSregs, &s); err != nil {
+		return s, fmt.Errorf("getting special registers of vCPU %d: %w", c.id, err)
+	}
+	return s, nil
+}
+
+// SetSregs writes the special registers (KVM_SET_SREGS).
+func (c *VCPU) SetSregs(s Sregs) error {
+	fd, err := c.rawFd()
+	if err != nil {
+		return err
+	}
+	if err := ioctlPtr(fd, kvmSetSregs, &s); err != nil {
+		return fmt.Errorf("setting special registers of vCPU %d: %w", c.id, err)
+	}
+	return nil
+}
+
+// SetCPUID2 sets the CPUID leaves the guest sees (KVM_SET_CPUID2).
+func (c *VCPU) SetCPUID2(entries []CPUIDEntry2) error {
+	if len(entries) == 0 {
+		return fmt.Errorf("setting CPUID of vCPU %d: no entries", c.id)
+	}
+	fd, err := c.rawFd()
+	if err != nil {
+		return err
+	}
+	if err := ioctlBytes(fd, kvmSetCPUID2, cpuidPack(entries)); err != nil {
+		return fmt.Errorf("setting CPUID of vCPU %d: %w", c.id, err)
+	}
+	return nil
+}
+
+// Run enters the guest (KVM_RUN) until an exit that user space must
+// handle, and returns its reason. KVM_RUN interrupted by a signal (EINTR)
+// is retried.
+func (c *VCPU) Run() (ExitReason, error) {
+	fd, err := c.rawFd()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		_, err := ioctl(fd, kvmRun, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("running vCPU %d: %w", c.id, err)
+		}
+		return c.ExitReason(), nil
+	}
+}
+
+// ExitReason is the reason of the last exit, read from kvm_run.
+func (c *VCPU) ExitReason() ExitReason {
+	return ExitReason(view[runHeader](c.runPage(), 0).ExitReason)
+}
+
+// runPage returns the kvm_run mapping; it panics after Close, which a
+// caller that still runs the vCPU has broken.
+func (c *VCPU) runPage() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil {
+		panic("kvm: vCPU used after Close")
+	}
+	return c.run
+}
+
+// IO describes a KVM_EXIT_IO exit. Data aliases kvm_run: for an OUT it
+// holds the bytes the guest wrote; for an IN the handler fills it before
+// the next Run.
+type IO struct {
+	Port uint16
+	// Out is true for OUT, false for IN.
+	Out bool
+	// Size is the bytes per access (1, 2 or 4).
+	Size uint8
+	// Count is the accesses (more than 1 for a REP string instruction).
+	Count uint32
+	// Data is Size*Count bytes inside the kvm_run page.
+	Data []byte
+}
+
+// IO returns the details of the last exit, which must have been ExitIO.
+func (c *VCPU) IO() (IO, error) {
+	run := c.runPage()
+	if r := ExitReason(view[runHeader](run, 0).ExitReason); r != ExitIO {
+		return IO{}, fmt.Errorf("reading IO exit of vCPU %d: last exit was %v", c.id, r)
+	}
+	e := view[ioExit](run, runExitOffset)
+	n := uint64(e.Size) * uint64(e.Count)
+	if e.DataOffset+n > uint64(len(run)) || e.DataOffset < runHeaderSize {
+		return IO{}, fmt.Errorf("reading IO exit of vCPU %d: data at %d+%d outside kvm_run", c.id, e.DataOffset, n)
+	}
+	return IO{
+		Port:  e.Port,
+		Out:   e.Direction == IODirOut,
+		Size:  e.Size,
+		Count: e.Count,
+		Data:  run[e.DataOffset : e.DataOffset+n : e.DataOffset+n],
+	}, nil
+}
+
+// MMIO describes a KVM_EXIT_MMIO exit. For a read the handler fills Data
+// (which aliases kvm_run) before the next Run.
+type MMIO struct {
+	Addr  uint64
+	Write bool
+	Data  []byte
+}
+
+// MMIO returns the details of the last exit, which must have been ExitMMIO.
+func (c *VCPU) MMIO() (MMIO, error) {
+	run := c.runPage()
+	if r := ExitReason(view[runHeader](run, 0).ExitReason); r != ExitMMIO {
+		return MMIO{}, fmt.Errorf("reading MMIO exit of vCPU %d: last exit was %v", c.id, r)
+	}
+	e := view[mmioExit](run, runExitOffset)
+	n := min(e.Len, uint32(len(e.Data)))
+	return MMIO{Addr: e.PhysAddr, Write: e.IsWrite != 0, Data: e.Data[:n:n]}, nil
+}
+
+// Close unmaps kvm_run and closes the vCPU fd. Closing twice is a no-op.
+func (c *VCPU) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fd < 0 {
+		return nil
+	}
+	var errs []error
+	if err := unix.Munmap(c.run); err != nil {
+		errs = append(errs, fmt.Errorf("unmapping kvm_run of vCPU %d: %w", c.id, err))
+	}
+	c.run = nil
+	if err := unix.Close(c.fd); err != nil {
+		errs = append(errs, fmt.Errorf("closing vCPU %d: %w", c.id, err))
+	}
+	c.fd = -1
+	return errors.Join(errs...)
+}
