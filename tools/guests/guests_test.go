@@ -48,7 +48,7 @@ func pvhEntry(f *elf.File) (uint32, bool) {
 
 func TestEveryGuestIsALoadableELF64WithBothEntries(t *testing.T) {
 	names := Names()
-	if want := []string{"dirty", "disk", "hello"}; !slices.Equal(names, want) {
+	if want := []string{"dirty", "disk", "echo", "hello"}; !slices.Equal(names, want) {
 		t.Fatalf("Names() = %v, want %v", names, want)
 	}
 	for _, name := range names {
@@ -137,11 +137,13 @@ func TestGenerateReproducesCommittedELFs(t *testing.T) {
 }
 
 func TestParamsEncodeLayout(t *testing.T) {
-	b := Params{MemBytes: 4 << 20, Passes: 3, VirtioBase: 0xd0000000}.Encode()
+	b := Params{MemBytes: 4 << 20, Passes: 3, VirtioBase: 0xd0000000,
+		TSCkHz: 2596120, VerifyEverySec: 5, HelloFault: HelloFaultPage}.Encode()
 	if len(b) != ParamsSize || string(b[:8]) != "TERNPARM" {
 		t.Fatalf("block %q..., len %d", b[:8], len(b))
 	}
-	for off, want := range map[int]uint64{0x08: 1, 0x18: 4 << 20, 0x28: 3, 0x48: 0xd0000000, 0x10: 0} {
+	for off, want := range map[int]uint64{0x08: 1, 0x18: 4 << 20, 0x28: 3, 0x48: 0xd0000000, 0x10: 0,
+		0x50: 2596120, VerifyRequestOffset: 0, VerifyAckOffset: 0, 0x68: 5, 0x70: 4} {
 		if got := binary.LittleEndian.Uint64(b[off:]); got != want {
 			t.Errorf("offset %#x = %#x, want %#x", off, got, want)
 		}

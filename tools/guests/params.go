@@ -13,7 +13,11 @@ const paramsVersion = 1
 
 // ParamsSize is the size in bytes of the encoded parameter block,
 // including the dirty guest's verify request and acknowledgement words.
-const ParamsSize = 0x68
+// Fields were only ever added (into the unused word at 0x50 and at the
+// end), each zero meaning the default, so the version stays 1 and a host
+// that writes a shorter block still works: guest RAM it leaves alone is
+// zero.
+const ParamsSize = 0x78
 
 // Params is the host's side of the parameter block (src/guest.h). A zero
 // field means the guest's default.
@@ -38,15 +42,43 @@ type Params struct {
 	// VirtioBase is the disk guest's virtio-mmio base address; zero scans
 	// QEMU microvm's slots from 0xfeb00000.
 	VirtioBase uint64
+	// TSCkHz is the guest's TSC frequency, which the host knows
+	// (KVM_GET_TSC_KHZ); without it the guests assume DefaultTSCkHz. It
+	// scales the times and rates they print and the dirty guest's
+	// verification interval.
+	TSCkHz uint64
+	// VerifyEverySec is how many seconds of dirtying the dirty guest does
+	// between verifications of its whole pattern (default 1).
+	VerifyEverySec uint64
+	// HelloFault makes the hello guest raise an exception on purpose after
+	// its line (see the HelloFault constants); zero does not.
+	HelloFault uint64
 }
+
+// DefaultTSCkHz is the TSC frequency the guests assume when Params.TSCkHz
+// is 0.
+const DefaultTSCkHz = 2_000_000
+
+// Values of Params.HelloFault: the exception hello raises at CPL3.
+const (
+	HelloFaultDivide       = 1 // #DE: divide by zero
+	HelloFaultInvalidOp    = 2 // #UD: ud2
+	HelloFaultNonCanonical = 3 // #GP: a load from a non-canonical address
+	HelloFaultPage         = 4 // #PF: a load from unmapped 0x100000000
+	HelloFaultPort         = 5 // #GP: a port the TSS's IO bitmap denies
+)
+
+// ExceptionStatus is the exit status of a guest that took the exception
+// vector: its handler prints one line and exits with 0x40 + vector.
+func ExceptionStatus(vector uint8) uint8 { return 0x40 + vector }
 
 // PassesForever makes the dirty guest rewrite its working set until it is
 // stopped; it verifies whenever the verify-request word changes.
 const PassesForever = ^uint64(0)
 
 // Offsets in the parameter block of the dirty guest's verify handshake:
-// the host changes the request word, the guest verifies after its current
-// pass, prints the result, and copies the request to the ack word.
+// the host changes the request word, the guest verifies within 64 pages
+// of dirtying, prints the result, and copies the request to the ack word.
 const (
 	VerifyRequestOffset = 0x58
 	VerifyAckOffset     = 0x60
@@ -55,10 +87,13 @@ const (
 // Encode returns the parameter block's bytes, to be written at ParamsAddr.
 func (p Params) Encode() []byte {
 	b := make([]byte, ParamsSize)
+	le := binary.LittleEndian
 	for i, v := range []uint64{paramsMagic, paramsVersion, p.MemStart, p.MemBytes,
-		p.WorkingSetBytes, p.Passes, p.PageDelayTSC, p.Seed, p.Sectors, p.VirtioBase} {
-		binary.LittleEndian.PutUint64(b[8*i:], v)
+		p.WorkingSetBytes, p.Passes, p.PageDelayTSC, p.Seed, p.Sectors, p.VirtioBase, p.TSCkHz} {
+		le.PutUint64(b[8*i:], v)
 	}
+	le.PutUint64(b[0x68:], p.VerifyEverySec)
+	le.PutUint64(b[0x70:], p.HelloFault)
 	return b
 }
 

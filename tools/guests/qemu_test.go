@@ -1,10 +1,12 @@
 package guests
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,75 +16,248 @@ import (
 	"time"
 )
 
-// These tests run the committed guests under QEMU's TCG emulator (no KVM
-// needed), through the PVH entry: they prove the guests themselves (entry
-// stub, UART, exit port, virtio-blk driver, dirty pattern), not tern.
+// These tests run the committed guests under QEMU through the PVH entry:
+// under TCG (software emulation, no KVM needed) they prove the guests
+// themselves (CPL0 set-up and the drop to CPL3, exception handler, UART
+// output and input, exit port, virtio-blk driver, dirty pattern), not
+// tern; under KVM, when /dev/kvm is usable, they also run hello and dirty
+// and log dirty's figures. tern's own KVM tests come with the VMM.
 
-// qemuRun boots guest under `qemu-system-x86_64 -M microvm -accel tcg` with
-// an isa-debug-exit device at 0xf4 and returns the serial output and
-// QEMU's exit status.
-func qemuRun(t *testing.T, guest string, extra ...string) (string, int) {
+// tcg and kvm are the accelerator arguments.
+var (
+	tcg = []string{"-accel", "tcg"}
+	kvm = []string{"-enable-kvm"}
+)
+
+// qemuGuest is a running QEMU with one guest: its serial output arrives
+// line by line, and its standard input is the UART's input.
+type qemuGuest struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr bytes.Buffer
+	lines  chan string // serial lines without CR LF; closed when QEMU's stdout is
+	out    strings.Builder
+	ctx    context.Context
+	kvm    bool
+}
+
+// startQEMU boots guest under `qemu-system-x86_64 -M microvm` with the
+// given accelerator, an isa-debug-exit device at 0xf4, the UART on
+// standard input and output, and the parameter block p when it is not nil.
+// QEMU is killed at the end of the test if it is still running.
+func startQEMU(t *testing.T, accel []string, guest string, p *Params, extra ...string) *qemuGuest {
 	t.Helper()
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86): cannot run guests under TCG")
+		t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86): cannot run the guests")
 	}
 	b, err := ELF(guest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), guest+".elf")
+	dir := t.TempDir()
+	path := filepath.Join(dir, guest+".elf")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	args := append([]string{"-M", "microvm", "-accel", "tcg", "-m", "128M",
-		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
-		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-kernel", path}, extra...)
-	cmd := exec.CommandContext(ctx, qemu, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("guest %s did not exit within the deadline; serial so far:\n%s", guest, stdout.String())
+	if p != nil {
+		params := filepath.Join(dir, "params.bin")
+		if err := os.WriteFile(params, p.Encode(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		extra = append(extra, "-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", params, ParamsAddr))
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	args := append(append([]string{"-M", "microvm"}, accel...), "-m", "512M",
+		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-kernel", path)
+	g := &qemuGuest{t: t, name: guest, lines: make(chan string, 64), ctx: ctx, kvm: accel[0] == kvm[0]}
+	g.cmd = exec.CommandContext(ctx, qemu, append(args, extra...)...)
+	g.cmd.Stderr = &g.stderr
+	if g.stdin, err = g.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.cmd.Start(); err != nil {
+		t.Fatalf("starting qemu: %v", err)
+	}
+	read := make(chan struct{})
+	go func() { // owned by the test: ends when QEMU's stdout closes
+		defer close(read)
+		defer close(g.lines)
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			g.lines <- strings.TrimSuffix(s.Text(), "\r")
+		}
+	}()
+	t.Cleanup(func() {
+		cancel() // kills QEMU if it is still running
+		for range g.lines {
+		}
+		<-read
+		_ = g.cmd.Wait()
+	})
+	return g
+}
+
+// next returns the next serial line; ok is false once QEMU's output ended.
+// It fails the test at the deadline.
+func (g *qemuGuest) next() (line string, ok bool) {
+	g.t.Helper()
+	select {
+	case line, ok = <-g.lines:
+		if ok {
+			g.out.WriteString(line + "\n")
+		}
+		return line, ok
+	case <-g.ctx.Done():
+		g.t.Fatalf("guest %s: no output before the deadline; serial so far:\n%s", g.name, g.out.String())
+		return "", false
+	}
+}
+
+// waitFor returns the first serial line that match accepts, failing the
+// test if QEMU's output ends first.
+func (g *qemuGuest) waitFor(match func(line string) bool) string {
+	g.t.Helper()
+	for {
+		line, ok := g.next()
+		if !ok {
+			_ = g.cmd.Wait()
+			g.skipIfKVMRefused()
+			g.t.Fatalf("guest %s ended without the line it waited for; serial:\n%s\nstderr: %s",
+				g.name, g.out.String(), g.stderr.String())
+		}
+		if match(line) {
+			return line
+		}
+	}
+}
+
+// wait reads the rest of the serial output and returns it and QEMU's exit
+// status.
+func (g *qemuGuest) wait() (string, int) {
+	g.t.Helper()
+	for {
+		if _, ok := g.next(); !ok {
+			break
+		}
+	}
+	err := g.cmd.Wait()
+	if g.ctx.Err() != nil {
+		g.t.Fatalf("guest %s did not exit within the deadline; serial:\n%s", g.name, g.out.String())
+	}
+	g.skipIfKVMRefused()
 	var ee *exec.ExitError
 	code := 0
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("running qemu: %v\n%s", err, stderr.String())
+		g.t.Fatalf("running qemu: %v\n%s", err, g.stderr.String())
 	}
-	if stderr.Len() > 0 {
-		t.Logf("qemu stderr: %s", stderr.String())
+	if g.stderr.Len() > 0 {
+		g.t.Logf("qemu stderr: %s", g.stderr.String())
 	}
-	return strings.ReplaceAll(stdout.String(), "\r\n", "\n"), code
+	return g.out.String(), code
 }
 
-// qemuExitSuccess is QEMU's exit status when the guest wrote 0 to the
-// isa-debug-exit port: (0<<1)|1.
-const qemuExitSuccess = 1
+// qemuRun boots guest under TCG and returns its serial output (LF line
+// ends) and QEMU's exit status.
+func qemuRun(t *testing.T, guest string, p *Params, extra ...string) (string, int) {
+	t.Helper()
+	return startQEMU(t, tcg, guest, p, extra...).wait()
+}
+
+// qemuStatus is QEMU's exit status when the guest wrote status to the
+// isa-debug-exit port: (status<<1)|1.
+func qemuStatus(status uint8) int { return int(status)<<1 | 1 }
+
+// qemuExitSuccess is QEMU's exit status for guest status 0.
+var qemuExitSuccess = qemuStatus(0)
 
 func TestQEMUHelloPrintsAndExitsZero(t *testing.T) {
-	out, code := qemuRun(t, "hello")
-	if out != "Hello from the tern test guest\n" {
-		t.Errorf("serial output %q, want exactly the hello line", out)
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		out, code := startQEMU(t, accel, "hello", nil).wait()
+		if out != HelloLine+"\n" {
+			t.Errorf("serial output %q, want exactly the hello line", out)
+		}
+		if code != qemuExitSuccess {
+			t.Errorf("qemu exit status %d, want %d (guest status 0)", code, qemuExitSuccess)
+		}
+	})
+}
+
+func TestQEMUExceptionAtCPL3IsReportedAndExitsWithItsVector(t *testing.T) {
+	forEachAccel(t, testExceptions)
+}
+
+func testExceptions(t *testing.T, accel []string) {
+	for _, c := range []struct {
+		name   string
+		fault  uint64
+		vector uint8
+		line   string
+	}{
+		{"divide", HelloFaultDivide, 0, `^guest: exception #DE vector 0 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"ud2", HelloFaultInvalidOp, 6, `^guest: exception #UD vector 6 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"non-canonical", HelloFaultNonCanonical, 13, `^guest: exception #GP vector 13 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+		{"unmapped", HelloFaultPage, 14, `^guest: exception #PF vector 14 error 0x4 rip 0x[0-9a-f]+ cpl 3 cr2 0x100000000$`},
+		{"denied-port", HelloFaultPort, 13, `^guest: exception #GP vector 13 error 0x0 rip 0x[0-9a-f]+ cpl 3$`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			out, code := startQEMU(t, accel, "hello", &Params{HelloFault: c.fault}).wait()
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			if len(lines) != 2 || lines[0] != HelloLine || !regexp.MustCompile(c.line).MatchString(lines[1]) {
+				t.Errorf("serial output %q, want the hello line and one matching %q", out, c.line)
+			}
+			if want := qemuStatus(ExceptionStatus(c.vector)); code != want {
+				t.Errorf("qemu exit status %d, want %d (guest status %#x)", code, want, ExceptionStatus(c.vector))
+			}
+		})
 	}
-	if code != qemuExitSuccess {
-		t.Errorf("qemu exit status %d, want %d (guest status 0)", code, qemuExitSuccess)
-	}
+}
+
+func TestQEMUEchoEchoesUARTInputUntilQuit(t *testing.T) {
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		g := startQEMU(t, accel, "echo", nil)
+		g.waitFor(func(line string) bool { return line == EchoReady })
+		// CR LF, bare LF and bare CR all end a line; CR LF counts once.
+		if _, err := io.WriteString(g.stdin, "hello tern\r\nsecond line\nthird\r\rquit\n"); err != nil {
+			t.Fatal(err)
+		}
+		out, code := g.wait()
+		want := EchoReady + "\necho: hello tern\necho: second line\necho: third\necho: \necho: quit\n" + EchoBye + "\n"
+		if out != want {
+			t.Errorf("serial output %q, want %q", out, want)
+		}
+		if code != qemuExitSuccess {
+			t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
+		}
+	})
 }
 
 func TestQEMUDiskWritesVerifiesAndLeavesThePatternOnTheImage(t *testing.T) {
+	forEachAccel(t, testDisk)
+}
+
+// testDisk runs the disk guest from CPL3 against QEMU's virtio-blk and
+// checks the image afterwards.
+func testDisk(t *testing.T, accel []string) {
 	img := filepath.Join(t.TempDir(), "disk.img")
 	if err := os.WriteFile(img, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code := qemuRun(t, "disk",
+	out, code := startQEMU(t, accel, "disk", nil,
 		"-global", "virtio-mmio.force-legacy=false",
 		"-drive", "id=d0,file="+img+",format=raw,if=none",
-		"-device", "virtio-blk-device,drive=d0,serial=terndisk0")
+		"-device", "virtio-blk-device,drive=d0,serial=terndisk0").wait()
 	if !strings.Contains(out, "disk: id terndisk0\n") || !strings.Contains(out, "disk: PASS 256 sectors\n") {
 		t.Errorf("serial output %q, want the disk id and PASS", out)
 	}
@@ -104,32 +279,104 @@ func TestQEMUDiskWritesVerifiesAndLeavesThePatternOnTheImage(t *testing.T) {
 }
 
 func TestQEMUDiskWithoutDeviceFails(t *testing.T) {
-	out, code := qemuRun(t, "disk")
-	if !strings.Contains(out, "disk: FAIL no virtio-blk device") || code != (2<<1)|1 {
+	out, code := qemuRun(t, "disk", nil)
+	if !strings.Contains(out, "disk: FAIL no virtio-blk device") || code != qemuStatus(2) {
 		t.Errorf("output %q status %d, want the no-device failure and guest status 2", out, code)
 	}
 }
 
 func TestQEMUDirtyHonoursParamsAndVerifies(t *testing.T) {
-	params := filepath.Join(t.TempDir(), "params.bin")
-	p := Params{MemStart: 8 << 20, MemBytes: 4 << 20, WorkingSetBytes: 256 << 10, Passes: 3}
-	if err := os.WriteFile(params, p.Encode(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, code := qemuRun(t, "dirty", "-device",
-		fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", params, ParamsAddr))
+	p := Params{MemStart: 8 << 20, MemBytes: 4 << 20, WorkingSetBytes: 256 << 10, Passes: 3, TSCkHz: 1_000_000}
+	out, code := qemuRun(t, "dirty", &p)
 	for _, want := range []string{
 		"dirty: 1024 pages at 0x800000, working set 64 pages\n",
-		"dirty: verify PASS generation 3\n",
+		"dirty: tsc 1000000 kHz\n",
+		"dirty: verify PASS generation 3\ndirty: verified 4 MiB in ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("serial output %q lacks %q", out, want)
 		}
 	}
-	if !regexp.MustCompile(`dirty: max progress gap [0-9]+ tsc ticks\n`).MatchString(out) {
-		t.Errorf("serial output %q lacks the progress-gap line", out)
+	for _, re := range []string{`\ndirty: filled 4 MiB in [0-9]+ ms\n`, `\ndirty: rate [0-9]+ MiB/s\n`,
+		`\ndirty: max progress gap [0-9]+ tsc ticks\n$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("serial output %q does not match %q", out, re)
+		}
+	}
+	if strings.Contains(out, "FAIL") {
+		t.Errorf("serial output %q reports a failure", out)
 	}
 	if code != qemuExitSuccess {
 		t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
 	}
+}
+
+func TestQEMUDirtyForeverVerifiesPeriodicallyAndPrintsItsRate(t *testing.T) {
+	// A small TSC frequency makes the interval short in wall-clock time.
+	p := Params{MemBytes: 2 << 20, WorkingSetBytes: 1 << 20, Passes: PassesForever, TSCkHz: 200_000}
+	g := startQEMU(t, tcg, "dirty", &p)
+	for i := 0; i < 2; i++ {
+		g.waitFor(func(line string) bool { _, ok := ParseDirtyRate(line); return ok })
+		line := g.waitFor(func(line string) bool { _, ok := ParseDirtyVerify(line); return ok })
+		if v, _ := ParseDirtyVerify(line); !v.Pass {
+			t.Fatalf("periodic verification %d: %q", i, line)
+		}
+	}
+}
+
+func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
+	h, err := os.ReadFile(filepath.Join("src", "guest.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("#define DEFAULT_TSC_KHZ %dULL\n", DefaultTSCkHz),
+		fmt.Sprintf("#define PARAMS_ADDR %#xUL\n", ParamsAddr),
+		fmt.Sprintf("#define P_VERIFY_REQUEST %#x\n", VerifyRequestOffset),
+		fmt.Sprintf("#define P_VERIFY_ACK %#x\n", VerifyAckOffset),
+	} {
+		if !bytes.Contains(h, []byte(want)) {
+			t.Errorf("src/guest.h lacks %q", want)
+		}
+	}
+}
+
+// kvmUsable skips the test unless /dev/kvm can be opened for reading and
+// writing.
+func kvmUsable(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no usable /dev/kvm: %v", err)
+	}
+	f.Close()
+}
+
+// skipIfKVMRefused skips the test when QEMU could not use KVM, which shows
+// as no serial output and a complaint that names KVM on stderr.
+func (g *qemuGuest) skipIfKVMRefused() {
+	g.t.Helper()
+	if g.kvm && g.out.Len() == 0 && strings.Contains(strings.ToLower(g.stderr.String()), "kvm") {
+		g.t.Skipf("qemu could not use KVM: %s", g.stderr.String())
+	}
+}
+
+// forEachAccel runs f under TCG and, when /dev/kvm is usable, under KVM.
+func forEachAccel(t *testing.T, f func(t *testing.T, accel []string)) {
+	t.Run("tcg", func(t *testing.T) { f(t, tcg) })
+	t.Run("kvm", func(t *testing.T) {
+		kvmUsable(t)
+		f(t, kvm)
+	})
+}
+
+func TestQEMUKVMDirtyVerifies256MiB(t *testing.T) {
+	kvmUsable(t)
+	p := Params{MemStart: 16 << 20, MemBytes: 256 << 20, WorkingSetBytes: 64 << 20, Passes: 8}
+	g := startQEMU(t, kvm, "dirty", &p)
+	out, code := g.wait()
+	if !strings.Contains(out, "dirty: verify PASS generation 8\n") || strings.Contains(out, "FAIL") || code != qemuExitSuccess {
+		t.Errorf("output %q status %d, want a PASS of generation 8 and status %d", out, code, qemuExitSuccess)
+	}
+	t.Logf("dirty under KVM (figures scaled by an assumed %d kHz TSC):\n%s", DefaultTSCkHz, out)
 }

@@ -16,6 +16,9 @@
 //     instruction at a time, so tern never runs a guest's 32-bit entry. The
 //     PVH note's 32-bit entry is parsed and reported only so that the same
 //     file can be checked to run under QEMU.
+//   - The identity page tables set U/S at every level: tern's test guests
+//     load their own GDT, TSS and IDT and run their work at CPL3, the only
+//     privilege level nested PVM runs natively.
 //
 // Fixed guest-physical layout below 1 MiB: GDT at GDTAddr, page tables
 // from PageTablesAddr, Linux boot_params (the zero page) at ZeroPageAddr,

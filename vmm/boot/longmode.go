@@ -43,15 +43,23 @@ const (
 const (
 	pteP  = 1 << 0
 	pteRW = 1 << 1
+	pteUS = 1 << 2
 	ptePS = 1 << 7
 )
+
+// pteTable is the flags of an entry that points to a lower table: present,
+// writable and user. U/S must be set at every level for CPL3 code to reach
+// a page, and tern's test guests run their work at CPL3: under nested PVM
+// only user-mode code runs natively (CPL0 code is emulated).
+const pteTable = pteP | pteRW | pteUS
 
 // PageTablesSize is the bytes the identity page tables occupy.
 const PageTablesSize = (2 + IdentityMappedGiB) * memory.PageSize
 
 // BuildPageTables writes identity-mapped 4-level page tables at
 // PageTablesAddr covering IdentityMappedGiB with 2 MiB pages (present,
-// writable) and returns the value for CR3.
+// writable, user-accessible at every level, so CPL3 code reaches RAM and
+// the MMIO below 4 GiB) and returns the value for CR3.
 func BuildPageTables(m *memory.Memory) (uint64, error) {
 	tables, err := m.Slice(PageTablesAddr, PageTablesSize)
 	if err != nil {
@@ -60,13 +68,13 @@ func BuildPageTables(m *memory.Memory) (uint64, error) {
 	clear(tables)
 	le := binary.LittleEndian
 	pml4, pdpt := uint64(PageTablesAddr), uint64(PageTablesAddr)+memory.PageSize
-	le.PutUint64(tables[0:], pdpt|pteP|pteRW)
+	le.PutUint64(tables[0:], pdpt|pteTable)
 	for g := range uint64(IdentityMappedGiB) {
 		pd := pdpt + (1+g)*memory.PageSize
-		le.PutUint64(tables[memory.PageSize+8*g:], pd|pteP|pteRW)
+		le.PutUint64(tables[memory.PageSize+8*g:], pd|pteTable)
 		for i := range uint64(512) {
 			phys := (g*512 + i) << 21
-			le.PutUint64(tables[(2+g)*memory.PageSize+8*i:], phys|pteP|pteRW|ptePS)
+			le.PutUint64(tables[(2+g)*memory.PageSize+8*i:], phys|pteTable|ptePS)
 		}
 	}
 	if err := m.MarkDirty(PageTablesAddr, PageTablesSize); err != nil {
@@ -199,6 +207,6 @@ func LongModeState(m *memory.Memory, entry uint64) (CPUState, error) {
 		TR:  segmentFromDescriptor(SelectorTSS, gdtEntries[3]),
 		LDT: Segment{Type: 2, Present: 1, Limit: 0xffff}, // an empty LDT that VMX's guest-state checks accept
 		GDT: gdtr,
-		IDT: DescriptorTable{}, // no IDT: the guests run with interrupts off
+		IDT: DescriptorTable{}, // none: interrupts are off; tern's guests load their own
 	}, nil
 }

@@ -7,7 +7,7 @@ import (
 	"tern/vmm/memory"
 )
 
-func TestBuildPageTablesIdentityMaps4GiBWith2MiBPages(t *testing.T) {
+func TestBuildPageTablesIdentityMaps4GiBWith2MiBUserPages(t *testing.T) {
 	m := newRAM(t, 2<<20)
 	cr3, err := BuildPageTables(m)
 	if err != nil {
@@ -21,17 +21,17 @@ func TestBuildPageTablesIdentityMaps4GiBWith2MiBPages(t *testing.T) {
 		addr uint64
 		want uint64
 	}{
-		{"PML4[0] -> PDPT", 0x1000, 0x2000 | 3},
+		{"PML4[0] -> PDPT", 0x1000, 0x2000 | 7},
 		{"PML4[1] empty", 0x1008, 0},
-		{"PDPT[0] -> PD0", 0x2000, 0x3000 | 3},
-		{"PDPT[3] -> PD3", 0x2018, 0x6000 | 3},
+		{"PDPT[0] -> PD0", 0x2000, 0x3000 | 7},
+		{"PDPT[3] -> PD3", 0x2018, 0x6000 | 7},
 		{"PDPT[4] empty", 0x2020, 0},
-		{"PD0[0] = 0 MiB", 0x3000, 0x83},
-		{"PD0[1] = 2 MiB", 0x3008, 0x200000 | 0x83},
-		{"PD1[0] = 1 GiB", 0x4000, 0x40000000 | 0x83},
-		{"PD3[0] = 3 GiB (boot timer)", 0x6000, 0xc0000000 | 0x83},
-		{"PD3[501] = 0xfea00000 (virtio-mmio)", 0x6000 + 8*501, 0xfea00000 | 0x83},
-		{"PD3[511] = last 2 MiB below 4 GiB", 0x6ff8, 0xffe00000 | 0x83},
+		{"PD0[0] = 0 MiB", 0x3000, 0x87},
+		{"PD0[1] = 2 MiB", 0x3008, 0x200000 | 0x87},
+		{"PD1[0] = 1 GiB", 0x4000, 0x40000000 | 0x87},
+		{"PD3[0] = 3 GiB (boot timer)", 0x6000, 0xc0000000 | 0x87},
+		{"PD3[501] = 0xfea00000 (virtio-mmio)", 0x6000 + 8*501, 0xfea00000 | 0x87},
+		{"PD3[511] = last 2 MiB below 4 GiB", 0x6ff8, 0xffe00000 | 0x87},
 	}
 	for _, c := range cases {
 		got, err := m.Uint64(memory.GPA(c.addr))

@@ -5,32 +5,45 @@
  * (page index, generation, word index), then keeps rewriting the first
  * working_set_bytes of it, one generation per pass, waiting page_delay_tsc
  * TSC ticks per page to set the dirtying rate. Every page carries its own
- * index and generation in its first two words, so a stale or torn page is
- * detected by verify(), which checks every word of every page against the
- * generation it must hold.
+ * index and generation in its first two words and a per-page sequence in
+ * the rest, so a stale, misplaced or torn page is detected by verify(),
+ * which checks every word of every page against the generation it must
+ * hold.
  *
  * Parameters come from the parameter block (guest.h); defaults: 16 MiB at
- * 4 MiB, a 1 MiB working set, 16 passes, no delay. passes = ~0 runs
- * forever; then the host asks for a verification by changing the u64 at
- * PARAMS_ADDR+0x58 and the guest, after its current pass, verifies, prints
- * the result and copies that value to PARAMS_ADDR+0x60.
+ * 4 MiB, a 1 MiB working set, 16 passes, no delay, a verification every
+ * second. passes = ~0 runs until the VM is stopped.
  *
- * It measures with the TSC the longest gap between two consecutive page
- * writes (the guest-visible downtime of a migration) and prints it as
- * "dirty: max progress gap N tsc ticks". Exit status 0 when every
- * verification passed, 1 otherwise.
+ * Verification happens at the end of a bounded run, every
+ * verify_every_sec seconds of dirtying (mid-pass too: the pages already
+ * rewritten must hold the new generation, the rest of the working set the
+ * previous one), and whenever the host changes the verify-request word:
+ * then the guest verifies, prints the result and copies the request to the
+ * ack word. Each prints "dirty: verify PASS generation N" or
+ * "dirty: verify FAIL page P want generation G found H", then
+ * "dirty: verified N MiB in M ms"; each periodic one is preceded by
+ * "dirty: rate N MiB/s", the rate of distinct pages dirtied since the last
+ * (time spent verifying excluded). A bounded run ends with the overall rate
+ * and "dirty: max progress gap N tsc ticks", the longest gap between two
+ * consecutive page writes (the guest-visible downtime of a migration).
+ * Exit status 0 when every verification passed, 1 otherwise.
+ *
+ * Everything runs at CPL3, where nested PVM runs it natively; the hot loops
+ * store and compare one 64-bit word per step, with one hash per page.
  */
 #include "guest.h"
 
 #define PAGE 4096UL
 #define WORDS (PAGE / 8)
 #define PAGE_TAG 0x7465726e64697274ULL
-#define VERIFY_REQUEST (PARAMS_ADDR + 0x58)
-#define VERIFY_ACK (PARAMS_ADDR + 0x60)
+#define WORD_STEP 0x9e3779b97f4a7c15ULL
+#define MIB (1UL << 20)
+#define TIME_CHECK_PAGES 64	/* pages between looks at the verify clock */
 
-static u64 mix(u64 page, u64 gen, u64 w)
+/* page_seed is the start of page's sequence in generation gen. */
+static u64 page_seed(u64 page, u64 gen)
 {
-	u64 x = page * 0x9e3779b97f4a7c15ULL ^ gen * 0xbf58476d1ce4e5b9ULL ^ w;
+	u64 x = page * 0x9e3779b97f4a7c15ULL ^ gen * 0xbf58476d1ce4e5b9ULL;
 	x ^= x >> 31;
 	x *= 0x94d049bb133111ebULL;
 	x ^= x >> 29;
@@ -39,32 +52,54 @@ static u64 mix(u64 page, u64 gen, u64 w)
 
 static void write_page(u64 *p, u64 page, u64 gen)
 {
+	u64 v = page_seed(page, gen);
 	p[0] = page ^ PAGE_TAG;
 	p[1] = gen;
-	for (u64 w = 2; w < WORDS; w++)
-		p[w] = mix(page, gen, w);
+	for (u64 w = 2; w < WORDS; w += 2) {
+		p[w] = v + w * WORD_STEP;
+		p[w + 1] = v + (w + 1) * WORD_STEP;
+	}
+}
+
+static int page_ok(const u64 *p, u64 page, u64 gen)
+{
+	u64 v = page_seed(page, gen), bad = (p[0] ^ page ^ PAGE_TAG) | (p[1] ^ gen);
+	for (u64 w = 2; w < WORDS; w += 2)
+		bad |= (p[w] ^ (v + w * WORD_STEP)) | (p[w + 1] ^ (v + (w + 1) * WORD_STEP));
+	return bad == 0;
 }
 
 static u64 max_gap, last_tsc;
 
-static void progress(void)
+/* progress records a page written and returns the TSC. */
+static u64 progress(void)
 {
 	u64 now = rdtsc();
 	if (last_tsc && now - last_tsc > max_gap)
 		max_gap = now - last_tsc;
 	last_tsc = now;
+	return now;
 }
 
-/* verify returns 0 when every page holds its expected generation. */
-static int verify(u64 *base, u64 pages, u64 ws_pages, u64 gen)
+static void print_mib_rate(const char *what, u64 pages, u64 ticks)
 {
+	u64 us = ticks * 1000 / tsc_khz();
+	puts(what);
+	putdec(us ? pages * 1000000 / (us * (MIB / PAGE)) : 0);
+	puts(" MiB/s\n");
+}
+
+/*
+ * verify checks every page: [0, done) must hold gen, [done, ws_pages) the
+ * previous generation, the rest generation 0. It returns 0 when all do.
+ */
+static int verify(u64 *base, u64 pages, u64 ws_pages, u64 gen, u64 done)
+{
+	u64 t0 = rdtsc();
 	for (u64 i = 0; i < pages; i++) {
 		u64 *p = base + i * WORDS;
-		u64 want = i < ws_pages ? gen : 0;
-		int ok = p[0] == (i ^ PAGE_TAG) && p[1] == want;
-		for (u64 w = 2; ok && w < WORDS; w++)
-			ok = p[w] == mix(i, want, w);
-		if (!ok) {
+		u64 want = i < done ? gen : i < ws_pages && gen ? gen - 1 : 0;
+		if (!page_ok(p, i, want)) {
 			puts("dirty: verify FAIL page ");
 			putdec(i);
 			puts(" want generation ");
@@ -75,19 +110,28 @@ static int verify(u64 *base, u64 pages, u64 ws_pages, u64 gen)
 			return 1;
 		}
 	}
+	u64 ms = ticks_to_ms(rdtsc() - t0);
 	puts("dirty: verify PASS generation ");
 	putdec(gen);
-	puts("\n");
+	puts("\ndirty: verified ");
+	putdec(pages * PAGE / MIB);
+	puts(" MiB in ");
+	putdec(ms);
+	puts(" ms\n");
 	return 0;
 }
 
 int main(void)
 {
-	u64 start = param(0x10, 4UL << 20);
-	u64 bytes = param(0x18, 16UL << 20);
-	u64 ws = param(0x20, 1UL << 20);
-	u64 passes = param(0x28, 16);
-	u64 delay = param(0x30, 0);
+	u64 start = param(P_MEM_START, 4UL << 20);
+	u64 bytes = param(P_MEM_BYTES, 16UL << 20);
+	u64 ws = param(P_WORKING_SET, 1UL << 20);
+	u64 passes = param(P_PASSES, 16);
+	u64 delay = param(P_PAGE_DELAY, 0);
+	u64 verify_ticks = param(P_VERIFY_EVERY_SEC, 1) * tsc_khz() * 1000;
+	volatile u64 *request = (volatile u64 *)(PARAMS_ADDR + P_VERIFY_REQUEST);
+	volatile u64 *ack = (volatile u64 *)(PARAMS_ADDR + P_VERIFY_ACK);
+	int forever = passes == ~0ULL;
 	u64 *base = (u64 *)(uptr)start;
 	u64 pages = bytes / PAGE;
 	u64 ws_pages = ws / PAGE < pages ? ws / PAGE : pages;
@@ -99,31 +143,67 @@ int main(void)
 	puthex(start);
 	puts(", working set ");
 	putdec(ws_pages);
-	puts(" pages\n");
+	puts(" pages\ndirty: tsc ");
+	putdec(tsc_khz());
+	puts(param(P_TSC_KHZ, 0) ? " kHz\n" : " kHz (assumed)\n");
+	if (ws_pages == 0) {
+		puts("dirty: FAIL working set under one page\n");
+		return 2;
+	}
 
-	for (u64 i = 0; i < pages; i++) {
+	u64 t0 = rdtsc();
+	for (u64 i = 0; i < pages; i++)
 		write_page(base + i * WORDS, i, 0);
-		progress();
-	}
-	u64 seen_request = *(volatile u64 *)VERIFY_REQUEST;
-	u64 gen = 0;
-	while (passes == ~0ULL || gen < passes) {
-		gen++;
-		for (u64 i = 0; i < ws_pages; i++) {
-			write_page(base + i * WORDS, i, gen);
-			progress();
-			for (u64 t0 = rdtsc(); delay && rdtsc() - t0 < delay;)
-				;
+	u64 fill_ticks = rdtsc() - t0;
+	puts("dirty: filled ");
+	putdec(pages * PAGE / MIB);
+	puts(" MiB in ");
+	putdec(ticks_to_ms(fill_ticks));
+	puts(" ms\n");
+
+	u64 seen_request = *request;
+	u64 gen = 1, next = 0;			/* next page to write, in gen */
+	u64 written = 0, dirty_ticks = 0;	/* since the last rate line */
+	u64 total_written = 0, total_ticks = 0;
+	u64 since = rdtsc();			/* start of the current stretch */
+	u64 verify_at = since + verify_ticks;
+	for (;;) {
+		write_page(base + next * WORDS, next, gen);
+		u64 now = progress();
+		for (; delay && rdtsc() - now < delay;)
+			;
+		written++;
+		if (++next == ws_pages) {
+			if (!forever && gen == passes)
+				break;
+			next = 0;
+			gen++;
+		} else if (written % TIME_CHECK_PAGES) {
+			continue;
 		}
-		u64 req = *(volatile u64 *)VERIFY_REQUEST;
-		if (passes == ~0ULL && req != seen_request) {
+		now = rdtsc();
+		u64 req = *request;
+		if (now < verify_at && req == seen_request)
+			continue;
+		dirty_ticks += now - since;
+		if (now >= verify_at) {
+			print_mib_rate("dirty: rate ", written, dirty_ticks);
+			total_written += written;
+			total_ticks += dirty_ticks;
+			written = dirty_ticks = 0;
+		}
+		failed |= verify(base, pages, ws_pages, gen, next);
+		if (req != seen_request) {
 			seen_request = req;
-			failed |= verify(base, pages, ws_pages, gen);
-			*(volatile u64 *)VERIFY_ACK = req;
-			last_tsc = 0;	/* verification is not a progress gap */
+			*ack = req;
 		}
+		last_tsc = 0;	/* verification is not a progress gap */
+		since = rdtsc();
+		verify_at = since + verify_ticks;
 	}
-	failed |= verify(base, pages, ws_pages, gen);
+	dirty_ticks += rdtsc() - since;
+	failed |= verify(base, pages, ws_pages, gen, ws_pages);
+	print_mib_rate("dirty: rate ", total_written + written, total_ticks + dirty_ticks);
 	puts("dirty: max progress gap ");
 	putdec(max_gap);
 	puts(" tsc ticks\n");

@@ -1,21 +1,46 @@
 /*
- * Entry stub of tern's test guests.
+ * Entry stub of tern's test guests: the CPL0 set-up, and the exception
+ * handlers.
+ *
+ * Under nested PVM every instruction a guest runs at CPL0 is emulated in
+ * software (about 0.7 M instructions/s) while CPL3 code runs natively, so
+ * the CPL0 part is kept to a few instructions: the GDT, the TSS with its
+ * IO-permission bitmap, the IDT and the PVH path's page tables are all
+ * static data, complete at link time. The set-up only loads them and
+ * enters CPL3 with iretq; the C start-up (guest_start, runtime.c) and
+ * main() run in user mode.
  *
  * entry64 (the ELF entry point) is where tern starts a guest: already in
  * 64-bit long mode, on page tables tern built that identity-map at least the
- * first 4 GiB. It needs nothing else from the host.
+ * first 4 GiB with U/S set at every level. It needs nothing else.
  *
  * pvh_entry32 is the PVH entry named by the XEN_ELFNOTE_PHYS32_ENTRY note,
  * used by QEMU (-M microvm -kernel): 32-bit protected mode, paging off,
- * EBX = physical address of struct hvm_start_info. It builds identity page
- * tables for the first 4 GiB with 2 MiB pages, enables PAE and long mode,
- * and joins the 64-bit path.
+ * EBX = physical address of struct hvm_start_info. It loads the static
+ * identity page tables below (4 GiB, 2 MiB pages, U/S set), enables PAE and
+ * long mode, and joins entry64's path.
  *
- * Both paths end in guest_start(start_info), with start_info 0 on entry64.
+ * Both paths end in guest_start(start_info) at CPL3, start_info 0 on
+ * entry64.
  */
 
 #define XEN_ELFNOTE_PHYS32_ENTRY 18
 #define MSR_EFER 0xc0000080
+
+/* The image is linked here (link.ld asserts it of image_base). */
+#define IMAGE_BASE 0x100000
+/*
+ * ABS(x) is the link-time address of x, a label in this section, as an
+ * assembler constant: unlike the bare symbol, it can be split into the
+ * bit fields of a descriptor or a gate.
+ */
+#define ABS(x) (IMAGE_BASE + (x) - image_base)
+
+#define KERNEL_CS 0x08
+#define KERNEL_DS 0x10
+#define USER_DS 0x1b
+#define USER_CS 0x23
+#define TSS_SEL 0x28
 
 	.section .note.Xen, "a", @note
 	.balign 4
@@ -26,112 +51,188 @@
 	.long pvh_entry32
 	.balign 4
 
-	.section .text.entry, "ax"
+	/*
+	 * One section for the CPL0 code and every table that names an
+	 * address in it, so that ABS() resolves in the assembler.
+	 */
+	.section .cpu, "awx", @progbits
+	.globl image_base
+image_base:
 	.code32
 	.globl pvh_entry32
 pvh_entry32:
-	cli
-	cld
-	mov	%ebx, %esi		/* keep the hvm_start_info address */
-	lgdt	gdt_desc
-
-	/* Zero the six page-table pages: PML4, PDPT and four PDs. */
-	mov	$boot_pml4, %edi
-	xor	%eax, %eax
-	mov	$(6 * 4096 / 4), %ecx
-	rep stosl
-
-	/* PML4[0] -> PDPT; PDPT[0..3] -> PD0..PD3. */
-	mov	$boot_pdpt, %eax
-	or	$0x3, %eax
-	mov	%eax, boot_pml4
-	mov	$boot_pd, %eax
-	or	$0x3, %eax
-	mov	$boot_pdpt, %edi
-	mov	$4, %ecx
-1:	mov	%eax, (%edi)
-	add	$4096, %eax
-	add	$8, %edi
-	loop	1b
-
-	/* PD entries: 2048 x 2 MiB pages, present | writable | large. */
-	mov	$boot_pd, %edi
-	mov	$0x83, %eax
-	xor	%edx, %edx
-	mov	$2048, %ecx
-2:	mov	%eax, (%edi)
-	mov	%edx, 4(%edi)
-	add	$0x200000, %eax
-	adc	$0, %edx
-	add	$8, %edi
-	loop	2b
-
-	mov	%cr4, %eax
-	or	$0x20, %eax		/* PAE */
+	mov	%ebx, %edi		/* start_info, for guest_start */
+	lgdt	gdt_desc		/* reads the low 32 bits of the base */
+	mov	$0x20, %eax		/* CR4.PAE */
 	mov	%eax, %cr4
-	mov	$boot_pml4, %eax
+	mov	$pvh_pml4, %eax
 	mov	%eax, %cr3
 	mov	$MSR_EFER, %ecx
-	rdmsr
-	or	$0x100, %eax		/* LME */
+	mov	$0x100, %eax		/* EFER.LME */
+	xor	%edx, %edx
 	wrmsr
-	mov	%cr0, %eax
-	or	$0x80000001, %eax	/* PG | PE */
+	mov	$0x80000011, %eax	/* CR0.PG | ET | PE */
 	mov	%eax, %cr0
-	ljmp	$0x08, $from32
+	ljmp	$KERNEL_CS, $cpl0_setup
 
 	.code64
-from32:
-	mov	$0x10, %ax
-	mov	%ax, %ds
-	mov	%ax, %es
-	mov	%ax, %ss
-	mov	%ax, %fs
-	mov	%ax, %gs
-	mov	%esi, %edi		/* start_info, zero-extended */
-	jmp	common64
-
 	.globl entry64
 entry64:
-	cli
-	cld
 	xor	%edi, %edi		/* no hvm_start_info on tern's entry */
+cpl0_setup:
+	lgdt	gdt_desc(%rip)
+	lidt	idt_desc(%rip)
+	mov	$TSS_SEL, %eax
+	ltr	%ax
+	lea	kernel_stack_top(%rip), %rsp
+	push	$USER_DS		/* SS */
+	push	$user_stack_top		/* RSP */
+	push	$2			/* RFLAGS: IF=0, IOPL=0 */
+	push	$USER_CS		/* CS */
+	push	$guest_start		/* RIP */
+	iretq
 
-common64:
-	lea	boot_stack_top(%rip), %rsp
-	/* Clear .bss (the stack and page tables lie outside it). */
-	mov	%rdi, %rbx
-	lea	__bss_start(%rip), %rdi
-	lea	__bss_end(%rip), %rcx
-	sub	%rdi, %rcx
-	xor	%eax, %eax
-	rep stosb
-	mov	%rbx, %rdi
-	call	guest_start
-3:	hlt
-	jmp	3b
+/*
+ * Exception stubs: each pushes a zero error code where the CPU pushes none,
+ * then its vector, so trap() sees one frame layout.
+ */
+	.macro isr vector, has_error
+isr\vector:
+	.if !\has_error
+	push	$0
+	.endif
+	push	$\vector
+	jmp	trap_common
+	.endm
 
-	.section .rodata
-	.balign 8
+	isr 0, 0;  isr 1, 0;  isr 2, 0;  isr 3, 0
+	isr 4, 0;  isr 5, 0;  isr 6, 0;  isr 7, 0
+	isr 8, 1;  isr 9, 0;  isr 10, 1; isr 11, 1
+	isr 12, 1; isr 13, 1; isr 14, 1; isr 15, 0
+	isr 16, 0; isr 17, 1; isr 18, 0; isr 19, 0
+	isr 20, 0; isr 21, 1; isr 22, 0; isr 23, 0
+	isr 24, 0; isr 25, 0; isr 26, 0; isr 27, 0
+	isr 28, 0; isr 29, 1; isr 30, 1; isr 31, 0
+
+trap_common:
+	cld
+	mov	%rsp, %rdi		/* struct trap_frame * */
+	and	$-16, %rsp
+	call	trap			/* does not return */
+1:	cli
+	hlt
+	jmp	1b
+
+/*
+ * The GDT: the selectors PVM needs for native user mode (user data 0x1b,
+ * 64-bit user code 0x23) and a 64-bit TSS. Accessed bits are preset so
+ * that loading a segment does not write the table.
+ */
+	.balign 16
 gdt:
 	.quad 0				/* null */
-	.quad 0x00af9a000000ffff	/* 0x08: 64-bit code */
-	.quad 0x00cf92000000ffff	/* 0x10: data */
+	.quad 0x00af9b000000ffff	/* 0x08: kernel code, 64-bit */
+	.quad 0x00cf93000000ffff	/* 0x10: kernel data */
+	.quad 0x00cff3000000ffff	/* 0x18: user data, DPL 3 */
+	.quad 0x00affb000000ffff	/* 0x20: user code, 64-bit, DPL 3 */
+	/* 0x28: 64-bit TSS, available (type 9), present */
+	.quad ((tss_end - tss - 1) & 0xffff) | ((ABS(tss) & 0xffffff) << 16) | (0x89 << 40) | (((tss_end - tss - 1) >> 16) << 48) | ((ABS(tss) >> 24) << 56)
+	.quad 0				/* TSS base bits 63:32 */
 gdt_end:
+
 	.balign 8
 gdt_desc:
 	.word gdt_end - gdt - 1
-	.long gdt
+	.quad gdt
 
-	.section .boot.pagetables, "aw", @nobits
+/*
+ * The 64-bit TSS: rsp0 is the stack exceptions from CPL3 run on, IST1 the
+ * one #DF runs on. Its IO-permission bitmap (bit clear = allowed) covers
+ * ports 0-0x3ff and allows only the exit port 0xf4 and the UART's eight
+ * ports 0x3f8-0x3ff; every other port, and any above the bitmap, raises #GP
+ * at CPL3. The bitmap ends with the 0xff byte the architecture wants.
+ */
+	.balign 16
+tss:
+	.long 0
+	.quad kernel_stack_top		/* 0x04 rsp0 */
+	.quad 0, 0			/* 0x0c rsp1, rsp2 */
+	.quad 0				/* 0x1c reserved */
+	.quad double_fault_stack_top	/* 0x24 ist1 */
+	.quad 0, 0, 0, 0, 0, 0		/* 0x2c ist2-ist7 */
+	.quad 0				/* 0x5c reserved */
+	.word 0				/* 0x64 reserved */
+	.word io_bitmap - tss		/* 0x66 IO-permission bitmap offset */
+io_bitmap:
+	.fill 0xf4 / 8, 1, 0xff
+	.byte 0xff & ~(1 << (0xf4 % 8))	/* 0xf0-0xf7: allow 0xf4 */
+	.fill 0x3f8 / 8 - 0xf4 / 8 - 1, 1, 0xff
+	.byte 0x00			/* 0x3f8-0x3ff: the UART */
+	.byte 0xff			/* end of the bitmap */
+tss_end:
+
+/* The IDT: interrupt gates for the 32 exception vectors, #DF on IST1. */
+	.macro gate vector, ist
+	.word ABS(isr\vector) & 0xffff
+	.word KERNEL_CS
+	.byte \ist
+	.byte 0x8e			/* present, DPL 0, 64-bit interrupt gate */
+	.word ABS(isr\vector) >> 16
+	.long 0				/* handler bits 63:32 */
+	.long 0
+	.endm
+
+	.balign 16
+idt:
+	gate 0, 0;  gate 1, 0;  gate 2, 0;  gate 3, 0
+	gate 4, 0;  gate 5, 0;  gate 6, 0;  gate 7, 0
+	gate 8, 1;  gate 9, 0;  gate 10, 0; gate 11, 0
+	gate 12, 0; gate 13, 0; gate 14, 0; gate 15, 0
+	gate 16, 0; gate 17, 0; gate 18, 0; gate 19, 0
+	gate 20, 0; gate 21, 0; gate 22, 0; gate 23, 0
+	gate 24, 0; gate 25, 0; gate 26, 0; gate 27, 0
+	gate 28, 0; gate 29, 0; gate 30, 0; gate 31, 0
+idt_end:
+
+	.balign 8
+idt_desc:
+	.word idt_end - idt - 1
+	.quad idt
+
+/*
+ * The PVH path's identity page tables: PML4 -> PDPT -> four page
+ * directories of 2 MiB pages for the first 4 GiB (RAM and the MMIO below
+ * 4 GiB), all present, writable and user (U/S) so that CPL3 reaches
+ * everything. Static, so the 32-bit set-up runs no loop.
+ */
+#define PTE_P_RW_US 0x7
+#define PTE_PS 0x80
+	.section .boot.pagetables, "aw", @progbits
 	.balign 4096
-boot_pml4:	.skip 4096
-boot_pdpt:	.skip 4096
-boot_pd:	.skip 4 * 4096
+pvh_pml4:
+	.quad pvh_pdpt + PTE_P_RW_US
+	.fill 511, 8, 0
+pvh_pdpt:
+	.quad pvh_pd + 0 * 4096 + PTE_P_RW_US
+	.quad pvh_pd + 1 * 4096 + PTE_P_RW_US
+	.quad pvh_pd + 2 * 4096 + PTE_P_RW_US
+	.quad pvh_pd + 3 * 4096 + PTE_P_RW_US
+	.fill 508, 8, 0
+pvh_pd:
+	.set page, 0
+	.rept 2048
+	.quad (page << 21) | PTE_PS | PTE_P_RW_US
+	.set page, page + 1
+	.endr
 
+/* Stacks, outside .bss: they are in use before and while it is cleared. */
 	.section .boot.stack, "aw", @nobits
 	.balign 16
 	.skip 16384
-boot_stack_top:
+user_stack_top:
+	.skip 4096
+kernel_stack_top:
+	.skip 4096
+double_fault_stack_top:
 
 	.section .note.GNU-stack, "", @progbits

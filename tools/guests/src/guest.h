@@ -2,6 +2,12 @@
  * guest.h: the small runtime shared by tern's test guests: port IO, the
  * 8250 UART at 0x3f8, the boot timer, the TSC, the debug-exit port and the
  * parameter block.
+ *
+ * Everything declared here runs at CPL3 (user mode), where main() runs:
+ * entry.S sets up at CPL0 and drops to user mode before guest_start. Port
+ * IO works at CPL3 only for the ports the TSS's IO-permission bitmap
+ * allows (the UART's 0x3f8-0x3ff and the exit port 0xf4); any other port
+ * raises #GP, which the exception handler (trap.c) reports.
  */
 #ifndef TERN_GUEST_H
 #define TERN_GUEST_H
@@ -38,7 +44,34 @@ struct params {
 	u64 seed;		/* 0x38 disk: pattern seed */
 	u64 sectors;		/* 0x40 disk: sectors to write and verify */
 	u64 virtio_base;	/* 0x48 disk: virtio-mmio base; 0 = scan */
+	u64 tsc_khz;		/* 0x50 TSC frequency; 0 = DEFAULT_TSC_KHZ */
+	u64 verify_request;	/* 0x58 dirty: host changes it to ask for a verify */
+	u64 verify_ack;		/* 0x60 dirty: guest copies the request here after */
+	u64 verify_every_sec;	/* 0x68 dirty: seconds between verifications (1) */
+	u64 hello_fault;	/* 0x70 hello: raise an exception on purpose */
 };
+
+/* Parameter offsets, as param() takes them. */
+#define P_MEM_START 0x10
+#define P_MEM_BYTES 0x18
+#define P_WORKING_SET 0x20
+#define P_PASSES 0x28
+#define P_PAGE_DELAY 0x30
+#define P_SEED 0x38
+#define P_SECTORS 0x40
+#define P_VIRTIO_BASE 0x48
+#define P_TSC_KHZ 0x50
+#define P_VERIFY_REQUEST 0x58
+#define P_VERIFY_ACK 0x60
+#define P_VERIFY_EVERY_SEC 0x68
+#define P_HELLO_FAULT 0x70
+
+/*
+ * DEFAULT_TSC_KHZ is the TSC frequency assumed without a tsc_khz
+ * parameter; it only scales the figures the guests print and the dirty
+ * guest's verification interval.
+ */
+#define DEFAULT_TSC_KHZ 2000000ULL
 
 /* param returns field v of the parameter block, or def when absent. */
 u64 param(unsigned offset, u64 def);
@@ -52,10 +85,13 @@ static inline u32 mmio_read32(uptr a) { return *(volatile u32 *)a; }
 static inline void barrier(void) { __asm__ volatile("mfence" ::: "memory"); }
 
 void putc(char c);
+int uart_poll(void);		/* the next input byte, or -1 when none */
 void puts(const char *s);	/* no newline added */
 void putdec(u64 v);
 void puthex(u64 v);
 void exit(u8 status) __attribute__((noreturn));
+u64 tsc_khz(void);		/* the tsc_khz parameter, or DEFAULT_TSC_KHZ */
+u64 ticks_to_ms(u64 ticks);
 
 void *memset(void *d, int c, unsigned long n);
 void *memcpy(void *d, const void *s, unsigned long n);

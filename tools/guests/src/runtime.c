@@ -1,7 +1,12 @@
-/* runtime.c: the shared runtime of tern's test guests (see guest.h). */
+/*
+ * runtime.c: the shared runtime of tern's test guests (see guest.h). It
+ * runs at CPL3, entered from entry.S with iretq.
+ */
 #include "guest.h"
 
-void guest_start(uptr start_info);
+void guest_start(uptr start_info) __attribute__((noreturn));
+
+extern u64 __bss_start[], __bss_end[];
 
 static void uart_init(void)
 {
@@ -20,6 +25,13 @@ void putc(char c)
 	while (!(inb(UART_BASE + 5) & 0x20) && --spin)	/* LSR.THRE */
 		;
 	outb(UART_BASE, (u8)c);
+}
+
+int uart_poll(void)
+{
+	if (!(inb(UART_BASE + 5) & 0x01))	/* LSR.DR */
+		return -1;
+	return inb(UART_BASE);
 }
 
 void puts(const char *s)
@@ -58,11 +70,26 @@ void puthex(u64 v)
 	puts(buf + i);
 }
 
+/*
+ * exit writes the status to the exit port, which normally ends the VM. If
+ * it does not, hlt (privileged) faults into trap(), which recognises it and
+ * halts at CPL0.
+ */
 void exit(u8 status)
 {
 	outb(DEBUG_EXIT_PORT, status);
 	for (;;)
-		__asm__ volatile("cli; hlt");
+		__asm__ volatile("hlt");
+}
+
+u64 tsc_khz(void)
+{
+	return param(P_TSC_KHZ, DEFAULT_TSC_KHZ);
+}
+
+u64 ticks_to_ms(u64 ticks)
+{
+	return ticks / tsc_khz();
 }
 
 u64 param(unsigned offset, u64 def)
@@ -94,6 +121,8 @@ void *memcpy(void *d, const void *s, unsigned long n)
 void guest_start(uptr start_info)
 {
 	(void)start_info;
+	for (u64 *p = __bss_start; p < __bss_end; p++)
+		*(volatile u64 *)p = 0;
 	uart_init();
 	exit((u8)main());
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Guests lists the guests built from src/<name>.c, in output order.
-var Guests = []string{"hello", "dirty", "disk"}
+var Guests = []string{"hello", "dirty", "disk", "echo"}
 
 // CompilerFile is the name, in the output directory, of the file that
 // records the first line of `cc --version` the ELF files were built with:
@@ -23,7 +23,7 @@ var Guests = []string{"hello", "dirty", "disk"}
 const CompilerFile = "COMPILER"
 
 // commonSources are linked into every guest.
-var commonSources = []string{"entry.S", "runtime.c"}
+var commonSources = []string{"entry.S", "runtime.c", "trap.c"}
 
 // Flags are the compiler and linker flags. They leave out everything that
 // would make the bytes depend on the checkout or the host: no debug info,
