@@ -265,21 +265,6 @@ const (
 	ClockHostTSC   = 1 << 3 // KVM_CLOCK_HOST_TSC
 )
 
-// dirtyLogArg is struct kvm_dirty_log.
-type dirtyLogArg struct {
-	Slot   uint32
-	_      uint32
-	Bitmap uint64 // a user pointer
-}
-
-// clearDirtyLogArg is struct kvm_clear_dirty_log.
-type clearDirtyLogArg struct {
-	Slot      uint32
-	NumPages  uint32
-	FirstPage uint64
-	Bitmap    uint64 // a user pointer
-}
-
 // dirtyGFN is struct kvm_dirty_gfn: one dirty-ring entry.
 type dirtyGFN struct {
 	Flags  uint32
