@@ -124,11 +124,14 @@ func (c *VCPU) EnableCap(cp Capability, args ...uint64) error {
 	return nil
 }
 
+// capNone stands for "no capability": an ioctl every x86 KVM has.
+const capNone Capability = 1<<32 - 1
+
 // opError wraps err of op, turning ENOTTY (the kernel does not know the
 // ioctl) into a *CapabilityError for c: a vCPU has no KVM_CHECK_EXTENSION
 // to ask first.
 func opError(op string, err error, c Capability) error {
-	if errors.Is(err, unix.ENOTTY) {
+	if c != capNone && errors.Is(err, unix.ENOTTY) {
 		return &CapabilityError{Op: op, Cap: c}
 	}
 	return fmt.Errorf("%s: %w", op, err)

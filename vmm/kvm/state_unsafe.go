@@ -95,3 +95,9 @@ func loadFlagsAcquire(e *dirtyGFN) uint32 { return atomic.LoadUint32(&e.Flags) }
 // storeFlagsRelease writes an entry's flags with (at least) release order,
 // after this process is done reading the entry.
 func storeFlagsRelease(e *dirtyGFN, flags uint32) { atomic.StoreUint32(&e.Flags, flags) }
+
+// ioctlBytesResult is ioctlBytes that also returns the call's result (the
+// count of MSRs KVM_GET_MSRS and KVM_SET_MSRS processed).
+func ioctlBytesResult(fd int, request uintptr, b []byte) (uintptr, error) {
+	return ioctl(fd, request, uintptr(unsafe.Pointer(&b[0])))
+}
