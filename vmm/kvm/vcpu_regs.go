@@ -184,11 +184,13 @@ func (c *VCPU) LAPIC() (LAPICState, error) {
 
 // SetLAPIC writes the in-kernel local APIC's registers (KVM_SET_LAPIC).
 func (c *VCPU) SetLAPIC(l LAPICState) error {
-	return noIRQChipIf(vcpuIoctl(c, "setting LAPIC", kvmSetLAPIC, &l, CapIRQChip))
+	return vcpuIoctl(c, "setting LAPIC", kvmSetLAPIC, &l, CapIRQChip)
 }
 
+// noIRQChipIf marks KVM_GET_LAPIC's EINVAL, its only answer when the
+// local APIC is not in the kernel, as ErrNoIRQChip.
 func noIRQChipIf(err error) error {
-	if errors.Is(err, unix.ENXIO) {
+	if errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("%w: %w", err, ErrNoIRQChip)
 	}
 	return err
