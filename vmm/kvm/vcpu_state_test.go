@@ -25,6 +25,17 @@ const (
 )
 
 var counterGuest = []byte{
+	// At CPL0: load the TSS and iretq to CPL3 at user.
+	0x66, 0xb8, tssSelector, 0x00, // mov ax, tssSelector
+	0x0f, 0x00, 0xd8, // ltr ax
+	0x48, 0x89, 0xe0, // mov rax, rsp
+	0x6a, userDataSelector, // push userDataSelector (SS)
+	0x50,                         // push rax (RSP)
+	0x68, 0x02, 0x30, 0x00, 0x00, // push 0x3002 (RFLAGS: IOPL 3)
+	0x6a, userCodeSelector, // push userCodeSelector (CS)
+	0x68, 0x1b, 0x00, 0x10, 0x00, // push counterCodeAddr+0x1b (RIP)
+	0x48, 0xcf, // iretq
+	// user, at counterCodeAddr+0x1b:
 	0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
 	0x66, 0x48, 0x0f, 0x6e, 0xc8, // movq xmm1, rax
 	0x66, 0x0f, 0xef, 0xc0, // pxor xmm0, xmm0
@@ -68,9 +79,14 @@ func newCounterVM(t *testing.T, ram []byte) *testVM {
 	return v
 }
 
-// The counter guest runs at CPL3: under nested PVM only user-mode code
+// The counter guest counts at CPL3: under nested PVM only user-mode code
 // runs natively, and KVM's instruction emulator, which runs CPL0 code
-// there, knows no PADDQ. Its OUTs reach KVM through the TSS's IO bitmap.
+// there, knows no PADDQ. Its CPL0 prologue loads the TSS with LTR and
+// drops to CPL3 with iretq, with IOPL 3. Its OUTs pass both ways an OUT
+// at CPL3 can: PVM forces IOPL to 0 and checks the TSS's IO bitmap, which
+// allows the guest's ports; QEMU's TCG (the emulated test host) accepts
+// the bitmap only of a TR whose type is "available", while KVM saves TR as
+// busy, so a restored vCPU there relies on IOPL 3.
 const (
 	userDataSelector = 0x1b
 	userCodeSelector = 0x23
@@ -94,7 +110,7 @@ func writeUserTables(t *testing.T, m *memory.Memory) kvm.DTable {
 		desc(0x93, 0xc, 0, 0xfffff),         // 0x10 kernel data
 		desc(0xf3, 0xc, 0, 0xfffff),         // 0x1b user data, DPL3
 		desc(0xfb, 0xa, 0, 0xfffff),         // 0x23 user code, DPL3, L
-		desc(0x8b, 0, tssAddr, tssLimit), 0, // 0x28 busy 64-bit TSS (two slots)
+		desc(0x89, 0, tssAddr, tssLimit), 0, // 0x28 available 64-bit TSS (two slots)
 	}
 	b := make([]byte, 8*len(gdt))
 	for i, d := range gdt {
@@ -112,9 +128,10 @@ func writeUserTables(t *testing.T, m *memory.Memory) kvm.DTable {
 	return kvm.DTable{Base: uint64(boot.GDTAddr), Limit: uint16(len(b) - 1)}
 }
 
-// startUserMode sets cpu's CPUID to what KVM supports and its state to
-// 64-bit mode at CPL3 at entry, vmm/boot's page tables and SSE enabled.
-func startUserMode(t *testing.T, v *testVM, cpu *kvm.VCPU, entry uint64) {
+// startLongMode sets cpu's CPUID to what KVM supports and its state to
+// vmm/boot's 64-bit CPL0 state at entry, with the GDT of writeUserTables
+// and SSE enabled.
+func startLongMode(t *testing.T, v *testVM, cpu *kvm.VCPU, entry uint64) {
 	t.Helper()
 	st, err := boot.LongModeState(v.mem, entry)
 	if err != nil {
@@ -132,11 +149,12 @@ func startUserMode(t *testing.T, v *testVM, cpu *kvm.VCPU, entry uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code := kvm.Segment{Limit: 0xffffffff, Selector: userCodeSelector, Type: 0xb, Present: 1, DPL: 3, S: 1, L: 1, G: 1}
-	data := kvm.Segment{Limit: 0xffffffff, Selector: userDataSelector, Type: 0x3, Present: 1, DPL: 3, S: 1, DB: 1, G: 1}
-	sregs.CS, sregs.DS, sregs.ES, sregs.FS, sregs.GS, sregs.SS = code, data, data, data, data, data
-	sregs.TR = kvm.Segment{Base: tssAddr, Limit: tssLimit, Selector: tssSelector, Type: 0xb, Present: 1}
-	sregs.LDT = kvm.Segment{Type: 2, Present: 1, Limit: 0xffff}
+	seg := func(s boot.Segment) kvm.Segment {
+		return kvm.Segment{Base: s.Base, Limit: s.Limit, Selector: s.Selector, Type: s.Type,
+			Present: s.Present, DPL: s.DPL, DB: s.DB, S: s.S, L: s.L, G: s.G, AVL: s.AVL}
+	}
+	sregs.CS, sregs.DS, sregs.ES, sregs.FS = seg(st.CS), seg(st.DS), seg(st.ES), seg(st.FS)
+	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = seg(st.GS), seg(st.SS), seg(st.TR), seg(st.LDT)
 	sregs.GDT, sregs.IDT = gdtr, kvm.DTable{}
 	const cr4OSFXSR, cr4OSXMMEXCPT = 1 << 9, 1 << 10
 	sregs.CR0, sregs.CR3, sregs.CR4, sregs.EFER = st.CR0, st.CR3, st.CR4|cr4OSFXSR|cr4OSXMMEXCPT, st.EFER
@@ -164,7 +182,7 @@ func TestRestoredVCPUContinuesWhereItStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startUserMode(t, src, cpu, counterCodeAddr)
+	startLongMode(t, src, cpu, counterCodeAddr)
 	// Three passes, then stop just after the first OUT of the fourth: its
 	// completion is still pending in KVM, which SaveState must finish.
 	expectOuts(t, cpu, append(counterOuts(1, 3), ioExit{counterRegPort, 4}))
