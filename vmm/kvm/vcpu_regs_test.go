@@ -1,0 +1,147 @@
+package kvm_test
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"testing"
+
+	"tern/vmm/kvm"
+	"tern/vmm/memory"
+)
+
+// newIdleVCPU returns a vCPU of a new VM (with an in-kernel irqchip) that
+// never runs.
+func newIdleVCPU(t *testing.T) (*testVM, *kvm.VCPU) {
+	t.Helper()
+	v := newTestVM(t, (*kvm.VM).CreateIRQChip, memory.RegionSpec{Name: "ram", Size: memory.PageSize})
+	lockThread(t)
+	cpu, err := v.vm.CreateVCPU(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, cpu
+}
+
+func TestXSAVE2AgreesWithXSAVE(t *testing.T) {
+	v, cpu := newIdleVCPU(t)
+	size, err := v.vm.XSAVESize()
+	if errors.Is(err, kvm.ErrNotSupported) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, err := cpu.XSAVE(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := v.vm.CheckExtension(kvm.CapXSAVE2); n == 0 {
+		t.Skipf("no %v: XSAVE area of %d bytes, KVM_GET_XSAVE only", kvm.CapXSAVE2, size)
+	}
+	// A buffer past 4096 bytes is read with KVM_GET_XSAVE2, which fills
+	// the host's size and leaves the rest.
+	big, err := cpu.XSAVE(size + 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(big[:4096], legacy) {
+		t.Error("KVM_GET_XSAVE2's first 4096 bytes differ from KVM_GET_XSAVE's")
+	}
+	if err := cpu.SetXSAVE(big); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRegisterSettersReadBack(t *testing.T) {
+	_, cpu := newIdleVCPU(t)
+	fpu, err := cpu.FPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fpu.XMM[7][3], fpu.FCW = 0x5a, 0x27f
+	if err := cpu.SetFPU(fpu); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cpu.FPU(); err != nil || got.XMM[7][3] != 0x5a || got.FCW != 0x27f {
+		t.Errorf("FPU after SetFPU: XMM7[3] %#x FCW %#x (%v), want 0x5a 0x27f", got.XMM[7][3], got.FCW, err)
+	}
+
+	const tscAux = 0xc0000103 // MSR_TSC_AUX: plain storage
+	if err := cpu.SetMSRs([]kvm.MSREntry{{Index: kvm.MSRIA32TSC, Data: 1 << 40}, {Index: tscAux, Data: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cpu.MSRs([]uint32{kvm.MSRIA32TSC, tscAux})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Data < 1<<40 || got[1].Data != 7 {
+		t.Errorf("MSRs after SetMSRs = %+v, want TSC from 1<<40 and TSC_AUX 7", got)
+	}
+	// An MSR no CPU has stops KVM_GET_MSRS there.
+	if got, err := cpu.MSRs([]uint32{tscAux, 0xdead0000, kvm.MSRIA32TSC}); err != nil || len(got) != 1 {
+		t.Errorf("MSRs with a bogus index second = %+v, %v; want only the first", got, err)
+	}
+	if err := cpu.SetMSRs([]kvm.MSREntry{{Index: 0xdead0000}}); err == nil {
+		t.Error("SetMSRs of a bogus MSR succeeded")
+	}
+
+	if err := cpu.SetMPState(kvm.MPStateRunnable); err != nil {
+		t.Fatal(err)
+	}
+	if mp, err := cpu.MPState(); err != nil || mp != kvm.MPStateRunnable {
+		t.Errorf("MP state = %d, %v; want runnable", mp, err)
+	}
+	ev, err := cpu.VCPUEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.NMI.Masked = 1
+	if err := cpu.SetVCPUEvents(ev); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cpu.VCPUEvents(); err != nil || got.NMI.Masked != 1 {
+		t.Errorf("NMI masked after SetVCPUEvents = %d, %v; want 1", got.NMI.Masked, err)
+	}
+	xcrs, err := cpu.XCRs()
+	if errors.Is(err, kvm.ErrNotSupported) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cpu.SetXCRs(xcrs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMSRIndexListHasTheTSC(t *testing.T) {
+	v, _ := newIdleVCPU(t)
+	list, err := v.sys.MSRIndexList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(list, kvm.MSRIA32TSC) {
+		t.Errorf("MSR index list (%d entries) lacks IA32_TSC", len(list))
+	}
+}
+
+func TestRestoreStateRefusesAnXSAVEAreaTooBigForTheHost(t *testing.T) {
+	v, cpu := newIdleVCPU(t)
+	spec, err := v.vm.StateSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.XSAVESize == 0 {
+		t.Skip("no XSAVE on this host")
+	}
+	s, err := cpu.SaveState(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.XSAVE = append(s.XSAVE, make([]byte, 4096)...)
+	_, fresh := newIdleVCPU(t)
+	if err := fresh.RestoreState(s, spec); err == nil {
+		t.Fatal("RestoreState of an XSAVE area bigger than the host's succeeded")
+	}
+}
