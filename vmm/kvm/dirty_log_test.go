@@ -2,9 +2,12 @@ package kvm_test
 
 import (
 	"errors"
+	"fmt"
 	"math/bits"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"tern/vmm/kvm"
 	"tern/vmm/memory"
@@ -145,7 +148,7 @@ func TestDirtyLogNeedsALoggedSlot(t *testing.T) {
 func TestDirtyRingReportsExactlyThePagesWritten(t *testing.T) {
 	var spec kvm.DirtyRingSpec
 	v, data, cpu := newDirtyVM(t, func(vm *kvm.VM) (err error) {
-		spec, err = vm.EnableDirtyRing(256)
+		spec, err = vm.EnableDirtyRing(4096)
 		return err
 	})
 	t.Logf("dirty ring: %+v", spec)
@@ -186,7 +189,7 @@ func TestDirtyRingReportsExactlyThePagesWritten(t *testing.T) {
 
 func TestDirtyRingMustPrecedeVCPUs(t *testing.T) {
 	v, _, _ := newDirtyVM(t, nil)
-	_, err := v.vm.EnableDirtyRing(256)
+	_, err := v.vm.EnableDirtyRing(4096)
 	if errors.Is(err, kvm.ErrNotSupported) {
 		t.Skip(err)
 	}
@@ -197,4 +200,98 @@ func TestDirtyRingMustPrecedeVCPUs(t *testing.T) {
 
 func sortedPages(p []int) []int {
 	return slices.Sorted(slices.Values(p))
+}
+
+// ringFillPages is how many pages ringFillGuest writes: every page from
+// dirtyDataAddr to the end of real mode's first MiB.
+const ringFillPages = (0x100000 - dirtyDataAddr) / memory.PageSize
+
+// ringFillGuest is real-mode code that writes one byte to each of
+// ringFillPages pages from dirtyDataAddr, moving DS a page at a time, then
+// OUTs to roundDonePort and halts.
+var ringFillGuest = []byte{
+	0xb8, dirtyDataAddr >> 4 & 0xff, dirtyDataAddr >> 12, // mov ax, dirtyDataAddr>>4
+	0xb9, ringFillPages & 0xff, ringFillPages >> 8, // mov cx, ringFillPages
+	// next:
+	0x8e, 0xd8, // mov ds, ax
+	0xa2, 0x00, 0x00, // mov [0], al
+	0x05, 0x00, 0x01, // add ax, 0x100 (the next page)
+	0xe2, 0xf6, // loop next
+	0xe6, roundDonePort, // out roundDonePort, al
+	0xf4, // hlt
+}
+
+func TestDirtyRingFullExitsAndResumesAfterReset(t *testing.T) {
+	// 256 entries hold fewer than ringFillPages before KVM calls the ring
+	// full (it keeps some entries in reserve), so the guest must fill it.
+	const entries = 256
+	var spec kvm.DirtyRingSpec
+	v := newTestVM(t, func(vm *kvm.VM) (err error) {
+		spec, err = vm.EnableDirtyRing(entries)
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("a ring of %d entries is below this host's reserve (Intel PML keeps 512): %w", entries, kvm.ErrNotSupported)
+		}
+		return err
+	},
+		memory.RegionSpec{Name: "code", Base: 0, Size: 2 * memory.PageSize},
+		memory.RegionSpec{Name: "data", Base: dirtyDataAddr, Size: ringFillPages * memory.PageSize})
+	if err := v.mem.Write(dirtyCodeAddr, ringFillGuest); err != nil {
+		t.Fatal(err)
+	}
+	v.addSlot(t, 0, 0, 0)
+	v.addSlot(t, 1, 1, kvm.MemLogDirtyPages)
+	lockThread(t)
+	cpu, err := v.vm.CreateVCPU(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kvm.StartRealMode(cpu, dirtyCodeAddr); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := cpu.MapDirtyRing(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	seen := map[uint64]bool{}
+	harvest := func() {
+		ring.Harvest(func(p kvm.DirtyPage) {
+			if seen[p.Page] {
+				t.Errorf("page %d harvested twice", p.Page)
+			}
+			seen[p.Page] = true
+		})
+		if _, err := v.vm.ResetDirtyRings(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fulls := 0
+	for done := false; !done; {
+		reason, err := cpu.Run()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch reason {
+		case kvm.ExitIntr:
+		case kvm.ExitDirtyRingFull:
+			fulls++
+			harvest()
+		case kvm.ExitIO:
+			harvest()
+			done = true
+		default:
+			t.Fatalf("exit %v, want DIRTY_RING_FULL or IO", reason)
+		}
+		if fulls > ringFillPages {
+			t.Fatal("the ring stays full after resets")
+		}
+	}
+	if fulls == 0 {
+		t.Errorf("%d pages through a ring of %d entries without a full exit", ringFillPages, entries)
+	}
+	if len(seen) != ringFillPages {
+		t.Errorf("harvested %d distinct pages, want %d", len(seen), ringFillPages)
+	}
+	t.Logf("%d pages harvested across %d ring-full exits", len(seen), fulls)
+	runToHLT(t, cpu)
 }
