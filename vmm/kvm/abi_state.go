@@ -122,7 +122,9 @@ type enableCapArg struct {
 	_     [64]uint8
 }
 
-// FPU is struct kvm_fpu: the x87 and SSE state in FXSAVE form.
+// FPU is struct kvm_fpu: the x87 and SSE state in FXSAVE form. KVM
+// neither reports nor sets MXCSR through it (the field reads 0): only the
+// XSAVE area carries MXCSR.
 type FPU struct {
 	FPR        [8][16]uint8
 	FCW        uint16

@@ -45,11 +45,14 @@ func (vm *VM) XSAVESize() (int, error) {
 	return xsaveLegacySize, nil
 }
 
-// XSAVE reads the vCPU's XSAVE area, size bytes from VM.XSAVESize: with
-// KVM_GET_XSAVE2 when size is more than 4096, else KVM_GET_XSAVE.
-func (c *VCPU) XSAVE(size int) ([]byte, error) {
-	if size < xsaveLegacySize || size%4 != 0 {
-		return nil, fmt.Errorf("getting XSAVE of vCPU %d: %d bytes, want a multiple of 4 from %d", c.id, size, xsaveLegacySize)
+// XSAVE reads the vCPU's XSAVE area, of vm's XSAVESize: with
+// KVM_GET_XSAVE2 where that is more than 4096 bytes, else KVM_GET_XSAVE.
+// vm is the vCPU's VM: KVM writes as many bytes as it says, so the size
+// is never the caller's to get wrong.
+func (c *VCPU) XSAVE(vm *VM) ([]byte, error) {
+	size, err := vm.XSAVESize()
+	if err != nil {
+		return nil, err
 	}
 	fd, err := c.rawFd()
 	if err != nil {
@@ -67,15 +70,23 @@ func (c *VCPU) XSAVE(size int) ([]byte, error) {
 }
 
 // SetXSAVE writes the vCPU's XSAVE area (KVM_SET_XSAVE). KVM reads as many
-// bytes as VM.XSAVESize says, so b must be at least that long.
-func (c *VCPU) SetXSAVE(b []byte) error {
-	if len(b) < xsaveLegacySize {
-		return fmt.Errorf("setting XSAVE of vCPU %d: %d bytes, want at least %d", c.id, len(b), xsaveLegacySize)
+// bytes as vm's XSAVESize says: a shorter area (from a host with fewer
+// features) is padded with zeros, which its header's XSTATE_BV leaves
+// unused; a longer one is an error.
+func (c *VCPU) SetXSAVE(vm *VM, area []byte) error {
+	size, err := vm.XSAVESize()
+	if err != nil {
+		return err
+	}
+	if len(area) < xsaveLegacySize || len(area) > size {
+		return fmt.Errorf("setting XSAVE of vCPU %d: %d bytes, this host's area holds %d to %d", c.id, len(area), xsaveLegacySize, size)
 	}
 	fd, err := c.rawFd()
 	if err != nil {
 		return err
 	}
+	b := make([]byte, size)
+	copy(b, area)
 	if err := ioctlBytes(fd, kvmSetXSAVE, b); err != nil {
 		return opError(fmt.Sprintf("setting XSAVE of vCPU %d", c.id), err, CapXSAVE)
 	}

@@ -1,7 +1,6 @@
 package kvm_test
 
 import (
-	"bytes"
 	"errors"
 	"slices"
 	"testing"
@@ -23,7 +22,7 @@ func newIdleVCPU(t *testing.T) (*testVM, *kvm.VCPU) {
 	return v, cpu
 }
 
-func TestXSAVE2AgreesWithXSAVE(t *testing.T) {
+func TestXSAVERoundTrips(t *testing.T) {
 	v, cpu := newIdleVCPU(t)
 	size, err := v.vm.XSAVESize()
 	if errors.Is(err, kvm.ErrNotSupported) {
@@ -32,24 +31,30 @@ func TestXSAVE2AgreesWithXSAVE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	legacy, err := cpu.XSAVE(4096)
+	area, err := cpu.XSAVE(v.vm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := v.vm.CheckExtension(kvm.CapXSAVE2); n == 0 {
-		t.Skipf("no %v: XSAVE area of %d bytes, KVM_GET_XSAVE only", kvm.CapXSAVE2, size)
+	if len(area) != size {
+		t.Fatalf("XSAVE area of %d bytes, want XSAVESize %d", len(area), size)
 	}
-	// A buffer past 4096 bytes is read with KVM_GET_XSAVE2, which fills
-	// the host's size and leaves the rest.
-	big, err := cpu.XSAVE(size + 4096)
+	// XMM0 is at byte 160 of the legacy region; XSTATE_BV (byte 512) must
+	// say the SSE state is in use, or KVM takes the registers as zero.
+	const xmm0, xstateBV, sseInUse = 160, 512, 1 << 1
+	area[xstateBV] |= sseInUse
+	area[xmm0] = 0x77
+	if err := cpu.SetXSAVE(v.vm, area); err != nil {
+		t.Fatal(err)
+	}
+	fpu, err := cpu.FPU()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(big[:4096], legacy) {
-		t.Error("KVM_GET_XSAVE2's first 4096 bytes differ from KVM_GET_XSAVE's")
+	if fpu.XMM[0][0] != 0x77 {
+		t.Errorf("XMM0's low byte %#x after SetXSAVE, want 0x77", fpu.XMM[0][0])
 	}
-	if err := cpu.SetXSAVE(big); err != nil {
-		t.Fatal(err)
+	if err := cpu.SetXSAVE(v.vm, append(area, make([]byte, 4096)...)); err == nil {
+		t.Error("SetXSAVE of an area bigger than the host's succeeded")
 	}
 }
 
@@ -139,7 +144,7 @@ func TestRestoreStateRefusesAnXSAVEAreaTooBigForTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.XSAVE = append(s.XSAVE, make([]byte, 4096)...)
+	s.XSAVE = append(s.XSAVE, make([]byte, 4096)...) // from a host with more XSAVE features
 	_, fresh := newIdleVCPU(t)
 	if err := fresh.RestoreState(s, spec); err == nil {
 		t.Fatal("RestoreState of an XSAVE area bigger than the host's succeeded")

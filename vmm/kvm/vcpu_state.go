@@ -20,7 +20,9 @@ type VCPUState struct {
 
 	Regs  Regs
 	Sregs Sregs
-	FPU   FPU
+	// FPU is the x87 and SSE registers, without MXCSR (see FPU): on a host
+	// without XSAVE, MXCSR is not carried.
+	FPU FPU
 	// XSAVE is the XSAVE area (nil without KVM_CAP_XSAVE); it includes
 	// the x87 and SSE state of FPU and, where set, AVX and beyond.
 	XSAVE []byte
@@ -44,12 +46,16 @@ type StateSpec struct {
 	XSAVESize int
 	// XCRs reports KVM_CAP_XCRS.
 	XCRs bool
+
+	// vm sizes the XSAVE area KVM reads and writes; nil in a StateSpec
+	// not made by VM.StateSpec, which then saves and restores no XSAVE.
+	vm *VM
 }
 
 // StateSpec returns what SaveState captures on this VM's vCPUs. It asks
 // the System the VM was made from for the MSR list, so that must be open.
 func (vm *VM) StateSpec() (StateSpec, error) {
-	var s StateSpec
+	s := StateSpec{vm: vm}
 	msrs, err := vm.sys.MSRIndexList()
 	if err != nil {
 		return s, fmt.Errorf("describing vCPU state: %w", err)
@@ -102,8 +108,8 @@ func (c *VCPU) SaveState(spec StateSpec) (*VCPUState, error) {
 	if s.FPU, err = c.FPU(); err != nil {
 		return nil, fmt.Errorf("saving vCPU state: %w", err)
 	}
-	if spec.XSAVESize > 0 {
-		if s.XSAVE, err = c.XSAVE(spec.XSAVESize); err != nil {
+	if spec.XSAVESize > 0 && spec.vm != nil {
+		if s.XSAVE, err = c.XSAVE(spec.vm); err != nil {
 			return nil, fmt.Errorf("saving vCPU state: %w", err)
 		}
 	}
@@ -184,14 +190,10 @@ func (c *VCPU) restoreState(s *VCPUState, spec StateSpec) error {
 		return err
 	}
 	if s.XSAVE != nil {
-		if len(s.XSAVE) > spec.XSAVESize {
-			return fmt.Errorf("setting XSAVE of vCPU %d: %d bytes saved, this host's area holds %d", c.id, len(s.XSAVE), spec.XSAVESize)
+		if spec.vm == nil {
+			return fmt.Errorf("setting XSAVE of vCPU %d: the StateSpec is not the VM's (VM.StateSpec)", c.id)
 		}
-		// KVM reads the whole area of this host; what the source lacked
-		// stays zero (its header's XSTATE_BV says it is not in use).
-		area := make([]byte, spec.XSAVESize)
-		copy(area, s.XSAVE)
-		if err := c.SetXSAVE(area); err != nil {
+		if err := c.SetXSAVE(spec.vm, s.XSAVE); err != nil {
 			return err
 		}
 	}
