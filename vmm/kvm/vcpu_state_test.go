@@ -3,6 +3,7 @@ package kvm_test
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"tern/vmm/boot"
@@ -24,8 +25,9 @@ const (
 	counterXMMPort  = 0x12
 )
 
-var counterGuest = []byte{
-	// At CPL0: load the TSS and iretq to CPL3 at user.
+// userPrologue is CPL0 code, loaded at counterCodeAddr, that loads the
+// TSS and drops with iretq to CPL3 at the code that follows it.
+var userPrologue = []byte{
 	0x66, 0xb8, tssSelector, 0x00, // mov ax, tssSelector
 	0x0f, 0x00, 0xd8, // ltr ax
 	0x48, 0x89, 0xe0, // mov rax, rsp
@@ -35,7 +37,10 @@ var counterGuest = []byte{
 	0x6a, userCodeSelector, // push userCodeSelector (CS)
 	0x68, 0x1b, 0x00, 0x10, 0x00, // push counterCodeAddr+0x1b (RIP)
 	0x48, 0xcf, // iretq
-	// user, at counterCodeAddr+0x1b:
+	// counterCodeAddr+0x1b, at CPL3: what follows the prologue.
+}
+
+var counterGuest = append(slices.Clip(userPrologue),
 	0xb8, 0x01, 0x00, 0x00, 0x00, // mov eax, 1
 	0x66, 0x48, 0x0f, 0x6e, 0xc8, // movq xmm1, rax
 	0x66, 0x0f, 0xef, 0xc0, // pxor xmm0, xmm0
@@ -50,7 +55,7 @@ var counterGuest = []byte{
 	0x66, 0x48, 0x0f, 0x7e, 0xc0, // movq rax, xmm0
 	0xe7, counterXMMPort, // out counterXMMPort, eax
 	0xeb, 0xda, // jmp loop
-}
+)
 
 // counterOuts is the sequence of OUTs the counter guest makes for passes
 // from..to.
