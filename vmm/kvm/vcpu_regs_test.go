@@ -150,3 +150,44 @@ func TestRestoreStateRefusesAnXSAVEAreaTooBigForTheHost(t *testing.T) {
 		t.Fatal("RestoreState of an XSAVE area bigger than the host's succeeded")
 	}
 }
+
+func TestSaveStateCarriesPATAndMTRRs(t *testing.T) {
+	const pat, mtrrDefType, mtrrPhysBase0 = 0x277, 0x2ff, 0x200
+	set := []kvm.MSREntry{
+		{Index: pat, Data: 0x0606060606060606}, // all write-back
+		{Index: mtrrDefType, Data: 0xc06},      // MTRRs and fixed MTRRs on, default WB
+		{Index: mtrrPhysBase0, Data: 0x80000000},
+	}
+	v, cpu := newIdleVCPU(t)
+	if err := cpu.SetMSRs(set); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := v.vm.StateSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cpu.SaveState(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv, fresh := newIdleVCPU(t)
+	dspec, err := dv.vm.StateSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.RestoreState(s, dspec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fresh.MSRs([]uint32{pat, mtrrDefType, mtrrPhysBase0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if e.Data != set[i].Data {
+			t.Errorf("MSR %#x after restore = %#x, want %#x", e.Index, e.Data, set[i].Data)
+		}
+	}
+	if len(got) != len(set) {
+		t.Errorf("read %d of %d MSRs after restore", len(got), len(set))
+	}
+}

@@ -37,10 +37,11 @@ type VCPUState struct {
 }
 
 // StateSpec is what SaveState captures, computed once per VM by
-// VM.StateSpec: plain data, so it can be checked or logged.
+// VM.StateSpec: plain data, so it can be checked or logged, but for the
+// VM it was made from, which sizes the XSAVE area.
 type StateSpec struct {
-	// MSRs are the candidate MSRs (KVM_GET_MSR_INDEX_LIST); SaveState keeps
-	// those the vCPU can read.
+	// MSRs are the candidate MSRs: KVM_GET_MSR_INDEX_LIST's and
+	// unlistedMSRs; SaveState keeps those the vCPU can read.
 	MSRs []uint32
 	// XSAVESize is the XSAVE area's bytes, 0 without KVM_CAP_XSAVE.
 	XSAVESize int
@@ -60,7 +61,12 @@ func (vm *VM) StateSpec() (StateSpec, error) {
 	if err != nil {
 		return s, fmt.Errorf("describing vCPU state: %w", err)
 	}
-	s.MSRs = msrs
+	s.MSRs = slices.Clone(msrs)
+	for _, m := range unlistedMSRs() {
+		if !slices.Contains(msrs, m) {
+			s.MSRs = append(s.MSRs, m)
+		}
+	}
 	switch n, err := vm.XSAVESize(); {
 	case errors.Is(err, ErrNotSupported):
 	case err != nil:
@@ -239,3 +245,33 @@ func (s *VCPUState) MSR(index uint32) (uint64, bool) {
 
 // MSRIA32TSC is the time-stamp counter's MSR (IA32_TIME_STAMP_COUNTER).
 const MSRIA32TSC = 0x10
+
+// unlistedMSRs are MSRs KVM emulates for every guest and restores from
+// user space but leaves out of KVM_GET_MSR_INDEX_LIST, which names only
+// those whose presence varies: the MTRRs (a guest's memory types) and the
+// machine-check banks. MTRRcap and MCG_CAP are not among them: they are
+// read-only to KVM_SET_MSRS.
+func unlistedMSRs() []uint32 {
+	const (
+		mtrrPhysBase0 = 0x200 // eight base/mask pairs (KVM_NR_VAR_MTRR)
+		mtrrFix64K    = 0x250
+		mtrrFix16K    = 0x258 // and 0x259
+		mtrrFix4K     = 0x268 // to 0x26f
+		mtrrDefType   = 0x2ff
+		mc0Ctl        = 0x400 // CTL, STATUS, ADDR, MISC per bank
+		maxMCEBanks   = 32    // KVM_MAX_MCE_BANKS
+	)
+	var m []uint32
+	for i := range uint32(16) {
+		m = append(m, mtrrPhysBase0+i)
+	}
+	m = append(m, mtrrFix64K, mtrrFix16K, mtrrFix16K+1)
+	for i := range uint32(8) {
+		m = append(m, mtrrFix4K+i)
+	}
+	m = append(m, mtrrDefType)
+	for i := range uint32(4 * maxMCEBanks) {
+		m = append(m, mc0Ctl+i)
+	}
+	return m
+}
