@@ -26,6 +26,8 @@ const (
 	kvmSetMPState      = 0x4004AE99 // _IOW(KVMIO, 0x99, struct kvm_mp_state)
 	kvmGetVCPUEvents   = 0x8040AE9F // _IOR(KVMIO, 0x9f, struct kvm_vcpu_events)
 	kvmSetVCPUEvents   = 0x4040AEA0 // _IOW(KVMIO, 0xa0, struct kvm_vcpu_events)
+	kvmGetDebugRegs    = 0x8080AEA1 // _IOR(KVMIO, 0xa1, struct kvm_debugregs)
+	kvmSetDebugRegs    = 0x4080AEA2 // _IOW(KVMIO, 0xa2, struct kvm_debugregs)
 	kvmSetTSCKHz       = 0xAEA2     // _IO(KVMIO, 0xa2)
 	kvmGetTSCKHz       = 0xAEA3     // _IO(KVMIO, 0xa3)
 	kvmEnableCap       = 0x4068AEA3 // _IOW(KVMIO, 0xa3, struct kvm_enable_cap)
@@ -47,6 +49,7 @@ const (
 	CapIOEventFD              Capability = 36  // KVM_CAP_IOEVENTFD
 	CapAdjustClock            Capability = 39  // KVM_CAP_ADJUST_CLOCK
 	CapVCPUEvents             Capability = 41  // KVM_CAP_VCPU_EVENTS
+	CapDebugRegs              Capability = 50  // KVM_CAP_DEBUGREGS
 	CapEnableCap              Capability = 54  // KVM_CAP_ENABLE_CAP (vCPU)
 	CapXSAVE                  Capability = 55  // KVM_CAP_XSAVE
 	CapXCRs                   Capability = 56  // KVM_CAP_XCRS
@@ -234,6 +237,15 @@ type SMIEvent struct {
 	Pending      uint8
 	SMMInsideNMI uint8
 	LatchedInit  uint8
+}
+
+// DebugRegs is struct kvm_debugregs: DR0-DR3, DR6 and DR7.
+type DebugRegs struct {
+	DB    [4]uint64
+	DR6   uint64
+	DR7   uint64
+	Flags uint64
+	_     [9]uint64
 }
 
 // MPState is struct kvm_mp_state's value (KVM_MP_STATE_*).

@@ -27,6 +27,7 @@ func TestStateABISizes(t *testing.T) {
 		{"kvm_lapic_state", unsafe.Sizeof(LAPICState{}), 1024},
 		{"kvm_vcpu_events", unsafe.Sizeof(VCPUEvents{}), 64},
 		{"kvm_mp_state", unsafe.Sizeof(MPState(0)), 4},
+		{"kvm_debugregs", unsafe.Sizeof(DebugRegs{}), 128},
 		{"kvm_clock_data", unsafe.Sizeof(ClockData{}), 48},
 		{"kvm_dirty_log", unsafe.Sizeof(dirtyLogArg{}), 16},
 		{"kvm_clear_dirty_log", unsafe.Sizeof(clearDirtyLogArg{}), 24},
@@ -74,6 +75,8 @@ func TestStateABIOffsets(t *testing.T) {
 		{"kvm_clear_dirty_log.first_page", unsafe.Offsetof(clearDirtyLogArg{}.FirstPage), 8},
 		{"kvm_clear_dirty_log.dirty_bitmap", unsafe.Offsetof(clearDirtyLogArg{}.Bitmap), 16},
 		{"kvm_dirty_gfn.offset", unsafe.Offsetof(dirtyGFN{}.Offset), 8},
+		{"kvm_debugregs.dr6", unsafe.Offsetof(DebugRegs{}.DR6), 32},
+		{"kvm_debugregs.flags", unsafe.Offsetof(DebugRegs{}.Flags), 48},
 	} {
 		if c.got != c.want {
 			t.Errorf("offsetof(%s) = %d, want %d", c.name, c.got, c.want)
@@ -111,6 +114,8 @@ func TestStateIoctlNumbers(t *testing.T) {
 		{"KVM_SET_MP_STATE", kvmSetMPState, ioc(w, 0x99, unsafe.Sizeof(MPState(0)))},
 		{"KVM_GET_VCPU_EVENTS", kvmGetVCPUEvents, ioc(r, 0x9f, unsafe.Sizeof(VCPUEvents{}))},
 		{"KVM_SET_VCPU_EVENTS", kvmSetVCPUEvents, ioc(w, 0xa0, unsafe.Sizeof(VCPUEvents{}))},
+		{"KVM_GET_DEBUGREGS", kvmGetDebugRegs, ioc(r, 0xa1, unsafe.Sizeof(DebugRegs{}))},
+		{"KVM_SET_DEBUGREGS", kvmSetDebugRegs, ioc(w, 0xa2, unsafe.Sizeof(DebugRegs{}))},
 		{"KVM_SET_TSC_KHZ", kvmSetTSCKHz, ioc(0, 0xa2, 0)},
 		{"KVM_GET_TSC_KHZ", kvmGetTSCKHz, ioc(0, 0xa3, 0)},
 		{"KVM_ENABLE_CAP", kvmEnableCap, ioc(w, 0xa3, unsafe.Sizeof(enableCapArg{}))},

@@ -220,6 +220,20 @@ func (c *VCPU) SetVCPUEvents(e VCPUEvents) error {
 	return vcpuIoctl(c, "setting vCPU events", kvmSetVCPUEvents, &e, CapVCPUEvents)
 }
 
+// DebugRegs reads the debug registers (KVM_GET_DEBUGREGS).
+func (c *VCPU) DebugRegs() (DebugRegs, error) {
+	var d DebugRegs
+	err := vcpuIoctl(c, "getting debug registers", kvmGetDebugRegs, &d, CapDebugRegs)
+	return d, err
+}
+
+// SetDebugRegs writes the debug registers (KVM_SET_DEBUGREGS); Flags must
+// be 0.
+func (c *VCPU) SetDebugRegs(d DebugRegs) error {
+	d.Flags = 0
+	return vcpuIoctl(c, "setting debug registers", kvmSetDebugRegs, &d, CapDebugRegs)
+}
+
 // MPState reads the multiprocessing state (KVM_GET_MP_STATE).
 func (c *VCPU) MPState() (MPState, error) {
 	var s MPState

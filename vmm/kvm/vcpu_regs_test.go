@@ -151,7 +151,7 @@ func TestRestoreStateRefusesAnXSAVEAreaTooBigForTheHost(t *testing.T) {
 	}
 }
 
-func TestSaveStateCarriesPATAndMTRRs(t *testing.T) {
+func TestSaveStateCarriesPATMTRRsAndDebugRegisters(t *testing.T) {
 	const pat, mtrrDefType, mtrrPhysBase0 = 0x277, 0x2ff, 0x200
 	set := []kvm.MSREntry{
 		{Index: pat, Data: 0x0606060606060606}, // all write-back
@@ -160,6 +160,10 @@ func TestSaveStateCarriesPATAndMTRRs(t *testing.T) {
 	}
 	v, cpu := newIdleVCPU(t)
 	if err := cpu.SetMSRs(set); err != nil {
+		t.Fatal(err)
+	}
+	dr := kvm.DebugRegs{DB: [4]uint64{0x1234, 0, 0, 0x5678}, DR6: 0xffff0ff0, DR7: 0x400} // no breakpoint enabled
+	if err := cpu.SetDebugRegs(dr); err != nil {
 		t.Fatal(err)
 	}
 	spec, err := v.vm.StateSpec()
@@ -189,5 +193,12 @@ func TestSaveStateCarriesPATAndMTRRs(t *testing.T) {
 	}
 	if len(got) != len(set) {
 		t.Errorf("read %d of %d MSRs after restore", len(got), len(set))
+	}
+	gotDR, err := fresh.DebugRegs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotDR.DB != dr.DB || gotDR.DR7 != dr.DR7 {
+		t.Errorf("debug registers after restore = %+v, want %+v", gotDR, dr)
 	}
 }

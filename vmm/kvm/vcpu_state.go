@@ -31,9 +31,11 @@ type VCPUState struct {
 	// MSRs are the readable MSRs of the host's save list, TSC among them.
 	MSRs []MSREntry
 	// LAPIC is the in-kernel local APIC (nil without CreateIRQChip).
-	LAPIC  *LAPICState
-	Events VCPUEvents
-	MP     MPState
+	LAPIC *LAPICState
+	// DebugRegs are DR0-DR3, DR6 and DR7 (nil without KVM_CAP_DEBUGREGS).
+	DebugRegs *DebugRegs
+	Events    VCPUEvents
+	MP        MPState
 }
 
 // StateSpec is what SaveState captures, computed once per VM by
@@ -134,6 +136,13 @@ func (c *VCPU) SaveState(spec StateSpec) (*VCPUState, error) {
 	default:
 		s.LAPIC = &l
 	}
+	switch d, err := c.DebugRegs(); {
+	case errors.Is(err, ErrNotSupported):
+	case err != nil:
+		return nil, fmt.Errorf("saving vCPU state: %w", err)
+	default:
+		s.DebugRegs = &d
+	}
 	if s.Events, err = c.VCPUEvents(); err != nil {
 		return nil, fmt.Errorf("saving vCPU state: %w", err)
 	}
@@ -166,8 +175,9 @@ func (c *VCPU) readableMSRs(indices []uint32) ([]MSREntry, error) {
 // area KVM reads. The order is KVM's: CPUID first (MSRs and XSAVE are checked
 // against it), the TSC frequency before the TSC, sregs (CR0/CR4/EFER and
 // the APIC base) before regs, the LAPIC after the APIC base and before the
-// MSRs (the TSC deadline MSR needs the LAPIC's timer mode), and the vCPU
-// events and MP state last, since setting registers clears pending events.
+// MSRs (the TSC deadline MSR needs the LAPIC's timer mode), the debug
+// registers, and the vCPU events and MP state last, since setting
+// registers clears pending events.
 func (c *VCPU) RestoreState(s *VCPUState, spec StateSpec) error {
 	if err := c.restoreState(s, spec); err != nil {
 		return fmt.Errorf("restoring vCPU state: %w", err)
@@ -215,6 +225,11 @@ func (c *VCPU) restoreState(s *VCPUState, spec StateSpec) error {
 	}
 	if err := c.SetMSRs(s.MSRs); err != nil {
 		return err
+	}
+	if s.DebugRegs != nil {
+		if err := c.SetDebugRegs(*s.DebugRegs); err != nil {
+			return err
+		}
 	}
 	if err := c.SetVCPUEvents(s.Events); err != nil {
 		return err

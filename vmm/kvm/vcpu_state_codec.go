@@ -42,6 +42,7 @@ const (
 	tagXCRs
 	tagMSRs
 	tagLAPIC
+	tagDebugRegs
 	tagEvents
 	tagMP
 	tagEnd // one past the last tag
@@ -100,6 +101,9 @@ func (s *VCPUState) MarshalBinary() ([]byte, error) {
 	}
 	if s.LAPIC != nil {
 		section(tagLAPIC, s.LAPIC)
+	}
+	if s.DebugRegs != nil {
+		section(tagDebugRegs, s.DebugRegs)
 	}
 	section(tagEvents, &s.Events)
 	section(tagMP, uint32(s.MP))
@@ -183,6 +187,9 @@ func (s *VCPUState) decodeSection(tag uint16, p []byte) error {
 	case tagLAPIC:
 		s.LAPIC = new(LAPICState)
 		return decodeFixed(p, s.LAPIC)
+	case tagDebugRegs:
+		s.DebugRegs = new(DebugRegs)
+		return decodeFixed(p, s.DebugRegs)
 	case tagEvents:
 		return decodeFixed(p, &s.Events)
 	case tagMP:

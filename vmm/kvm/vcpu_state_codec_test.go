@@ -11,15 +11,16 @@ import (
 // values in each.
 func sampleState() *VCPUState {
 	s := &VCPUState{
-		CPUID:  []CPUIDEntry2{{Function: 1, EAX: 0x806f8}, {Function: 0xd, Index: 1, EBX: 0x240}},
-		TSCKHz: 2_100_000,
-		Regs:   Regs{RAX: 1, RBX: 2, RIP: 0x100000, RFLAGS: 2, R15: 15},
-		Sregs:  Sregs{CR0: 0x80000011, CR3: 0x1000, CR4: 0x220, EFER: 0x500, APICBase: 0xfee00900},
-		XSAVE:  bytes.Repeat([]byte{0xa5}, 4096),
-		XCRs:   []XCR{{XCR: 0, Value: 7}},
-		MSRs:   []MSREntry{{Index: MSRIA32TSC, Data: 123456789}, {Index: 0xc0000100, Data: 0xdead}},
-		LAPIC:  &LAPICState{},
-		MP:     MPStateHalted,
+		CPUID:     []CPUIDEntry2{{Function: 1, EAX: 0x806f8}, {Function: 0xd, Index: 1, EBX: 0x240}},
+		TSCKHz:    2_100_000,
+		Regs:      Regs{RAX: 1, RBX: 2, RIP: 0x100000, RFLAGS: 2, R15: 15},
+		Sregs:     Sregs{CR0: 0x80000011, CR3: 0x1000, CR4: 0x220, EFER: 0x500, APICBase: 0xfee00900},
+		XSAVE:     bytes.Repeat([]byte{0xa5}, 4096),
+		XCRs:      []XCR{{XCR: 0, Value: 7}},
+		MSRs:      []MSREntry{{Index: MSRIA32TSC, Data: 123456789}, {Index: 0xc0000100, Data: 0xdead}},
+		LAPIC:     &LAPICState{},
+		DebugRegs: &DebugRegs{DB: [4]uint64{0x1000}, DR6: 0xffff0ff0, DR7: 0x401},
+		MP:        MPStateHalted,
 	}
 	s.Sregs.CS = Segment{Selector: 8, Type: 0xb, Present: 1, S: 1, L: 1}
 	s.FPU.FCW, s.FPU.MXCSR, s.FPU.XMM[3][0] = 0x37f, 0x1f80, 9
