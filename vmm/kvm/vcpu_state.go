@@ -85,71 +85,86 @@ func (vm *VM) StateSpec() (StateSpec, error) {
 }
 
 // SaveState captures the vCPU's state. The vCPU must be stopped (not in
-// Run) and SaveState must run on its thread: it first completes the IO of
-// the last exit (CompletePendingIO), since KVM's state shows an OUT or IN
-// done only after that.
+// Run), its last exit handled (an IN's or MMIO read's data filled in),
+// and SaveState must run on its thread: it first completes that exit's IO
+// (CompletePendingIO), since KVM's state shows an OUT or IN done only
+// after that. Pieces the host or VM lacks (XSAVE, XCRs, LAPIC without
+// the in-kernel irqchip, debug registers, the TSC frequency) are left nil.
 func (c *VCPU) SaveState(spec StateSpec) (*VCPUState, error) {
-	if err := c.CompletePendingIO(); err != nil {
+	s, err := c.saveState(spec)
+	if err != nil {
 		return nil, fmt.Errorf("saving vCPU state: %w", err)
+	}
+	return s, nil
+}
+
+func (c *VCPU) saveState(spec StateSpec) (*VCPUState, error) {
+	if err := c.CompletePendingIO(); err != nil {
+		return nil, err
 	}
 	s := &VCPUState{}
 	var err error
 	if s.CPUID, err = c.CPUID2(); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
 	if len(s.CPUID) == 0 {
 		s.CPUID = nil
 	}
-	switch khz, err := c.TSCKHz(); {
-	case errors.Is(err, ErrNotSupported):
-	case err != nil:
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
-	default:
-		s.TSCKHz = khz
+	khz, err := optional(c.TSCKHz, ErrNotSupported)
+	if err != nil {
+		return nil, err
+	}
+	if khz != nil {
+		s.TSCKHz = *khz
 	}
 	if s.Regs, err = c.Regs(); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
 	if s.Sregs, err = c.Sregs(); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
 	if s.FPU, err = c.FPU(); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
 	if spec.XSAVESize > 0 && spec.vm != nil {
 		if s.XSAVE, err = c.XSAVE(spec.vm); err != nil {
-			return nil, fmt.Errorf("saving vCPU state: %w", err)
+			return nil, err
 		}
 	}
 	if spec.XCRs {
 		if s.XCRs, err = c.XCRs(); err != nil {
-			return nil, fmt.Errorf("saving vCPU state: %w", err)
+			return nil, err
 		}
 	}
 	if s.MSRs, err = c.readableMSRs(spec.MSRs); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
-	switch l, err := c.LAPIC(); {
-	case errors.Is(err, ErrNoIRQChip):
-	case err != nil:
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
-	default:
-		s.LAPIC = &l
+	if s.LAPIC, err = optional(c.LAPIC, ErrNoIRQChip); err != nil {
+		return nil, err
 	}
-	switch d, err := c.DebugRegs(); {
-	case errors.Is(err, ErrNotSupported):
-	case err != nil:
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
-	default:
-		s.DebugRegs = &d
+	if s.DebugRegs, err = optional(c.DebugRegs, ErrNotSupported); err != nil {
+		return nil, err
 	}
 	if s.Events, err = c.VCPUEvents(); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
 	if s.MP, err = c.MPState(); err != nil {
-		return nil, fmt.Errorf("saving vCPU state: %w", err)
+		return nil, err
 	}
 	return s, nil
+}
+
+// optional calls get and returns a pointer to its result, or nil when its
+// error is absent (the piece of state this host or VM does not have).
+func optional[T any](get func() (T, error), absent error) (*T, error) {
+	v, err := get()
+	if errors.Is(err, absent) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // readableMSRs reads every MSR of indices the vCPU can read, skipping
