@@ -202,3 +202,39 @@ func TestSaveStateCarriesPATMTRRsAndDebugRegisters(t *testing.T) {
 		t.Errorf("debug registers after restore = %+v, want %+v", gotDR, dr)
 	}
 }
+
+func TestCompletePendingIOFinishesTheOUTAndRunsNothingMore(t *testing.T) {
+	v := newTestVM(t, nil, memory.RegionSpec{Name: "ram", Size: memory.PageSize})
+	guest := []byte{0xe6, roundDonePort, 0xf4} // out roundDonePort, al; hlt
+	if err := v.mem.Write(0, guest); err != nil {
+		t.Fatal(err)
+	}
+	v.addSlot(t, 0, 0, 0)
+	lockThread(t)
+	cpu, err := v.vm.CreateVCPU(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kvm.StartRealMode(cpu, 0); err != nil {
+		t.Fatal(err)
+	}
+	runToOut(t, cpu)
+	before, err := cpu.Regs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a second call finds nothing pending and runs nothing
+		if err := cpu.CompletePendingIO(); err != nil {
+			t.Fatal(err)
+		}
+		regs, err := cpu.Regs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if regs.RIP != 2 {
+			t.Fatalf("RIP %#x after CompletePendingIO (%#x before), want 2: just past the OUT, before the HLT", regs.RIP, before.RIP)
+		}
+	}
+	t.Logf("RIP at the OUT exit %#x, after CompletePendingIO 2", before.RIP)
+	runToHLT(t, cpu)
+}
