@@ -28,7 +28,7 @@ type testVM struct {
 // newTestVM opens KVM, creates a VM and a memory of the given regions;
 // setup, when not nil, runs on the VM before any slot exists (rings and
 // irqchips must precede vCPUs, some caps precede slots).
-func newTestVM(t *testing.T, setup func(*kvm.VM) error, regions ...memory.RegionSpec) *testVM {
+func newTestVM(t testing.TB, setup func(*kvm.VM) error, regions ...memory.RegionSpec) *testVM {
 	t.Helper()
 	kvmtest.Require(t)
 	sys, err := kvm.Open()
@@ -58,7 +58,7 @@ func newTestVM(t *testing.T, setup func(*kvm.VM) error, regions ...memory.Region
 }
 
 // addSlot maps memory region i of the VM's memory as slot.
-func (v *testVM) addSlot(t *testing.T, slot uint32, i int, flags uint32) kvm.MemoryRegion {
+func (v *testVM) addSlot(t testing.TB, slot uint32, i int, flags uint32) kvm.MemoryRegion {
 	t.Helper()
 	r := v.mem.Regions()[i]
 	mr := kvm.MemoryRegion{Slot: slot, Flags: flags, GuestPhysAddr: uint64(r.Base()), Memory: r.Bytes()}
@@ -71,7 +71,7 @@ func (v *testVM) addSlot(t *testing.T, slot uint32, i int, flags uint32) kvm.Mem
 
 // lockThread pins the test goroutine to its OS thread for the rest of the
 // test: KVM ties a vCPU to the thread that runs it.
-func lockThread(t *testing.T) {
+func lockThread(t testing.TB) {
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 }

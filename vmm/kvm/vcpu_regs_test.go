@@ -11,7 +11,7 @@ import (
 
 // newIdleVCPU returns a vCPU of a new VM (with an in-kernel irqchip) that
 // never runs.
-func newIdleVCPU(t *testing.T) (*testVM, *kvm.VCPU) {
+func newIdleVCPU(t testing.TB) (*testVM, *kvm.VCPU) {
 	t.Helper()
 	v := newTestVM(t, (*kvm.VM).CreateIRQChip, memory.RegionSpec{Name: "ram", Size: memory.PageSize})
 	lockThread(t)
@@ -237,4 +237,37 @@ func TestCompletePendingIOFinishesTheOUTAndRunsNothingMore(t *testing.T) {
 	}
 	t.Logf("RIP at the OUT exit %#x, after CompletePendingIO 2", before.RIP)
 	runToHLT(t, cpu)
+}
+
+// BenchmarkSaveStateAndEncode measures what stopping a vCPU for migration
+// costs in state: SaveState and MarshalBinary, then decoding and
+// RestoreState on a second vCPU.
+func BenchmarkSaveStateAndEncode(b *testing.B) {
+	v, cpu := newIdleVCPU(b)
+	spec, err := v.vm.StateSpec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, target := newIdleVCPU(b)
+	b.ReportAllocs()
+	var size int
+	for b.Loop() {
+		s, err := cpu.SaveState(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wire, err := s.MarshalBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(wire)
+		var got kvm.VCPUState
+		if err := got.UnmarshalBinary(wire); err != nil {
+			b.Fatal(err)
+		}
+		if err := target.RestoreState(&got, spec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(size), "bytes/state")
 }
