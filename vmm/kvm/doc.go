@@ -8,7 +8,10 @@
 // Invariants:
 //   - The structs passed to ioctls (Regs, Sregs, Segment, DTable,
 //     CPUIDEntry2, the kvm_run header and its IO exit) have exactly the
-//     kernel's layout; abi_test.go asserts every size and offset.
+//     kernel's layout; abi_test.go asserts every size and offset, and
+//     abi_state_test.go those of abi_state.go (FPU, MSREntry, XCR,
+//     LAPICState, VCPUEvents, ClockData, the irqfd, ioeventfd, dirty-log
+//     and dirty-ring structs).
 //   - A VCPU is used from one goroutine, locked to its OS thread
 //     (runtime.LockOSThread) for as long as it runs: KVM ties a vCPU to the
 //     thread that runs it, and Go's runtime would otherwise move the
@@ -16,7 +19,18 @@
 //   - Run retries KVM_RUN on EINTR: Go preempts threads with signals
 //     (SIGURG), which interrupt KVM_RUN without any exit to handle.
 //   - A missing capability or API version is ErrNotSupported (test with
-//     errors.Is), so callers can skip cleanly on hosts that lack it.
+//     errors.Is), so callers can skip cleanly on hosts that lack it; a
+//     missing capability is a *CapabilityError that names it.
+//   - VCPUState (vcpu_state.go) is a vCPU's whole architectural state as
+//     plain data. SaveState first completes the last exit's IO
+//     (CompletePendingIO): until the next KVM_RUN, KVM's registers show an
+//     OUT or IN not yet done. RestoreState sets the pieces in the order
+//     KVM checks them (CPUID first, events and MP state last; see its
+//     doc). Its binary encoding is versioned and its decoder never panics.
+//   - Dirty pages are logged per slot (MemLogDirtyPages) either in a bitmap
+//     (GetDirtyLog, with manual protect ClearDirtyLog) or, when enabled
+//     before any vCPU exists, in a ring per vCPU (EnableDirtyRing,
+//     MapDirtyRing, ResetDirtyRings); a VM has one or the other.
 //
 // Probe is the one definition of "/dev/kvm is usable" that both
 // `kvmhost check` and the test helper kvm/kvmtest use: open it, create a
