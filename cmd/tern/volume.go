@@ -131,8 +131,8 @@ func ioFailed(ctx context.Context, up *upstairs.Upstairs, err error, ioTimeout t
 	var lost []string
 	for i, r := range up.Status().Replicas {
 		switch {
-		case r.State != upstairs.ReplicaActive && r.LastError != "":
-			lost = append(lost, fmt.Sprintf("replica %d (%s): %s: %s", i, r.Target, r.State, r.LastError))
+		case r.State != upstairs.ReplicaActive && (r.FaultReason != "" || r.LastError != ""):
+			lost = append(lost, fmt.Sprintf("replica %d (%s): %s: %s", i, r.Target, r.State, replicaWhy(r)))
 		case r.State != upstairs.ReplicaActive:
 			lost = append(lost, fmt.Sprintf("replica %d (%s): %s", i, r.Target, r.State))
 		case r.OutstandingJobs > 0:
@@ -249,4 +249,16 @@ func report(cmd *cobra.Command, verb string, bs int, first, blocks uint64, took 
 	rate := float64(bytes) / (1 << 20) / max(took.Seconds(), 1e-9)
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s at offset %s (blocks %d-%d) in %v, %.1f MiB/s\n",
 		verb, units.FormatBytes(bytes), units.FormatBytes(first*uint64(bs)), first, first+blocks-1, took.Round(time.Millisecond), rate)
+}
+
+// replicaWhy says why a replica left the volume (its fault reason) and,
+// when a later reconnect failed differently, its latest error too.
+func replicaWhy(r upstairs.ReplicaStatus) string {
+	switch {
+	case r.FaultReason == "":
+		return r.LastError
+	case r.LastError == "" || r.LastError == r.FaultReason:
+		return r.FaultReason
+	}
+	return fmt.Sprintf("%s (latest: %s)", r.FaultReason, r.LastError)
 }

@@ -245,13 +245,13 @@ func (p *preparedVolume) activate(ctx context.Context) error {
 }
 
 // reason says why replica i is not part of the volume: what the probe met,
-// else its latest connection error.
+// else why it was dropped and its latest connection error.
 func (p *preparedVolume) reason(i int, r upstairs.ReplicaStatus) string {
 	switch {
 	case p.missing[i] != "":
 		return p.missing[i]
-	case r.LastError != "":
-		return r.LastError
+	case r.FaultReason != "" || r.LastError != "":
+		return replicaWhy(r)
 	}
 	return fmt.Sprintf("not connected (%s)", r.State)
 }

@@ -22,7 +22,10 @@ func TestVolumeRepairReconcilesAStaleReplica(t *testing.T) {
 		t.Fatalf("fill with two replicas exited %d: %s", code, errOut)
 	}
 	v.start(t, 2)
-	out, errOut, code := runTern(t, append([]string{"volume", "repair", "--gen", "2", "--json"}, common...)...)
+	// All three are up now: a short quorum wait could let the restarted
+	// replica, slow to answer on a loaded machine, miss the activation
+	// that is to repair it (the last flag wins).
+	out, errOut, code := runTern(t, append([]string{"volume", "repair", "--gen", "2", "--json"}, append(common, "--activation-quorum-wait", "60s")...)...)
 	if code != 0 {
 		t.Fatalf("repair exited %d: %s", code, errOut)
 	}

@@ -66,7 +66,8 @@ func startEcho(t *testing.T, conf *tls.Config) string {
 func echo(addr string, conf *tls.Config) error {
 	conf = conf.Clone()
 	conf.NextProtos = []string{alpn}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Generous: only a failing handshake waits it out.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := quic.DialAddr(ctx, addr, conf, nil)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,6 +147,25 @@ func TestParamsEncodeLayout(t *testing.T) {
 		0x50: 2596120, VerifyRequestOffset: 0, VerifyAckOffset: 0, 0x68: 5, 0x70: 4} {
 		if got := binary.LittleEndian.Uint64(b[off:]); got != want {
 			t.Errorf("offset %#x = %#x, want %#x", off, got, want)
+		}
+	}
+}
+
+func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
+	h, err := os.ReadFile(filepath.Join("src", "guest.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("#define DEFAULT_TSC_KHZ %dULL\n", DefaultTSCkHz),
+		fmt.Sprintf("#define PARAMS_ADDR %#xUL\n", ParamsAddr),
+		fmt.Sprintf("#define P_VERIFY_REQUEST %#x\n", VerifyRequestOffset),
+		fmt.Sprintf("#define P_VERIFY_ACK %#x\n", VerifyAckOffset),
+		// The offsets TestParamsEncodeLayout pins on the Go side.
+		"#define P_TSC_KHZ 0x50\n", "#define P_VERIFY_EVERY_SEC 0x68\n", "#define P_HELLO_FAULT 0x70\n",
+	} {
+		if !bytes.Contains(h, []byte(want)) {
+			t.Errorf("src/guest.h lacks %q", want)
 		}
 	}
 }

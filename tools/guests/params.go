@@ -44,8 +44,8 @@ type Params struct {
 	VirtioBase uint64
 	// TSCkHz is the guest's TSC frequency, which the host knows
 	// (KVM_GET_TSC_KHZ); without it the guests assume DefaultTSCkHz. It
-	// scales the times and rates they print and the dirty guest's
-	// verification interval.
+	// scales the times and rates they print, the dirty guest's
+	// verification interval and the echo guest's polling interval.
 	TSCkHz uint64
 	// VerifyEverySec is how many seconds of dirtying the dirty guest does
 	// between verifications of its whole pattern (default 1).
@@ -73,7 +73,8 @@ const (
 func ExceptionStatus(vector uint8) uint8 { return 0x40 + vector }
 
 // PassesForever makes the dirty guest rewrite its working set until it is
-// stopped; it verifies whenever the verify-request word changes.
+// stopped; it verifies every VerifyEverySec and whenever the
+// verify-request word changes.
 const PassesForever = ^uint64(0)
 
 // Offsets in the parameter block of the dirty guest's verify handshake:

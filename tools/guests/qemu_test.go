@@ -69,7 +69,8 @@ func startQEMU(t *testing.T, accel []string, guest string, p *Params, extra ...s
 		}
 		extra = append(extra, "-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", params, ParamsAddr))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Generous for TCG on a loaded machine: only a hung guest waits it out.
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	t.Cleanup(cancel)
 	args := append(append([]string{"-M", "microvm"}, accel...), "-m", "512M",
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
@@ -320,23 +321,6 @@ func TestQEMUDirtyForeverVerifiesPeriodicallyAndPrintsItsRate(t *testing.T) {
 		line := g.waitFor(func(line string) bool { _, ok := ParseDirtyVerify(line); return ok })
 		if v, _ := ParseDirtyVerify(line); !v.Pass {
 			t.Fatalf("periodic verification %d: %q", i, line)
-		}
-	}
-}
-
-func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
-	h, err := os.ReadFile(filepath.Join("src", "guest.h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		fmt.Sprintf("#define DEFAULT_TSC_KHZ %dULL\n", DefaultTSCkHz),
-		fmt.Sprintf("#define PARAMS_ADDR %#xUL\n", ParamsAddr),
-		fmt.Sprintf("#define P_VERIFY_REQUEST %#x\n", VerifyRequestOffset),
-		fmt.Sprintf("#define P_VERIFY_ACK %#x\n", VerifyAckOffset),
-	} {
-		if !bytes.Contains(h, []byte(want)) {
-			t.Errorf("src/guest.h lacks %q", want)
 		}
 	}
 }

@@ -29,7 +29,7 @@ const (
 	testBlockSize    = 4096
 	testExtentBlocks = 64
 	testExtentCount  = 4
-	testTimeout      = 20 * time.Second
+	testTimeout      = 60 * time.Second // generous: only a failing test waits it out
 )
 
 var (

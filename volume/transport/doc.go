@@ -1,6 +1,8 @@
 // Package transport carries the volume protocol (package tern/volume/wire)
 // over QUIC with mutual TLS: Listen on the downstairs, Dial on the
-// upstairs, both with the one quic.Config tuned for block IO (Config).
+// upstairs, both with the one quic.Config tuned for block IO (Config);
+// the dialer chooses how soon a silent peer is given up (DialOptions:
+// by default a peer that sends nothing for IdleTimeout, 4 s, is gone).
 //
 // # Connection and stream layout
 //

@@ -23,25 +23,66 @@ const (
 	MaxStreamWindow = 48 << 20
 	// MaxConnectionWindow bounds the receive window of a connection.
 	MaxConnectionWindow = 64 << 20
-	// KeepAlivePeriod keeps NAT bindings and the idle timer fresh on a
-	// session that is waiting for IO.
-	KeepAlivePeriod = 5 * time.Second
-	// IdleTimeout closes a connection whose peer has vanished; the
-	// keepalive makes a live but quiet peer immune to it.
-	IdleTimeout = 30 * time.Second
+	// KeepAlivePeriod is how often a quiet connection is pinged, by
+	// default: it keeps NAT bindings fresh and, as every ping must be
+	// acknowledged, keeps the idle timer of a live peer from expiring.
+	KeepAlivePeriod = time.Second
+	// IdleTimeout is how long a dialed connection waits, by default, for
+	// any packet from its peer before it is closed: how soon a downstairs
+	// that was killed, hung or cut off is noticed: within 5 s, with room
+	// for timers that fire late on a busy machine. Four keepalives fit in
+	// it, so a live peer is not dropped for a late acknowledgement or two.
+	IdleTimeout = 4 * time.Second
+	// ListenIdleTimeout is the idle timeout a listener offers. QUIC uses
+	// the smaller of the two ends' values, so the dialer decides, up to
+	// this bound (DialOptions lengthens it for slow hosts).
+	ListenIdleTimeout = 60 * time.Second
 	// HandshakeTimeout bounds the QUIC and TLS handshake.
 	HandshakeTimeout = 10 * time.Second
 )
 
-// Config returns the QUIC configuration shared by both ends: windows
-// that start at 8 MiB per stream (16 MiB per connection) so the first
-// burst of writes is not throttled while quic-go's auto-tuning grows
-// them, keepalive, and few peer-initiated streams (a session needs one).
-func Config() *quic.Config {
+// DialOptions tune how soon a dialed connection gives up on a silent
+// peer; zero fields take KeepAlivePeriod and IdleTimeout.
+type DialOptions struct {
+	// KeepAlivePeriod is how often a quiet connection is pinged. quic-go
+	// pings at least twice per IdleTimeout whatever it is set to.
+	KeepAlivePeriod time.Duration
+	// IdleTimeout closes the connection after this long without a packet
+	// from the peer (at most ListenIdleTimeout takes effect against a
+	// Listener of this package).
+	IdleTimeout time.Duration
+}
+
+func (o DialOptions) withDefaults() DialOptions {
+	if o.KeepAlivePeriod <= 0 {
+		o.KeepAlivePeriod = KeepAlivePeriod
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = IdleTimeout
+	}
+	return o
+}
+
+// Config returns the QUIC configuration of a dialer with default
+// options: windows that start at 8 MiB per stream (16 MiB per
+// connection) so the first burst of writes is not throttled while
+// quic-go's auto-tuning grows them, keepalive, and few peer-initiated
+// streams (a session needs one).
+func Config() *quic.Config { return dialConfig(DialOptions{}) }
+
+// listenConfig is Config with the listener's idle timeout.
+func listenConfig() *quic.Config {
+	c := Config()
+	c.MaxIdleTimeout = ListenIdleTimeout
+	return c
+}
+
+func dialConfig(o DialOptions) *quic.Config {
+	o = o.withDefaults()
 	return &quic.Config{
 		HandshakeIdleTimeout:           HandshakeTimeout,
-		MaxIdleTimeout:                 IdleTimeout,
-		KeepAlivePeriod:                KeepAlivePeriod,
+		MaxIdleTimeout:                 o.IdleTimeout,
+		KeepAlivePeriod:                o.KeepAlivePeriod,
 		InitialStreamReceiveWindow:     8 << 20,
 		MaxStreamReceiveWindow:         MaxStreamWindow,
 		InitialConnectionReceiveWindow: 16 << 20,
@@ -82,7 +123,7 @@ func Listen(addr string, tlsConf *tls.Config) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	ln, err := quic.Listen(udp, conf, Config())
+	ln, err := quic.Listen(udp, conf, listenConfig())
 	if err != nil {
 		udp.Close()
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -116,11 +157,16 @@ func (l *Listener) Close() error {
 }
 
 // Dial connects to a downstairs at addr (host:port) over a UDP socket of
-// its own. tlsConf should present a client certificate and verify the
-// server (tlsconf's ClientConfig does); NextProto is added to it. The
-// socket is closed when the returned connection closes, whichever side
-// closes it.
+// its own, with default DialOptions. tlsConf should present a client
+// certificate and verify the server (tlsconf's ClientConfig does);
+// NextProto is added to it. The socket is closed when the returned
+// connection closes, whichever side closes it.
 func Dial(ctx context.Context, addr string, tlsConf *tls.Config) (*quic.Conn, error) {
+	return DialWith(ctx, addr, tlsConf, DialOptions{})
+}
+
+// DialWith is Dial with opts deciding how soon a silent peer is given up.
+func DialWith(ctx context.Context, addr string, tlsConf *tls.Config, opts DialOptions) (*quic.Conn, error) {
 	conf, err := withALPN(tlsConf)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -138,7 +184,7 @@ func Dial(ctx context.Context, addr string, tlsConf *tls.Config) (*quic.Conn, er
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	tr := &quic.Transport{Conn: udp}
-	conn, err := tr.Dial(ctx, raddr, conf, Config())
+	conn, err := tr.Dial(ctx, raddr, conf, dialConfig(opts))
 	if err != nil {
 		tr.Close()
 		udp.Close()

@@ -34,7 +34,7 @@ func TestMutualTLSSessionStreamCarriesBytesBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	served := make(chan error, 1)
@@ -98,7 +98,7 @@ func TestUntrustedClientCertificateIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The stranger trusts the server's CA but presents its own certificate.
 	conf := stranger.ClientConfig("127.0.0.1")
@@ -120,7 +120,7 @@ func TestClientWithoutCertificateIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conf := &tls.Config{RootCAs: b.ServerConfig().ClientCAs, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
 	conn, err := Dial(ctx, ln.Addr().String(), conf)
@@ -138,7 +138,7 @@ func TestDialedSocketClosesWithConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	before := runtime.NumGoroutine()
 	accepted := make(chan error, 1)
@@ -185,7 +185,7 @@ func TestDialedSocketClosesWithConnection(t *testing.T) {
 // asynchronously after Close.
 func waitGoroutines(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for runtime.NumGoroutine() > before {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<16)

@@ -37,8 +37,8 @@ type misbehaviour func(s *badSession, m wire.Message) verdict
 // session both ways (so Hello, Activate and the extent versions are
 // real), and once armed lets a misbehaviour rewrite the replies. After
 // the session it misbehaved in, later sessions are held at the handshake
-// until heal, so the replica's state and LastError stay those the
-// misbehaviour caused.
+// until heal, so the replica stays out of service (its FaultReason says
+// what the misbehaviour did; LastError soon says why a reconnect failed).
 type badDownstairs struct {
 	t      *testing.T
 	ln     *transport.Listener
@@ -253,10 +253,10 @@ const badTestReplica = 0
 var misbehaviours = []struct {
 	name string
 	bad  misbehaviour
-	// lastErr is what the replica's LastError must say; empty when the
+	// reason is what the replica's FaultReason must say; empty when the
 	// misbehaviour is not the replica's fault to the upstairs (corrupt
 	// data is repaired in place and the replica stays Active).
-	lastErr string
+	reason string
 }{
 	{"reply to unknown job", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
 		_ = s.enc.Encode(m)
@@ -301,7 +301,8 @@ var misbehaviours = []struct {
 	{"unsolicited repair data", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
 		_ = s.enc.Encode(m)
 		data := make([]byte, testBlockSize)
-		_ = s.enc.Encode(&wire.RepairData{JobID: m.JobID + 7, Blocks: []uint32{0}, Hashes: []uint64{1}, Data: data})
+		// An ID far above any job's: the upstairs never asked for it.
+		_ = s.enc.Encode(&wire.RepairData{JobID: m.JobID + 1<<40, Blocks: []uint32{0}, Hashes: []uint64{1}, Data: data})
 		return drop
 	}), "not sent or already answered"},
 	{"garbage mid-stream", onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
@@ -328,8 +329,8 @@ var misbehaviours = []struct {
 // TestMisbehavingDownstairs runs each misbehaviour against a real
 // upstairs with two honest replicas: IO goes on (writes acknowledged by
 // two, reads verified), the bad replica ends Offline or Faulted with a
-// LastError that says what it did, it comes back once it behaves, and no
-// goroutine outlives Close.
+// FaultReason that says what it did (kept while its reconnects fail),
+// it comes back once it behaves, and no goroutine outlives Close.
 func TestMisbehavingDownstairs(t *testing.T) {
 	for _, tc := range misbehaviours {
 		t.Run(tc.name, func(t *testing.T) {
@@ -337,26 +338,35 @@ func TestMisbehavingDownstairs(t *testing.T) {
 			p := newBadDownstairs(t, c.ds[badTestReplica].addr, tc.bad)
 			cfg := c.config()
 			cfg.Targets[badTestReplica] = p.addr()
-			cfg.ReplyTimeout = 500 * time.Millisecond
+			// Short enough for the stalls to be noticed soon, long enough
+			// for honest replicas on a loaded machine.
+			cfg.ReplyTimeout = 2 * time.Second
 			u := c.open(cfg, 1)
 			m := &model{data: make([]byte, volumeBytes())}
 			rng := rand.New(rand.NewPCG(1, 2))
 			workload(t, u, m, rng, 8)
 			p.arm()
 			workload(t, u, m, rng, 24)
-			if tc.lastErr == "" {
+			if tc.reason == "" {
 				if !p.did.Load() {
 					t.Fatal("the misbehaviour never ran")
 				}
-				if st := u.Status().Replicas[badTestReplica]; st.State != ReplicaActive {
-					t.Fatalf("replica %d is %v (%s), want active", badTestReplica, st.State, st.LastError)
+				// Not faulted: a slow honest replica may be dropped and
+				// come back (Offline), but corrupt data is no fault.
+				if st := u.Status().Replicas[badTestReplica]; st.State == ReplicaFaulted {
+					t.Fatalf("replica %d is faulted (%s), want it kept", badTestReplica, st.FaultReason)
 				}
 			} else {
 				waitFor(t, "the bad replica to be dropped", func() bool {
 					st := u.Status().Replicas[badTestReplica]
-					return (st.State == ReplicaOffline || st.State == ReplicaFaulted) &&
-						strings.Contains(st.LastError, tc.lastErr)
+					return st.State == ReplicaOffline || st.State == ReplicaFaulted
 				})
+				// The reason was set with the state change and stays while
+				// the reconnects fail.
+				if st := u.Status().Replicas[badTestReplica]; !strings.Contains(st.FaultReason, tc.reason) || st.FaultedAt.IsZero() {
+					t.Fatalf("bad replica %v with fault reason %q (at %v), want one saying %q",
+						st.State, st.FaultReason, st.FaultedAt, tc.reason)
+				}
 				t.Logf("bad replica: %+v", u.Status().Replicas[badTestReplica])
 				workload(t, u, m, rng, 16) // two replicas carry on
 			}
@@ -439,7 +449,7 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		u := c.open(cfg, 1)
 		waitFor(t, "the bad replica to be faulted", func() bool {
 			st := u.Status().Replicas[badTestReplica]
-			return st.State == ReplicaFaulted && strings.Contains(st.LastError, "invalid region")
+			return st.State == ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
 		})
 		m := &model{data: make([]byte, volumeBytes())}
 		workload(t, u, m, rand.New(rand.NewPCG(3, 4)), 8)
@@ -470,7 +480,7 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		workload(t, u, m, rng, 8)
 		waitFor(t, "the bad replica to be faulted", func() bool {
 			st := u.Status().Replicas[badTestReplica]
-			return st.State == ReplicaFaulted && strings.Contains(st.LastError, "invalid region")
+			return st.State == ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
 		})
 		workload(t, u, m, rng, 8)
 		if err := u.Close(); err != nil {
@@ -478,4 +488,47 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		}
 		requireNoGoroutines(t)
 	})
+}
+
+// TestFaultReasonOutlivesFailedReconnects: once a replica is dropped for
+// breaking the protocol, each failed reconnect changes LastError, but
+// FaultReason keeps saying what got it dropped until it is Active again.
+func TestFaultReasonOutlivesFailedReconnects(t *testing.T) {
+	c := newCluster(t)
+	garbage := onAckOf(wire.TypeWrite, func(s *badSession, m *wire.Ack) verdict {
+		s.raw([]byte("not a frame at all"))
+		return dropRest
+	})
+	p := newBadDownstairs(t, c.ds[badTestReplica].addr, garbage)
+	cfg := c.config()
+	cfg.Targets[badTestReplica] = p.addr()
+	// The held reconnects fail at the hello reply after this.
+	cfg.ReplyTimeout = time.Second
+	u := c.open(cfg, 1)
+	m := &model{data: make([]byte, volumeBytes())}
+	rng := rand.New(rand.NewPCG(7, 8))
+	p.arm()
+	workload(t, u, m, rng, 8)
+	waitFor(t, "a reconnect of the dropped replica to fail", func() bool {
+		st := u.Status().Replicas[badTestReplica]
+		return st.State == ReplicaOffline && strings.Contains(st.LastError, "hello")
+	})
+	st := u.Status().Replicas[badTestReplica]
+	if !strings.Contains(st.FaultReason, "bad frame magic") || st.FaultedAt.IsZero() {
+		t.Fatalf("fault reason %q (at %v) after a failed reconnect (%q): want the bad frame",
+			st.FaultReason, st.FaultedAt, st.LastError)
+	}
+	t.Logf("dropped replica: fault reason %q, last error %q", st.FaultReason, st.LastError)
+	p.heal()
+	waitFor(t, "the healed replica to come back", replicaIs(u, badTestReplica, ReplicaActive))
+	if st := u.Status().Replicas[badTestReplica]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
+		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
+	}
+	workload(t, u, m, rng, 4)
+	if err := u.Close(); err != nil {
+		t.Fatal(err)
+	}
+	requireNoGoroutines(t)
+	p.close()
+	c.requireSameReplicas(m.data)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
+	"tern/volume/transport"
 	"tern/volume/wire"
 )
 
@@ -32,8 +33,17 @@ const (
 	DefaultDeactivateTimeout = 10 * time.Second
 	// DefaultReplyTimeout is how long a downstairs may leave a request
 	// unanswered before its session is dropped (QUIC's keepalive only
-	// proves the peer's stack is alive, not that it serves).
-	DefaultReplyTimeout = 30 * time.Second
+	// proves the peer's stack is alive, not that it serves). A dead or
+	// silent downstairs is noticed sooner, by the connection's idle
+	// timeout (DefaultIdleTimeout); this bounds one that is alive but
+	// stuck, and leaves a slow disk on a busy machine room.
+	DefaultReplyTimeout = 10 * time.Second
+	// DefaultKeepAlivePeriod and DefaultIdleTimeout are how often a quiet
+	// downstairs connection is pinged and how long it may stay silent
+	// (no packet at all, not even an acknowledgement) before it is
+	// dropped: a killed downstairs is noticed within DefaultIdleTimeout.
+	DefaultKeepAlivePeriod = transport.KeepAlivePeriod
+	DefaultIdleTimeout     = transport.IdleTimeout
 )
 
 // maxBacklogJobs keeps a flush's dependency list within wire.MaxDeps: the
@@ -81,6 +91,15 @@ type Config struct {
 	// the Offline backlog, so a stalled replica cannot hold reads, or
 	// through backpressure all IO, for longer.
 	ReplyTimeout time.Duration
+	// KeepAlivePeriod is how often a quiet downstairs connection is
+	// pinged, and IdleTimeout how long it may go without any packet from
+	// the downstairs before it is dropped (the replica goes Offline, as
+	// on any lost connection). The idle timeout is what notices a
+	// downstairs that was killed, hung or cut off; keepalives keep a live
+	// one from tripping it. A slow or emulated host may lengthen both
+	// (a tern downstairs accepts up to transport.ListenIdleTimeout).
+	KeepAlivePeriod time.Duration
+	IdleTimeout     time.Duration
 	// RepairWholeExtents makes activation reconciliation and live repair
 	// copy every block of an extent that needs repair (Crucible's way)
 	// instead of comparing block hashes and copying only the blocks that
@@ -163,6 +182,20 @@ func (cfg Config) withDefaults() (Config, error) {
 		bad("reply timeout %v: must not be negative", cfg.ReplyTimeout)
 	} else if cfg.ReplyTimeout == 0 {
 		cfg.ReplyTimeout = DefaultReplyTimeout
+	}
+	switch {
+	case cfg.KeepAlivePeriod < 0 || cfg.IdleTimeout < 0:
+		bad("keepalive %v, idle timeout %v: must not be negative", cfg.KeepAlivePeriod, cfg.IdleTimeout)
+	default:
+		if cfg.IdleTimeout == 0 {
+			cfg.IdleTimeout = DefaultIdleTimeout
+		}
+		if cfg.KeepAlivePeriod == 0 {
+			cfg.KeepAlivePeriod = min(DefaultKeepAlivePeriod, cfg.IdleTimeout/2)
+		}
+		if cfg.KeepAlivePeriod >= cfg.IdleTimeout {
+			bad("keepalive %v: must be shorter than the idle timeout %v", cfg.KeepAlivePeriod, cfg.IdleTimeout)
+		}
 	}
 	if cfg.ReconnectMax < cfg.ReconnectMin {
 		bad("reconnect backoff: max %v below min %v", cfg.ReconnectMax, cfg.ReconnectMin)

@@ -26,7 +26,9 @@
 //  2. A write is acknowledged when two replicas applied it, and only once no
 //     replica is reading the caller's buffer. If a replica still needs the
 //     data (lagging, or Offline with a backlog), the data is first copied
-//     into a private buffer and rehashed; the caller's buffer is never
+//     into a private buffer and rehashed, and no replica starts sending
+//     the write during that copy; the caller's buffer, and the hashes
+//     computed into its waiter (pooled, reused by its next IO), are never
 //     touched after the call returns.
 //  3. Replicas never diverge because a caller changed a buffer in flight: a
 //     hash-mismatch rejection, or a private copy whose hashes differ from
@@ -103,13 +105,17 @@
 // pure and fuzzed with the decoder by FuzzReplicaReplies): every reply
 // must answer exactly one outstanding job or call of its session, with the
 // right type and size, or the replica is faulted with ErrProtocol and its
-// LastError says what it did; a read whose data had already landed in the
+// FaultReason (in Status) says what it did, until it is Active again,
+// while LastError follows its reconnect attempts; a read whose data had already landed in the
 // caller's buffer is settled as failed first, so a peer overwrites it.
 // Data that does not match its hashes is treated as corruption (served
 // from a peer, the block rewritten), not as a protocol error. A replica
 // that stops answering is dropped once its oldest owed reply is older than
-// Config.ReplyTimeout (default 30 s): its reads move to a peer and its
-// writes wait in the Offline backlog. A region geometry that fails
+// Config.ReplyTimeout (default 10 s): its reads move to a peer and its
+// writes wait in the Offline backlog. One that sends nothing at all, not
+// even the acknowledgement of a keepalive (killed, hung, cut off), is
+// dropped sooner, after Config.IdleTimeout (default 4 s) without a
+// packet. A region geometry that fails
 // extent.Spec.Validate is refused before anything is sized by it.
 //
 // Progress is published through reconcile.Tracker: one for the

@@ -77,7 +77,7 @@ const (
 	// actRepairRead: read job got good data after replica returned bad
 	// blocks; the driver may copy the good data and call submitRepair.
 	actRepairRead
-	// actState: replica changed state (to state).
+	// actState: replica changed state (to state, on event).
 	actState
 	// actRewrite: job id is the rewrite of torn write parent; it sends the
 	// parent's private copy.
@@ -90,6 +90,7 @@ type action struct {
 	id      wire.JobID
 	replica int
 	state   ReplicaState
+	event   replicaEvent // of actState
 	parent  wire.JobID
 	err     error
 }
@@ -360,11 +361,16 @@ func (e *engine) routeRead(j *job) {
 }
 
 // takeNext hands the driver of replica r the next job to send and marks it
-// sending. The driver calls sent (or disconnected) afterwards.
+// sending. The driver calls sent (or disconnected) afterwards. A write
+// being privatized waits: the driver is copying its data out of the
+// caller's buffer, and a send started now would read that buffer after
+// the caller may have been released. privatized wakes r when it may go
+// on. It still counts as r's next job (nextJobID), so no call queued
+// after it overtakes it.
 func (e *engine) takeNext(r int) (*job, bool) {
 	rc := &e.replicas[r]
 	j := e.peekNext(r)
-	if j == nil {
+	if j == nil || j.privatizing {
 		return nil, false
 	}
 	rc.queue.pop()

@@ -149,6 +149,12 @@ func (e *engine) privatized(id wire.JobID, same bool) {
 		return
 	}
 	j.privatizing, j.callerMem = false, false
+	// Replicas that held the job back while it was copied send the copy.
+	for r := range j.slot {
+		if j.slot[r] == slotQueued {
+			e.emit(action{kind: actWake, replica: r})
+		}
+	}
 	if !same {
 		j.torn = true
 	}
@@ -261,7 +267,7 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		return false
 	}
 	rc.state = next
-	e.emit(action{kind: actState, replica: r, state: next})
+	e.emit(action{kind: actState, replica: r, state: next, event: ev})
 	if !next.takesIO() {
 		// Skip what r owes, except requests its driver is busy with; the
 		// driver reports those (sent, readResult) and they settle then.

@@ -70,10 +70,14 @@ type sim struct {
 		id    wire.JobID
 		value uint64
 	}
-	nextVal  uint64
-	sending  [replicaCount][]wire.JobID
-	faults   int
-	complete int
+	nextVal uint64
+	sending [replicaCount][]wire.JobID
+	// privatizing are writes whose private copy the driver is making:
+	// like the real driver, which copies with the lock released, the
+	// simulation lets other steps run before the copy is done.
+	privatizing []wire.JobID
+	faults      int
+	complete    int
 }
 
 func newSim(t *testing.T, seed uint64, limits engineLimits) *sim {
@@ -106,12 +110,7 @@ func (s *sim) drain() {
 			case actComplete:
 				s.completed(a.id, a.err)
 			case actPrivatize:
-				w := s.writes[a.id]
-				if simTrace {
-					s.t.Logf("privatize %d buf %d hash %d", a.id, w.buf, w.hash)
-				}
-				w.priv, w.hasPriv = w.buf, true
-				s.e.privatized(a.id, w.buf == w.hash)
+				s.privatizing = append(s.privatizing, a.id)
 			case actRewrite:
 				p := s.writes[a.parent]
 				if simTrace {
@@ -130,9 +129,33 @@ func (s *sim) drain() {
 	}
 }
 
+// finishPrivatize ends the copy of one write being privatized.
+func (s *sim) finishPrivatize() {
+	if len(s.privatizing) == 0 {
+		return
+	}
+	i := s.rng.IntN(len(s.privatizing))
+	id := s.privatizing[i]
+	s.privatizing = slices.Delete(s.privatizing, i, i+1)
+	w := s.writes[id]
+	if simTrace {
+		s.t.Logf("privatize %d buf %d hash %d", id, w.buf, w.hash)
+	}
+	w.priv, w.hasPriv = w.buf, true
+	s.e.privatized(id, w.buf == w.hash)
+	s.drain()
+}
+
 func (s *sim) completed(id wire.JobID, err error) {
 	if !s.pending[id] {
 		s.fatalf("job %d completed twice or never submitted", id)
+	}
+	if j, ok := s.e.jobs[id]; ok {
+		for r := range replicaCount {
+			if j.sending[r] && j.fromCaller[r] {
+				s.fatalf("job %d completed while replica %d still sends it from the caller's buffer", id, r)
+			}
+		}
 	}
 	delete(s.pending, id)
 	s.complete++
@@ -440,6 +463,8 @@ func (s *sim) step() {
 		s.tear()
 	case n < 25:
 		s.abandon()
+	case n < 28:
+		s.finishPrivatize()
 	case n < 45:
 		s.startSend(r)
 	case n < 60:
@@ -461,7 +486,8 @@ func (s *sim) quiesce() {
 		s.reconnect(r)
 	}
 	for range 100000 {
-		busy := false
+		busy := len(s.privatizing) > 0
+		s.finishPrivatize()
 		for r := range replicaCount {
 			for len(s.sending[r]) > 0 {
 				s.finishSend(r)

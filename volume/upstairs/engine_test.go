@@ -166,6 +166,39 @@ func TestWriteDoneEverywhereNeedsNoCopy(t *testing.T) {
 	}
 }
 
+// TestLaggingReplicaWaitsWhileAWriteIsPrivatized: a replica that had not
+// taken a write when its peers applied it must not start sending it while
+// its data is copied out of the caller's buffer (the copy runs with the
+// driver's lock released); it is woken once the copy is in place, and
+// the write still counts as its next job, so no call overtakes it.
+func TestLaggingReplicaWaitsWhileAWriteIsPrivatized(t *testing.T) {
+	h := newHarness(t, engineLimits{})
+	w := h.write(0, 2)
+	h.send(0)
+	h.send(1)
+	h.done(0, w)
+	h.done(1, w)
+	if !slices.Equal(h.privatize, []wire.JobID{w}) {
+		t.Fatalf("privatize = %v, want [%d]", h.privatize, w)
+	}
+	if j, ok := h.e.takeNext(2); ok {
+		t.Fatalf("replica 2 took job %d while it was being privatized", j.id)
+	}
+	if next := h.e.nextJobID(2); next != w {
+		t.Fatalf("replica 2's next job is %d, want the privatizing write %d", next, w)
+	}
+	woken := h.woken[2]
+	h.e.privatized(w, true)
+	h.drain()
+	h.mustComplete(w, nil)
+	if h.woken[2] == woken {
+		t.Fatal("replica 2 not woken after the copy")
+	}
+	if ids, _ := h.send(2); !slices.Equal(ids, []wire.JobID{w}) {
+		t.Fatalf("replica 2 sent %v after the copy, want [%d]", ids, w)
+	}
+}
+
 func TestWriteWaitsWhileItsDataIsBeingSent(t *testing.T) {
 	h := newHarness(t, engineLimits{})
 	w := h.write(0, 1)

@@ -10,6 +10,17 @@ import (
 	"tern/volume/wire"
 )
 
+// ioHooks are test callbacks at fixed points of the IO path, each run
+// with Upstairs.mu released; a nil field (or nil *ioHooks) is skipped.
+type ioHooks struct {
+	// sendPicked runs when replica r's sender has taken job id to send
+	// (before encoding it), or found nothing it may send (id 0).
+	sendPicked func(r int, id wire.JobID)
+	// privatizing runs before write id's data is copied out of the
+	// caller's buffer.
+	privatizing func(id wire.JobID)
+}
+
 var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct{}, 1)} }}
 
 // WriteAt writes p at byte offset off, both multiples of the block size.

@@ -85,7 +85,10 @@ type job struct {
 	completed bool
 	// callerMem: a write's data still lives in the caller's buffer.
 	callerMem bool
-	// privatizing: the driver is copying the data out of the caller's buffer.
+	// privatizing: the driver is copying the data out of the caller's
+	// buffer. No replica starts sending the job meanwhile (sendable), so
+	// once the copy is in place nothing reads the caller's buffer or the
+	// hashes computed into its waiter, and the caller may be released.
 	privatizing bool
 	// torn: a replica saw data that did not match the hashes, so the caller
 	// changed the buffer in flight; the job completes with its rewrite.

@@ -80,7 +80,8 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	}
 	if err != nil {
 		walk.Abort()
-		u.eng.fault(r) // writes held for it are skipped
+		// Writes held for it are skipped.
+		u.replicas[r].dropLocked(fmt.Errorf("live repair of replica %d: %w", r, err), func() { u.eng.fault(r) })
 	}
 	target := u.targets[r]
 	u.stepLocked()

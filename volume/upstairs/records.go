@@ -15,7 +15,10 @@ type ioRecord struct {
 	// privatized, then priv.data.
 	data []byte
 	// hashes are the per-block hashes sent with a write: in the waiter
-	// until the write is privatized, then priv.hashes.
+	// until the write is privatized, then priv.hashes. Like data, the
+	// waiter's hashes are the caller's: they are reused by its next IO
+	// once it returns, so a replica sends them only while the job still
+	// holds the caller (job.callerMem, never while privatizing).
 	hashes []uint64
 	priv   *privBuf
 	// waiter is told when the job completes; nil for jobs nobody waits for.

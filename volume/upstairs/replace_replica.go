@@ -38,9 +38,9 @@ func (u *Upstairs) ReplaceReplica(ctx context.Context, old, new string) error {
 	}
 	u.targets[r] = new
 	u.log.Info("replacing replica", "replica", r, "old", old, "new", new)
-	u.eng.fault(r) // ends the session to old; the next one dials new
+	// Faulting ends the session to old; the next one dials new.
+	u.replicas[r].dropLocked(fmt.Errorf("replica %d: replaced %s by %s", r, old, new), func() { u.eng.fault(r) })
 	u.replicas[r].wakeUp()
-	u.stepLocked()
 	for {
 		switch {
 		case u.targets[r] != new:

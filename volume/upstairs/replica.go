@@ -36,11 +36,20 @@ type replica struct {
 	blockSize int
 
 	// Guarded by u.mu.
-	lastErr  error
-	serving  bool                 // a session is in its serving phase (calls accepted)
-	epoch    uint64               // counts serving sessions; pins repair calls to one
-	calls    []*call              // calls waiting to be sent
-	inflight map[wire.JobID]*call // calls sent, reply outstanding
+	lastErr error
+	// cause is why the driver is taking this replica out of service, set
+	// for the engine call that does it (dropLocked).
+	cause error
+	// faultReason is why the replica last left service, faultFirst why
+	// it first did since it was last Active, and faultedAt when; all
+	// cleared once it is Active again (noteFaultLocked).
+	faultReason error
+	faultFirst  error
+	faultedAt   time.Time
+	serving     bool                 // a session is in its serving phase (calls accepted)
+	epoch       uint64               // counts serving sessions; pins repair calls to one
+	calls       []*call              // calls waiting to be sent
+	inflight    map[wire.JobID]*call // calls sent, reply outstanding
 	// sent are the engine's jobs sent on this session and not answered
 	// yet: a reply must match one of them (or an inflight call) exactly
 	// once, in type and size. sendOrder lists them and the calls in send
@@ -81,9 +90,6 @@ func (r *replica) wakeUp() {
 	default:
 	}
 }
-
-// stateChanged is called under u.mu when the engine moves this replica.
-func (r *replica) stateChanged(ReplicaState) { r.wakeUp() }
 
 func (r *replica) lastErrLocked() string {
 	if r.lastErr == nil {
@@ -165,7 +171,10 @@ func (r *replica) session(ctx context.Context) error {
 	u.mu.Lock()
 	r.target = u.targets[r.id]
 	u.mu.Unlock()
-	conn, err := transport.Dial(ctx, r.target, u.cfg.TLS)
+	conn, err := transport.DialWith(ctx, r.target, u.cfg.TLS, transport.DialOptions{
+		KeepAlivePeriod: u.cfg.KeepAlivePeriod,
+		IdleTimeout:     u.cfg.IdleTimeout,
+	})
 	if err != nil {
 		return fmt.Errorf("connecting replica %d: %w", r.id, err)
 	}
@@ -302,9 +311,9 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 	if d := regionDiff(u.region, region); d != "" {
 		// A replica that comes back serving another region is not one
 		// of ours any more.
-		u.eng.fault(r.id)
-		u.stepLocked()
-		return 0, fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
+		err := fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
+		r.dropLocked(err, func() { u.eng.fault(r.id) })
+		return 0, err
 	}
 	st := u.eng.replicas[r.id].state
 	if st == ReplicaFaulted && u.eng.running {
@@ -375,8 +384,7 @@ func (r *replica) activationFailed(err error) error {
 		a.err[r.id] = err
 		a.notifyLocked()
 	} else if errors.Is(err, ErrRegionMismatch) {
-		u.eng.fault(r.id)
-		u.stepLocked()
+		r.dropLocked(err, func() { u.eng.fault(r.id) })
 	}
 	return err
 }
@@ -394,8 +402,7 @@ func (r *replica) refusedGen(err error) {
 		return
 	}
 	u.log.Error("replica refused to rejoin the activation; it needs repair", "replica", r.id, "target", r.target, "err", err)
-	u.eng.fault(r.id)
-	u.stepLocked()
+	r.dropLocked(err, func() { u.eng.fault(r.id) })
 	u.finishLocked()
 }
 
@@ -464,8 +471,7 @@ loop:
 		a.done[r.id] = false
 		a.notifyLocked()
 	}
-	u.eng.disconnected(r.id)
-	u.stepLocked()
+	r.dropLocked(err, func() { u.eng.disconnected(r.id) })
 	u.finishLocked()
 	return err
 }
@@ -496,6 +502,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		j, ok := u.eng.takeNext(r.id)
 		if !ok {
 			u.mu.Unlock()
+			r.picked(0)
 			return nil
 		}
 		msg := r.messageLocked(j)
@@ -503,6 +510,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		r.sent[id] = sentJob{kind: j.kind, bytes: j.bytes}
 		r.noteSentLocked(id)
 		u.mu.Unlock()
+		r.picked(id)
 		err := enc.Encode(msg)
 		u.mu.Lock()
 		u.eng.sent(r.id, id)
@@ -511,6 +519,13 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		if err != nil {
 			return fmt.Errorf("sending to replica %d: %w", r.id, err)
 		}
+	}
+}
+
+// picked runs the test hook that sees which job the sender took (0: none).
+func (r *replica) picked(id wire.JobID) {
+	if h := r.u.ioHooks; h != nil && h.sendPicked != nil {
+		h.sendPicked(r.id, id)
 	}
 }
 
@@ -658,10 +673,12 @@ func (r *replica) jobError(m *wire.Error) {
 	case j.kind == kindRead:
 		u.eng.readResult(r.id, m.JobID, readFailed)
 	case m.Code == wire.CodeHashMismatch:
-		u.eng.rejected(r.id, m.JobID)
+		why := fmt.Errorf("replica %d refused the private copy of write %d: %w", r.id, m.JobID, m.Err())
+		r.dropLocked(why, func() { u.eng.rejected(r.id, m.JobID) })
 	default:
 		u.log.Warn("replica failed a job", "replica", r.id, "job", m.JobID, "kind", j.kind, "err", m.Err())
-		u.eng.failed(r.id, m.JobID)
+		why := fmt.Errorf("replica %d failed %v %d: %w", r.id, j.kind, m.JobID, m.Err())
+		r.dropLocked(why, func() { u.eng.failed(r.id, m.JobID) })
 	}
 	u.stepLocked()
 	u.finishLocked()

@@ -68,8 +68,7 @@ func (r *replica) invalidRegion(err error) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.eng.running {
-		u.eng.fault(r.id)
-		u.stepLocked()
+		r.dropLocked(err, func() { u.eng.fault(r.id) })
 	}
 	return err
 }
@@ -249,7 +248,6 @@ func (r *replica) violated(m wire.Message, err error) {
 		u.eng.readResult(r.id, id, readFailed)
 	}
 	r.landed, r.landedBuf = 0, nil
-	u.eng.fault(r.id)
-	u.stepLocked()
+	r.dropLocked(err, func() { u.eng.fault(r.id) })
 	u.finishLocked()
 }

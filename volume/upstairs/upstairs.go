@@ -1,6 +1,7 @@
 package upstairs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,10 +30,13 @@ type Upstairs struct {
 	stats repairCounters
 	// hooks lets tests act at fixed points of a repair; set before
 	// Activate, nil in production.
-	hooks  *repairHooks
-	ctx    context.Context // ends when Close starts
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // replica goroutines
+	hooks *repairHooks
+	// ioHooks lets tests act at fixed points of the IO path; set before
+	// Activate, nil in production.
+	ioHooks *ioHooks
+	ctx     context.Context // ends when Close starts
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // replica goroutines
 
 	// mu guards everything below, including the engine and the records.
 	mu    sync.Mutex
@@ -330,9 +334,20 @@ func (u *Upstairs) startIOLocked(a *activation) {
 		}
 	}
 	u.eng.setExtentBlocks(u.region.ExtentBlocks)
+	for r, rep := range u.replicas {
+		if !active[r] {
+			rep.cause = fmt.Errorf("replica %d missed the activation", r)
+			if err := cmp.Or(a.err[r], rep.lastErr); err != nil {
+				rep.cause = fmt.Errorf("replica %d missed the activation: %w", r, err)
+			}
+		}
+	}
 	u.eng.activate(active, maxFlush+1)
 	a.notifyLocked() // replicas waiting in activated go on to serve IO
 	u.stepLocked()
+	for _, rep := range u.replicas {
+		rep.cause = nil
+	}
 	for r := range replicaCount {
 		if a.done[r] {
 			u.log.Info("replica active", "replica", r, "target", u.targets[r], "gen", a.gen)
@@ -488,7 +503,7 @@ func (u *Upstairs) applyLocked(a action) {
 		u.recs[a.id] = child
 	case actState:
 		u.log.Info("replica state", "replica", a.replica, "target", u.targets[a.replica], "state", a.state)
-		u.replicas[a.replica].stateChanged(a.state)
+		u.replicas[a.replica].stateChanged(a.state, a.event)
 		close(u.stateCh)
 		u.stateCh = make(chan struct{})
 	}
@@ -522,6 +537,9 @@ func (u *Upstairs) privatizeLocked(id wire.JobID) {
 		bs = len(src) / blocks
 	}
 	u.mu.Unlock()
+	if h := u.ioHooks; h != nil && h.privatizing != nil {
+		h.privatizing(id)
+	}
 	copy(b.data, src)
 	hashBlocks(b.hashes, b.data, bs)
 	u.mu.Lock()
@@ -596,11 +614,31 @@ type ReplicaStatus struct {
 	// flight when Active, the replay backlog when Offline.
 	OutstandingJobs  int
 	OutstandingBytes int64
-	// LastError is the last connection error, if any.
+	// LastError is the last connection error, if any: after the replica
+	// was dropped, usually why its latest reconnect attempt failed.
 	LastError string
+	// FaultReason is why the replica last stopped serving IO (went
+	// Offline or Faulted): the error that ended its session, the
+	// protocol violation, the job it failed, the backlog it overflowed.
+	// When it fell further since (Offline, then Faulted) it also names the
+	// first reason. Unlike LastError, reconnect attempts leave it alone;
+	// it is cleared once the replica is Active again.
+	FaultReason string
+	// FaultedAt is when the replica first stopped serving IO since it was
+	// last Active; zero when FaultReason is empty.
+	FaultedAt time.Time
 	// Repair is the progress of the replica's current or latest live
 	// repair; nil when it never had one.
 	Repair *reconcile.Progress
+}
+
+// ReplicaStateChanged returns a channel closed at the next change of any
+// replica's state: take it, read Status, and wait on it if Status does
+// not show what you wait for yet.
+func (u *Upstairs) ReplicaStateChanged() <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.stateCh
 }
 
 // Status returns a snapshot of the upstairs.
@@ -625,6 +663,8 @@ func (u *Upstairs) Status() Status {
 			OutstandingJobs:  rc.owedJobs,
 			OutstandingBytes: int64(rc.owedBytes),
 			LastError:        u.replicas[r].lastErrLocked(),
+			FaultReason:      u.replicas[r].faultReasonLocked(),
+			FaultedAt:        u.replicas[r].faultedAt,
 		}
 		if slot := u.live[r]; slot.tracker != nil && slot.claimed {
 			p := slot.tracker.Status()

@@ -112,11 +112,12 @@ func TestIOBeforeActivateFails(t *testing.T) {
 }
 
 func TestConfigReportsEveryProblem(t *testing.T) {
-	_, err := New(Config{Targets: []string{"a:1", "a:1"}, BacklogJobs: -1, ActivationQuorumWait: -1})
+	_, err := New(Config{Targets: []string{"a:1", "a:1"}, BacklogJobs: -1, ActivationQuorumWait: -1,
+		KeepAlivePeriod: 2 * time.Second, IdleTimeout: time.Second})
 	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New = %v, want ErrInvalidConfig", err)
 	}
-	for _, want := range []string{"want 3 addresses", "repeats targets[0]", "tls", "backlog jobs", "activation quorum wait"} {
+	for _, want := range []string{"want 3 addresses", "repeats targets[0]", "tls", "backlog jobs", "activation quorum wait", "keepalive 2s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -199,6 +200,11 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 	if st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica keeps %d jobs", st.OutstandingJobs)
 	}
+	// Why it is faulted (the backlog), and why that began (the lost
+	// connection).
+	if !strings.Contains(st.FaultReason, "more than the offline backlog allows") || !strings.Contains(st.FaultReason, "first: ") {
+		t.Fatalf("fault reason %q: want the overflow and the first reason", st.FaultReason)
+	}
 	// IO continues on two replicas; the faulted one gets none until live
 	// repair brings it back once its downstairs is.
 	for i := range 10 {
@@ -211,6 +217,9 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 	}
 	c.ds[1].start()
 	waitFor(t, "replica 1 repaired", replicaIs(u, 1, ReplicaActive))
+	if st := u.Status().Replicas[1]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
+		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
+	}
 	if err := u.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
