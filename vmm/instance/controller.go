@@ -19,6 +19,9 @@ type Config struct {
 	NewMachine NewMachineFunc
 	// Logger receives the controller's logs; nil discards them.
 	Logger *slog.Logger
+	// FirstGen is the gen of the first snapshot (0 means 1); see
+	// NewPublisherAt.
+	FirstGen uint64
 }
 
 // Controller is one instance: the owner goroutine that builds its disks
@@ -48,6 +51,15 @@ type Controller struct {
 	disks []*disk
 	// machine is the current VM, nil when there is none.
 	machine Machine
+	// failure is why the instance failed, if it did.
+	failure error
+}
+
+// Failure returns why the instance failed; nil unless its state is failed.
+func (c *Controller) Failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
 }
 
 // Start validates nothing (the caller did) and returns at once; the
@@ -59,7 +71,7 @@ func Start(cfg Config) *Controller {
 		volumeTLS:  cfg.VolumeTLS,
 		newMachine: cfg.NewMachine,
 		log:        cfg.Logger,
-		pub:        NewPublisher(Creating, Migration{}),
+		pub:        NewPublisherAt(cfg.FirstGen, Creating, Migration{}),
 		console:    devices.NewHistory(consoleHistoryBytes),
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),

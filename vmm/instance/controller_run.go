@@ -233,6 +233,9 @@ func (d *driver) halt(why string) {
 func (d *driver) fail(err error) {
 	c := d.c
 	c.log.Error("instance failed", "err", err)
+	c.mu.Lock()
+	c.failure = err
+	c.mu.Unlock()
 	if terr := d.teardown(); terr != nil {
 		c.log.Error("freeing instance", "err", terr)
 	}
