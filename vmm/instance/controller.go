@@ -181,7 +181,7 @@ func (c *Controller) publish(s State, complete ...Request) {
 	if _, err := c.pub.Publish(func(snap *Snapshot) { snap.State = s }); err != nil {
 		c.log.Error("publishing state", "state", s, "err", err)
 	}
-	c.log.Info("instance state", "state", s, "pending", c.pending)
+	c.log.Info("instance state", "state", s.String(), "gen", c.pub.Current().Gen, "pending", c.pending.String())
 }
 
 // current returns the state and pending requests.
