@@ -139,7 +139,9 @@ func (s *Server) Close(ctx context.Context) error {
 		select {
 		case <-c.Done():
 		case <-ctx.Done():
-			err = fmt.Errorf("stopping instance: %w", ctx.Err())
+			if !gone(c) {
+				err = fmt.Errorf("stopping instance: %w", ctx.Err())
+			}
 		}
 	}
 	s.cancel()

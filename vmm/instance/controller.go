@@ -2,6 +2,7 @@ package instance
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"sync"
 
@@ -177,6 +178,11 @@ func (c *Controller) publish(s State, complete ...Request) {
 	c.state = s
 	for _, r := range complete {
 		c.pending = c.pending.Completed(r)
+	}
+	if !Consistent(s, c.pending) {
+		// The owner goroutine broke the Pending contract: a bug here,
+		// never an input from outside.
+		panic(fmt.Sprintf("instance: inconsistent state %s with %s pending", s, c.pending))
 	}
 	if _, err := c.pub.Publish(func(snap *Snapshot) { snap.State = s }); err != nil {
 		c.log.Error("publishing state", "state", s, "err", err)
