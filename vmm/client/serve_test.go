@@ -47,7 +47,7 @@ type vmmProc struct {
 // startVMM runs `tern vmm serve` on a free loopback port with fresh
 // certificates (or certs, when given) and stops it with SIGTERM at the end
 // of the test, which must make it exit 0.
-func startVMM(t *testing.T, certs string) *vmmProc {
+func startVMM(t *testing.T, certs string, extraArgs ...string) *vmmProc {
 	t.Helper()
 	kvmtest.Require(t)
 	if certs == "" {
@@ -56,7 +56,7 @@ func startVMM(t *testing.T, certs string) *vmmProc {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(kvmtest.Tern(t), "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
+	cmd := exec.Command(kvmtest.Tern(t), append([]string{"vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs}, extraArgs...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,15 @@ func startVMM(t *testing.T, certs string) *vmmProc {
 		t.Fatalf("first line %q; want listening on URL", first)
 	}
 	p.url = url
-	p.raw = &http.Client{Transport: newValidatingTransport(t)}
+	base := http.DefaultTransport
+	if strings.HasPrefix(url, "https://") {
+		b, err := tlsconf.Load(certs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base = &http.Transport{TLSClientConfig: b.ClientConfig("127.0.0.1")}
+	}
+	p.raw = &http.Client{Transport: newValidatingTransport(t, base)}
 	if p.client, err = client.New(url, p.raw); err != nil {
 		t.Fatal(err)
 	}
@@ -125,10 +133,11 @@ func ctx(t *testing.T) context.Context {
 // openapi.json (websocket upgrades and /metrics excepted).
 type validatingTransport struct {
 	t      *testing.T
+	base   http.RoundTripper
 	router routers.Router
 }
 
-func newValidatingTransport(t *testing.T) *validatingTransport {
+func newValidatingTransport(t *testing.T, base http.RoundTripper) *validatingTransport {
 	t.Helper()
 	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI())
 	if err != nil {
@@ -142,19 +151,19 @@ func newValidatingTransport(t *testing.T) *validatingTransport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &validatingTransport{t: t, router: router}
+	return &validatingTransport{t: t, base: base, router: router}
 }
 
 func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("Upgrade") != "" || req.URL.Path == "/metrics" {
-		return http.DefaultTransport.RoundTrip(req)
+		return v.base.RoundTrip(req)
 	}
 	var body []byte
 	if req.Body != nil {
 		body, _ = io.ReadAll(req.Body)
 		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	resp, err := http.DefaultTransport.RoundTrip(req)
+	resp, err := v.base.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
