@@ -178,3 +178,42 @@ func TestInstanceCLIDrivesTheInstance(t *testing.T) {
 		t.Fatalf("reboot after destroyed exited %d: %s", code, errOut)
 	}
 }
+
+// TestSIGTERMStopsTheInstanceAndExits sends SIGTERM to a vmm whose guest
+// runs: watchers see it stop and be destroyed, and the process exits 0.
+func TestSIGTERMStopsTheInstanceAndExits(t *testing.T) {
+	p := startVMM(t, "")
+	c, ctx := p.client, ctx(t)
+	if _, err := c.Ensure(ctx, echoSpec("term")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	running, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []instance.State
+	watched := make(chan error, 1)
+	go func() {
+		_, err := c.WaitFor(ctx, running.Gen, func(s instance.Snapshot) bool {
+			states = append(states, s.State)
+			return s.State == instance.Destroyed
+		})
+		watched <- err
+	}()
+	if err := p.terminate(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	// The watcher saw destroyed before the listener closed, or its next
+	// long-poll found the server gone; either way the log says so.
+	<-watched
+	log := p.stderr.String()
+	if !strings.Contains(log, `"state":"destroyed"`) {
+		t.Fatalf("log lacks the destroyed state:\n%s", log)
+	}
+	if len(states) > 0 && states[len(states)-1] != instance.Destroyed {
+		t.Fatalf("watcher saw %v", states)
+	}
+}

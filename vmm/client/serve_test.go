@@ -42,6 +42,24 @@ type vmmProc struct {
 	// raw sends requests the client would not build; both validate
 	// against openapi.json.
 	raw *http.Client
+	// exited delivers Wait's result once.
+	exited   chan error
+	termOnce sync.Once
+	termErr  error
+}
+
+// terminate sends SIGTERM and returns how the process exited (nil: 0).
+func (p *vmmProc) terminate(t *testing.T) error {
+	p.termOnce.Do(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case p.termErr = <-p.exited:
+		case <-time.After(generous):
+			p.cmd.Process.Kill()
+			p.termErr = fmt.Errorf("tern vmm serve did not exit after SIGTERM: %w", <-p.exited)
+		}
+	})
+	return p.termErr
 }
 
 // startVMM runs `tern vmm serve` on a free loopback port with fresh
@@ -61,12 +79,11 @@ func startVMM(t *testing.T, certs string, extraArgs ...string) *vmmProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &vmmProc{cmd: cmd, certs: certs, stderr: &bytes.Buffer{}}
+	p := &vmmProc{cmd: cmd, certs: certs, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = &lockedWriter{w: p.stderr}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
 	lines := bufio.NewScanner(stdout)
 	if !lines.Scan() {
 		cmd.Process.Kill()
@@ -75,7 +92,7 @@ func startVMM(t *testing.T, certs string, extraArgs ...string) *vmmProc {
 	first := lines.Text()
 	go func() {
 		io.Copy(io.Discard, stdout)
-		exited <- cmd.Wait()
+		p.exited <- cmd.Wait()
 	}()
 	url, ok := strings.CutPrefix(first, "listening on ")
 	if !ok {
@@ -95,15 +112,8 @@ func startVMM(t *testing.T, certs string, extraArgs ...string) *vmmProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("tern vmm serve after SIGTERM: %v\n%s", err, p.stderr)
-			}
-		case <-time.After(generous):
-			cmd.Process.Kill()
-			t.Errorf("tern vmm serve did not exit after SIGTERM\n%s", p.stderr)
+		if err := p.terminate(t); err != nil {
+			t.Errorf("tern vmm serve after SIGTERM: %v", err)
 		}
 		if t.Failed() {
 			t.Logf("tern vmm serve stderr:\n%s", p.stderr)
