@@ -81,6 +81,7 @@ func NewServer(cfg Config) *Server {
 		s.metrics = metrics.NewSet()
 	}
 	s.cfg.Host.VolumeTLS = cfg.VolumeTLS != nil
+	s.registerMetrics()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.route("/v1/instance", map[string]http.HandlerFunc{"PUT": s.ensure, "GET": s.getInstance})
 	s.route("/v1/instance/state", map[string]http.HandlerFunc{"PUT": s.putState, "GET": s.monitor})
@@ -94,6 +95,30 @@ func NewServer(cfg Config) *Server {
 		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNotFound, Message: "no route " + r.URL.Path})
 	})
 	return s
+}
+
+// registerMetrics adds the instance's gauges: its gen and a 0/1 gauge
+// per state.
+func (s *Server) registerMetrics() {
+	snapshot := func() (instance.Snapshot, bool) {
+		c := s.current()
+		if c == nil {
+			return instance.Snapshot{}, false
+		}
+		return c.Publisher().Current(), true
+	}
+	s.metrics.NewGauge("tern_instance_gen", func() float64 {
+		snap, _ := snapshot()
+		return float64(snap.Gen)
+	})
+	for _, st := range instance.AllStates() {
+		s.metrics.NewGauge(fmt.Sprintf(`tern_instance_state{state=%q}`, st), func() float64 {
+			if snap, ok := snapshot(); ok && snap.State == st {
+				return 1
+			}
+			return 0
+		})
+	}
 }
 
 // Routes lists "METHOD path" for every route, sorted; the OpenAPI test
@@ -220,6 +245,7 @@ func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
 	})
 	s.cur = c
 	s.mu.Unlock()
+	s.metrics.GetOrCreateCounter("tern_instance_ensures_total").Inc()
 	s.log.Info("instance ensured", "id", spec.ID)
 	writeJSON(w, http.StatusCreated, view(c))
 }

@@ -280,6 +280,14 @@ func TestConcurrentRequestsKeepGensIncreasingAndEndDestroyed(t *testing.T) {
 	if v, _ := h.c.Get(h.ctx); v.State != instance.Destroyed {
 		t.Fatalf("final state %s", v.State)
 	}
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`tern_instance_state{state="destroyed"} 1`, `tern_instance_state{state="running"} 0`,
+		"tern_instance_ensures_total 1", "tern_instance_gen "} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 func TestEveryErrorIsJSONWithACode(t *testing.T) {
