@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -106,7 +107,8 @@ func runTern(t *testing.T, args ...string) (string, string, int) {
 
 // TestInstanceCLIDrivesTheInstance runs `tern instance` against a real
 // vmm: ensure (and a bad spec refused with its problems), run, watch as
-// JSON lines until destroyed, get, stop, and reboot refused afterwards.
+// JSON lines until destroyed, serial both ways until Ctrl-], get, stop,
+// and reboot refused afterwards.
 func TestInstanceCLIDrivesTheInstance(t *testing.T) {
 	p := startVMM(t, "")
 	server := strings.TrimPrefix(p.url, "http://") // host:port works too
@@ -153,6 +155,37 @@ func TestInstanceCLIDrivesTheInstance(t *testing.T) {
 		if s.State == "running" {
 			break
 		}
+	}
+	// serial replays the console, types what stdin gives, and leaves at
+	// Ctrl-].
+	serial := exec.CommandContext(ctx(t), kvmtest.Tern(t), "instance", "serial", "--server", p.url)
+	serialIn, err := serial.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serialOut, err := serial.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serial.Start(); err != nil {
+		t.Fatal(err)
+	}
+	console := bufio.NewScanner(serialOut)
+	waitLine := func(want string) {
+		t.Helper()
+		for console.Scan() {
+			if strings.TrimRight(console.Text(), "\r") == want {
+				return
+			}
+		}
+		t.Fatalf("serial ended before %q: %v", want, console.Err())
+	}
+	waitLine("echo: ready")
+	io.WriteString(serialIn, "from the cli\n")
+	waitLine("echo: from the cli")
+	serialIn.Write([]byte{0x1d})
+	if err := serial.Wait(); err != nil {
+		t.Fatalf("serial after Ctrl-]: %v", err)
 	}
 	out, _, code = runTern(t, "instance", "get", "--server", p.url)
 	if code != 0 || !strings.Contains(out, `"state": "running"`) {

@@ -16,9 +16,10 @@ import (
 
 // TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses runs
 // the disk guest on a volume of three real downstairs whose replicas
-// disagree: activation reconciles them in the background (progress
-// published on the disk), the vCPUs start once it is done, and the guest
-// writes and verifies its pattern through the upstairs.
+// disagree: while one replica is down the instance is starting with the
+// disk activating and its progress published; once it is back activation
+// reconciles them, the vCPUs start, and the guest writes and verifies its
+// pattern through the upstairs.
 func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.T) {
 	spec := extent.Spec{UUID: uuid.New(), BlockSize: 512, ExtentBlocks: 128, ExtentCount: 8, FormatVersion: extent.FormatVersion1}
 	cluster, err := volumetest.NewCluster(t.TempDir(), spec)
@@ -51,13 +52,19 @@ func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cluster.Close() })
+	targets := cluster.Targets()
+	// Replica 2 is down at first (it keeps its address): activation waits
+	// for it up to the quorum wait, so the instance is seen starting.
+	if err := cluster.Stop(2); err != nil {
+		t.Fatal(err)
+	}
 
 	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
 	c, ctx := p.client, ctx(t)
 	wait := uint64(60_000)
 	is := instance.Spec{ID: "disk", VCPUs: 1, MemoryMiB: 64,
 		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 42, "sectors": 64}},
-		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: cluster.Targets(),
+		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
 			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 8}, Gen: 2, QuorumWaitMs: &wait}}},
 		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
 	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
@@ -66,8 +73,19 @@ func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.
 	if err := c.RequestState(ctx, instance.Run); err != nil {
 		t.Fatal(err)
 	}
+	starting, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Starting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Get(ctx)
+	if err != nil || v.State != instance.Starting || v.Disks[0].State != instance.DiskActivating || v.Disks[0].Activation == nil {
+		t.Fatalf("while replica 2 is down: %+v, %v; want starting, the disk activating with progress", v, err)
+	}
+	if err := cluster.Start(2); err != nil {
+		t.Fatal(err)
+	}
 	var states []instance.State
-	_, err = c.WaitFor(ctx, 0, func(s instance.Snapshot) bool {
+	_, err = c.WaitFor(ctx, starting.Gen, func(s instance.Snapshot) bool {
 		states = append(states, s.State)
 		return s.State == instance.Destroyed
 	})
