@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"tern/vmm/api"
 	"tern/vmm/client"
 	"tern/vmm/devices"
@@ -316,6 +318,53 @@ func TestEveryErrorIsJSONWithACode(t *testing.T) {
 		}
 		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 			t.Errorf("%s %s: content type %q", tc.method, tc.path, ct)
+		}
+	}
+}
+
+// TestSerialWebsocketReplaysTypesAndClosesWhenGone drives the console
+// websocket in-process under the race detector.
+func TestSerialWebsocketReplaysTypesAndClosesWhenGone(t *testing.T) {
+	f := &machines{}
+	h := newHarness(t, f)
+	if _, err := h.c.Ensure(h.ctx, spec("ws")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := h.c.Serial(h.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	var got strings.Builder
+	readUntil := func(want string) {
+		for !strings.Contains(got.String(), want) {
+			_, msg, err := conn.Read(h.ctx)
+			if err != nil {
+				t.Fatalf("reading for %q: %v (got %q)", want, err, got.String())
+			}
+			got.Write(msg)
+		}
+	}
+	readUntil("fake: up\r\n")
+	if err := conn.Write(h.ctx, websocket.MessageBinary, []byte("typed")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("typed")
+	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, _, err := conn.Read(h.ctx); err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+				t.Fatalf("after stop: %v; want a normal close", err)
+			}
+			break
 		}
 	}
 }
