@@ -233,7 +233,7 @@ func newInstanceSerialCmd(f *instanceFlags) *cobra.Command {
 const ctrlBracket = 0x1d
 
 // attachSerial copies the console to out and in to the guest until Ctrl-],
-// the end of in, or the instance is gone.
+// ctx ends, or the instance is gone.
 func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.File, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -251,9 +251,10 @@ func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.Fil
 		fmt.Fprint(out, "[attached; Ctrl-] leaves]\r\n")
 	}
 	// The reader of in may stay blocked in read(2) after we return; it is
-	// the process's, which exits right after.
+	// the process's, which exits right after. Ctrl-] leaves; the end of
+	// in does not (piped input still shows the guest's answers until the
+	// instance is gone or SIGINT).
 	go func() {
-		defer cancel()
 		buf := make([]byte, 1024)
 		for {
 			n, err := in.Read(buf)
@@ -263,6 +264,7 @@ func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.Fil
 					if i > 0 {
 						conn.Write(ctx, websocket.MessageBinary, data[:i])
 					}
+					cancel()
 					return
 				}
 				if conn.Write(ctx, websocket.MessageBinary, data) != nil {
