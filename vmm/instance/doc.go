@@ -51,10 +51,28 @@
 //     after every step, which the controller's tests assert.
 //  4. After publishing destroyed it calls Close.
 //
-// What awaits a KVM host: this machine has no usable /dev/kvm, so no guest
-// can run here. The VM controller (the owner goroutine that builds memory
-// and devices, activates volumes, runs vCPUs and applies these decisions),
-// the HTTP API (PUT /v1/instance, GET /v1/instance, PUT /v1/instance/state,
-// GET /v1/instance/state?after_gen=N, serial, disks) and the `tern instance`
-// CLI are not built yet; this package is what they will call.
+// The controller (controller.go, controller_run.go). Start(cfg) returns
+// at once with the instance at gen 1 (or FirstGen), creating; its owner
+// goroutine then
+//  1. opens each disk (a file, or a volume's upstairs) and starts each
+//     volume's Activate on a goroutine of its own, in the background;
+//  2. builds the VM through the Machine interface (machine.go: the one
+//     place that knows package vmm's API) over the first disk;
+//  3. on run, publishes starting, waits for every activation to end, then
+//     starts the vCPUs and publishes running;
+//  4. on reboot, publishes rebooting, replaces the VM with a fresh one over
+//     the same disks, and publishes running;
+//  5. on stop (at any point, activation included), publishes stopping,
+//     cancels activation, stops and closes the VM, closes every upstairs
+//     (its QUIC connections) and file, and only then publishes stopped and
+//     destroyed and closes the publisher. A failed build, activation or
+//     vCPU ends the same way in failed.
+//
+// Done is closed when the owner goroutine has ended: nothing the instance
+// built survives it. The console history (console.go) belongs to the
+// controller, not the VM, so its offsets keep growing across reboots and
+// it stays readable after the instance is gone. Spec (spec.go,
+// spec_validate.go) is the validated description an instance is built
+// from: DecodeSpec rejects unknown fields, and Validate reports every
+// problem at once without opening anything.
 package instance

@@ -122,8 +122,16 @@ type Publisher struct {
 // given state and migration: (creating, none) for an instance ensured from
 // a spec, (migrating, in={id, sync}) for a migration target.
 func NewPublisher(state State, migration Migration) *Publisher {
+	return NewPublisherAt(1, state, migration)
+}
+
+// NewPublisherAt is NewPublisher with a first gen other than 1 (at least
+// 1): a process that hosts one instance after another starts each new
+// publisher past the last one's final gen, so a watcher's gens strictly
+// increase across instances too.
+func NewPublisherAt(first uint64, state State, migration Migration) *Publisher {
 	return &Publisher{
-		cur:     Snapshot{Gen: 1, State: state, Migration: migration},
+		cur:     Snapshot{Gen: max(first, 1), State: state, Migration: migration},
 		changed: make(chan struct{}),
 	}
 }

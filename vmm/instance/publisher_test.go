@@ -372,3 +372,16 @@ func TestSnapshotJSONHasExactlyTheAPIKeys(t *testing.T) {
 		t.Error("an unknown phase parsed")
 	}
 }
+
+func TestPublisherAtStartsPastAnEarlierInstance(t *testing.T) {
+	p := NewPublisherAt(7, Creating, Migration{})
+	if got := p.Current(); got.Gen != 7 || got.State != Creating {
+		t.Fatalf("first snapshot = %+v; want gen 7 creating", got)
+	}
+	if snap := mustPublish(t, p, setState(Starting)); snap.Gen != 8 {
+		t.Fatalf("next gen = %d; want 8", snap.Gen)
+	}
+	if got := NewPublisherAt(0, Creating, Migration{}).Current().Gen; got != 1 {
+		t.Fatalf("NewPublisherAt(0) gen = %d; want 1", got)
+	}
+}

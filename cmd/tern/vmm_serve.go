@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/spf13/cobra"
+
+	"tern/dataplane/tlsconf"
+	"tern/vmm/api"
+	"tern/vmm/instance"
+)
+
+func init() { vmmParentCmd().AddCommand(newVMMServeCmd()) }
+
+// vmmParentCmd returns the `tern vmm` command, creating it if no other
+// file did.
+func vmmParentCmd() *cobra.Command {
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "vmm" {
+			return c
+		}
+	}
+	cmd := &cobra.Command{Use: "vmm", Short: "The VMM: one KVM virtual machine per process"}
+	rootCmd.AddCommand(cmd)
+	return cmd
+}
+
+// serveShutdownTimeout bounds how long SIGTERM waits for the instance to
+// be destroyed.
+const serveShutdownTimeout = time.Minute
+
+func newVMMServeCmd() *cobra.Command {
+	var listen, certs string
+	var apiTLS bool
+	cmd := &cobra.Command{
+		Use:   "serve --listen ADDR --certs DIR [--api-tls]",
+		Short: "Serve the HTTP control API of one VM",
+		Long: `Serve the control API (PUT /v1/instance, GET /v1/instance/state, ...; see
+GET /openapi.json) for one VM. --certs holds the certificate the volume
+upstairs presents to its downstairs. The API is plain HTTP unless --api-tls
+serves it over HTTPS, requiring client certificates from the same CA.
+SIGTERM or SIGINT stops the instance cleanly and exits. The first line on
+stdout is "listening on URL".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serveVMM(cmd, listen, certs, apiTLS)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve the API on (port 0 picks one)")
+	cmd.Flags().StringVar(&certs, "certs", "", "certificate directory (tern certs): the volume upstairs' client certificate, and the API's with --api-tls")
+	cmd.Flags().BoolVar(&apiTLS, "api-tls", false, "serve the API over HTTPS, requiring client certificates from the --certs CA")
+	cmd.MarkFlagRequired("certs")
+	return cmd
+}
+
+func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
+	log, err := newLogger(serverLogLevel)
+	if err != nil {
+		return err
+	}
+	bundle, err := tlsconf.Load(certs)
+	if err != nil {
+		return fmt.Errorf("loading certificates: %w", err)
+	}
+	host, err := instance.ProbeHost()
+	if err != nil {
+		log.Warn("no usable /dev/kvm: instances will fail to build", "err", err)
+	}
+	set := metrics.NewSet()
+	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set})
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening for the API: %w", err)
+	}
+	scheme := "http"
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	if apiTLS {
+		scheme = "https"
+		hs.TLSConfig = bundle.ServerConfig()
+		ln = tls.NewListener(ln, hs.TLSConfig)
+	}
+	url := fmt.Sprintf("%s://%s", scheme, ln.Addr())
+	fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", url)
+	log.Info("vmm serving", "component", "vmm", "url", url)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	ctx := cmd.Context()
+	select {
+	case err := <-served:
+		srv.Close(context.Background())
+		return fmt.Errorf("serving the API: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("vmm shutting down", "component", "vmm")
+	sctx, cancel := context.WithTimeout(context.Background(), serveShutdownTimeout)
+	defer cancel()
+	// The instance first, so watchers see it stop; then the listener.
+	errs := []error{srv.Close(sctx)}
+	if err := hs.Shutdown(sctx); err != nil {
+		errs = append(errs, hs.Close())
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

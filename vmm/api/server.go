@@ -1,0 +1,440 @@
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"tern/dataplane/telemetry"
+	"tern/vmm/devices"
+	"tern/vmm/instance"
+)
+
+// MonitorTimeout is the longest GET /v1/instance/state?after_gen=N waits
+// before answering with the current snapshot.
+const MonitorTimeout = 30 * time.Second
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+// OpenAPI returns the OpenAPI 3 document the server serves.
+func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
+
+// Config is what NewServer needs.
+type Config struct {
+	// Host bounds what a spec may ask for.
+	Host instance.Host
+	// VolumeTLS is what volume disks' upstairs present; nil rejects
+	// volume disks.
+	VolumeTLS *tls.Config
+	// NewMachine builds VMs; nil means instance.NewVMMachine.
+	NewMachine instance.NewMachineFunc
+	Logger     *slog.Logger
+	// Metrics is the set /metrics serves; nil makes a private one.
+	Metrics *metrics.Set
+}
+
+// Server is the control API of one VMM process: at most one live
+// instance at a time.
+type Server struct {
+	// Immutable after NewServer.
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics.Set
+	mux     *http.ServeMux
+	routes  []string
+	// ctx ends the websocket streams on Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// cur is the live instance or, once it is gone, the last one (its
+	// last snapshot keeps being served); nil before the first ensure.
+	cur *instance.Controller
+	// closed refuses ensures once Close began.
+	closed bool
+	// streams counts websocket handlers, waited for by Close.
+	streams sync.WaitGroup
+}
+
+// NewServer returns a server with no instance.
+func NewServer(cfg Config) *Server {
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "api")
+	if s.metrics == nil {
+		s.metrics = metrics.NewSet()
+	}
+	s.cfg.Host.VolumeTLS = cfg.VolumeTLS != nil
+	s.registerMetrics()
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.route("/v1/instance", map[string]http.HandlerFunc{"PUT": s.ensure, "GET": s.getInstance})
+	s.route("/v1/instance/state", map[string]http.HandlerFunc{"PUT": s.putState, "GET": s.monitor})
+	s.route("/v1/instance/disks/{name}", map[string]http.HandlerFunc{"GET": s.getDisk})
+	s.route("/v1/instance/serial/history", map[string]http.HandlerFunc{"GET": s.serialHistory})
+	s.route("/v1/instance/serial", map[string]http.HandlerFunc{"GET": s.serialStream})
+	s.route("/openapi.json", map[string]http.HandlerFunc{"GET": s.openAPI})
+	s.route("/metrics", map[string]http.HandlerFunc{"GET": telemetry.MetricsHandler(s.metrics).ServeHTTP})
+	s.route("/healthz", map[string]http.HandlerFunc{"GET": s.healthz})
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNotFound, Message: "no route " + r.URL.Path})
+	})
+	return s
+}
+
+// registerMetrics adds the instance's gauges: its gen and a 0/1 gauge
+// per state.
+func (s *Server) registerMetrics() {
+	snapshot := func() (instance.Snapshot, bool) {
+		c := s.current()
+		if c == nil {
+			return instance.Snapshot{}, false
+		}
+		return c.Publisher().Current(), true
+	}
+	s.metrics.NewGauge("tern_instance_gen", func() float64 {
+		snap, _ := snapshot()
+		return float64(snap.Gen)
+	})
+	for _, st := range instance.AllStates() {
+		s.metrics.NewGauge(fmt.Sprintf(`tern_instance_state{state=%q}`, st), func() float64 {
+			if snap, ok := snapshot(); ok && snap.State == st {
+				return 1
+			}
+			return 0
+		})
+	}
+}
+
+// Routes lists "METHOD path" for every route, sorted; the OpenAPI test
+// checks the document against it.
+func (s *Server) Routes() []string { return append([]string(nil), s.routes...) }
+
+// route registers path with a handler per method; another method gets a
+// JSON 405.
+func (s *Server) route(path string, methods map[string]http.HandlerFunc) {
+	allow := make([]string, 0, len(methods))
+	for m := range methods {
+		allow = append(allow, m)
+		s.routes = append(s.routes, m+" "+path)
+	}
+	sort.Strings(allow)
+	sort.Strings(s.routes)
+	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		h, ok := methods[r.Method]
+		if !ok {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, Error{ErrorCode: CodeMethod,
+				Message: fmt.Sprintf("%s %s: allowed %s", r.Method, path, strings.Join(allow, ", "))})
+			return
+		}
+		s.metrics.GetOrCreateCounter(fmt.Sprintf(`tern_api_requests_total{method=%q,route=%q}`, r.Method, path)).Inc()
+		h(w, r)
+	})
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close stops the live instance, waits until it is destroyed (or ctx
+// ends), and ends every serial stream.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	c := s.cur
+	s.mu.Unlock()
+	var err error
+	if c != nil {
+		c.Request(instance.Stop)
+		select {
+		case <-c.Done():
+		case <-ctx.Done():
+			if !gone(c) {
+				err = fmt.Errorf("stopping instance: %w", ctx.Err())
+			}
+		}
+	}
+	s.cancel()
+	s.streams.Wait()
+	return err
+}
+
+// current returns the instance, live or last; nil before any ensure.
+func (s *Server) current() *instance.Controller {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// readBody reads a size-limited body, answering 413 itself.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, Error{ErrorCode: CodeBodyTooLarge,
+			Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)})
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: "reading body: " + err.Error()})
+		return nil, false
+	}
+	return b, true
+}
+
+func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	spec, err := instance.DecodeSpec(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: err.Error()})
+		return
+	}
+	if err := spec.Validate(s.cfg.Host); err != nil {
+		var problems []string
+		for _, e := range unjoin(err) {
+			problems = append(problems, strings.TrimPrefix(e.Error(), instance.ErrInvalidSpec.Error()+": "))
+		}
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeInvalidSpec,
+			Message: fmt.Sprintf("%s: %s", instance.ErrInvalidSpec, strings.Join(problems, "; ")), Problems: problems})
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown, Message: "the server is shutting down"})
+		return
+	}
+	if c := s.cur; c != nil && !gone(c) {
+		s.mu.Unlock()
+		switch {
+		case c.Spec().ID != spec.ID:
+			writeError(w, http.StatusConflict, Error{ErrorCode: CodeConflict,
+				Message: fmt.Sprintf("instance %q exists; stop it before ensuring %q", c.Spec().ID, spec.ID)})
+		case !c.Spec().Equal(spec):
+			writeError(w, http.StatusConflict, Error{ErrorCode: CodeSpecMismatch,
+				Message: fmt.Sprintf("instance %q exists with another spec", spec.ID)})
+		default: // the same ensure again
+			writeJSON(w, http.StatusCreated, view(c))
+		}
+		return
+	}
+	var firstGen uint64
+	if s.cur != nil {
+		firstGen = s.cur.Publisher().Current().Gen + 1
+	}
+	c := instance.Start(instance.Config{
+		Spec: spec, VolumeTLS: s.cfg.VolumeTLS, NewMachine: s.cfg.NewMachine, Logger: s.cfg.Logger, FirstGen: firstGen,
+	})
+	s.cur = c
+	s.mu.Unlock()
+	s.metrics.GetOrCreateCounter("tern_instance_ensures_total").Inc()
+	s.log.Info("instance ensured", "id", spec.ID)
+	writeJSON(w, http.StatusCreated, view(c))
+}
+
+// gone reports whether c is destroyed or failed with everything freed.
+func gone(c *instance.Controller) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// unjoin flattens errors.Join.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func view(c *instance.Controller) InstanceView {
+	snap := c.Publisher().Current()
+	v := InstanceView{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.Spec(), Disks: c.Disks(), Migration: snap.Migration}
+	if err := c.Failure(); err != nil {
+		v.Error = err.Error()
+	}
+	return v
+}
+
+// instanceOr404 returns the instance or answers 404 no_instance.
+func (s *Server) instanceOr404(w http.ResponseWriter) *instance.Controller {
+	c := s.current()
+	if c == nil {
+		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNoInstance, Message: "no instance has been ensured"})
+	}
+	return c
+}
+
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+	if c := s.instanceOr404(w); c != nil {
+		writeJSON(w, http.StatusOK, view(c))
+	}
+}
+
+func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req StateRequest
+	if err := decodeStrict(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
+			Message: "parsing state request: " + err.Error() + ` (want {"requested":"run"|"stop"|"reboot"})`})
+		return
+	}
+	switch req.Requested {
+	case instance.Run, instance.Stop, instance.Reboot:
+	default:
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
+			Message: fmt.Sprintf(`requested %q: want "run", "stop" or "reboot"`, req.Requested)})
+		return
+	}
+	c := s.instanceOr404(w)
+	if c == nil {
+		return
+	}
+	if _, err := c.Request(req.Requested); err != nil {
+		var ws *instance.WrongStateError
+		if errors.As(err, &ws) {
+			st := ws.State
+			writeError(w, http.StatusConflict, Error{ErrorCode: CodeWrongState, Message: err.Error(), State: &st})
+			return
+		}
+		writeError(w, http.StatusInternalServerError, Error{ErrorCode: CodeInternalError, Message: err.Error()})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
+	var after uint64
+	if v := r.URL.Query().Get("after_gen"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", v)})
+			return
+		}
+		after = n
+	}
+	c := s.instanceOr404(w)
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), MonitorTimeout)
+	defer cancel()
+	snap, err := c.Publisher().WaitAfter(ctx, after)
+	switch {
+	case errors.Is(err, instance.ErrGone):
+		writeError(w, http.StatusGone, Error{ErrorCode: CodeInstanceGone,
+			Message: fmt.Sprintf("instance %q is gone; its last gen is %d", c.Spec().ID, c.Publisher().Current().Gen)})
+	case err != nil && r.Context().Err() != nil:
+		// The client left.
+	case err != nil: // the 30 s passed: the current snapshot; the client asks again
+		writeJSON(w, http.StatusOK, c.Publisher().Current())
+	default:
+		writeJSON(w, http.StatusOK, snap)
+	}
+}
+
+func (s *Server) getDisk(w http.ResponseWriter, r *http.Request) {
+	c := s.instanceOr404(w)
+	if c == nil {
+		return
+	}
+	name := r.PathValue("name")
+	d, ok := c.Disk(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNoSuchDisk, Message: fmt.Sprintf("instance has no disk %q", name)})
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, err := uintParam(q.Get("from_offset"), 0)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: "from_offset: " + err.Error()})
+		return
+	}
+	maxBytes, err := uintParam(q.Get("max_bytes"), DefaultSerialMaxBytes)
+	if err != nil || maxBytes == 0 || maxBytes > MaxSerialMaxBytes {
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
+			Message: fmt.Sprintf("max_bytes %q: want 1 to %d", q.Get("max_bytes"), MaxSerialMaxBytes)})
+		return
+	}
+	c := s.instanceOr404(w)
+	if c == nil {
+		return
+	}
+	data, first, next, err := c.Console().ReadFrom(from, int(maxBytes))
+	if errors.Is(err, devices.ErrOffsetAhead) {
+		_, end := c.Console().Bounds()
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeOffsetAhead,
+			Message: fmt.Sprintf("from_offset %d is past the end of the console (%d)", from, end)})
+		return
+	}
+	writeJSON(w, http.StatusOK, SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
+}
+
+func uintParam(v string, def uint64) (uint64, error) {
+	if v == "" {
+		return def, nil
+	}
+	return strconv.ParseUint(v, 10, 64)
+}
+
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openAPIDoc)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(Error{ErrorCode: CodeInternalError, Message: "encoding response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, e Error) { writeJSON(w, status, e) }

@@ -1,0 +1,370 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"tern/vmm/api"
+	"tern/vmm/client"
+	"tern/vmm/devices"
+	"tern/vmm/instance"
+)
+
+// fakeMachine stands in for a KVM VM so the controller and API run under
+// the race detector with no /dev/kvm: Run prints a line and waits for
+// Stop; input is echoed.
+type fakeMachine struct {
+	out    *devices.History
+	stop   chan struct{}
+	once   sync.Once
+	closed atomic.Bool
+	exit   chan uint32 // the guest exits with this status
+}
+
+func (m *fakeMachine) Run(ctx context.Context) (uint32, error) {
+	m.out.Write([]byte("fake: up\r\n"))
+	select {
+	case <-m.stop:
+		return 0, errors.New("VM stopped")
+	case s := <-m.exit:
+		return s, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+func (m *fakeMachine) Stop()                          { m.once.Do(func() { close(m.stop) }) }
+func (m *fakeMachine) Close() error                   { m.closed.Store(true); return nil }
+func (m *fakeMachine) SerialOutput() *devices.History { return m.out }
+func (m *fakeMachine) SerialInput(p []byte) int       { m.out.Write(p); return len(p) }
+
+// machines builds fake machines, optionally held at a gate, and records
+// them.
+type machines struct {
+	mu    sync.Mutex
+	all   []*fakeMachine
+	gate  chan struct{} // nil: no wait
+	fail  error
+	built chan struct{} // one value per machine built
+}
+
+func (f *machines) new(cfg instance.MachineConfig) (instance.Machine, error) {
+	if f.gate != nil {
+		<-f.gate
+	}
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	m := &fakeMachine{out: devices.NewHistory(4096), stop: make(chan struct{}), exit: make(chan uint32, 1)}
+	f.mu.Lock()
+	f.all = append(f.all, m)
+	f.mu.Unlock()
+	if f.built != nil {
+		f.built <- struct{}{}
+	}
+	return m, nil
+}
+
+func (f *machines) allClosed() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.all {
+		if !m.closed.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+type harness struct {
+	srv *api.Server
+	c   *client.Client
+	ctx context.Context
+}
+
+func newHarness(t *testing.T, f *machines) *harness {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	srv := api.NewServer(api.Config{Host: instance.Host{MaxVCPUs: 4}, NewMachine: f.new})
+	hs := httptest.NewServer(srv)
+	c, err := client.New(hs.URL, hs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if err := srv.Close(cctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		hs.Close()
+		cancel()
+		if !f.allClosed() {
+			t.Error("a machine was left open")
+		}
+		// Every goroutine the server and its instances started ends.
+		deadline := time.Now().Add(time.Minute)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				t.Errorf("goroutines: %d after, %d before\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+				return
+			}
+			runtime.Gosched()
+		}
+	})
+	return &harness{srv: srv, c: c, ctx: ctx}
+}
+
+func spec(id string) instance.Spec {
+	return instance.Spec{ID: id, VCPUs: 1, MemoryMiB: 64, Guest: instance.GuestSpec{Kind: "elf", Path: "echo"},
+		Init: instance.InitSpec{Method: "spec"}}
+}
+
+func TestOpenAPIDocumentNamesExactlyTheServedRoutes(t *testing.T) {
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(api.OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Fatalf("openapi %q; want 3.x", doc.OpenAPI)
+	}
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			documented = append(documented, strings.ToUpper(method)+" "+path)
+		}
+	}
+	slices.Sort(documented)
+	srv := api.NewServer(api.Config{})
+	defer srv.Close(context.Background())
+	if got := srv.Routes(); !slices.Equal(got, documented) {
+		t.Fatalf("served routes %q\ndocumented %q", got, documented)
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest("GET", "/openapi.json", nil))
+	if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), api.OpenAPI()) {
+		t.Fatalf("GET /openapi.json: %d", rec.Code)
+	}
+}
+
+func TestStopWhileBuildingMemoryDestroysWithoutRunning(t *testing.T) {
+	f := &machines{gate: make(chan struct{})}
+	h := newHarness(t, f)
+	if _, err := h.c.Ensure(h.ctx, spec("gated")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	err := h.c.RequestState(h.ctx, instance.Reboot)
+	var e *client.APIError
+	if !errors.As(err, &e) || e.Status != 409 || e.Body.ErrorCode != api.CodeWrongState || *e.Body.State != instance.Creating {
+		t.Fatalf("reboot while creating: %v", err)
+	}
+	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+		t.Fatal(err)
+	}
+	close(f.gate) // the memory is built; the stop is seen next
+	s, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hist, _ := h.c.SerialHistory(h.ctx, 0, 0); hist.Data != "" {
+		t.Fatalf("the guest ran: console %q", hist.Data)
+	}
+	if v, _ := h.c.Get(h.ctx); v.State != instance.Destroyed || v.Gen != s.Gen {
+		t.Fatalf("GET after destroyed: %+v", v)
+	}
+}
+
+func TestFailedBuildEndsFailedAndANewEnsureIsAccepted(t *testing.T) {
+	f := &machines{fail: errors.New("no memory for you")}
+	h := newHarness(t, f)
+	if _, err := h.c.Ensure(h.ctx, spec("doomed")); err != nil {
+		t.Fatal(err)
+	}
+	last, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Failed })
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := h.c.Get(h.ctx)
+	if err != nil || v.State != instance.Failed || !strings.Contains(v.Error, "no memory for you") {
+		t.Fatalf("GET: %+v, %v", v, err)
+	}
+	if _, err := h.c.Monitor(h.ctx, last.Gen); !client.IsCode(err, api.CodeInstanceGone) {
+		t.Fatalf("monitor past failed: %v; want 410", err)
+	}
+	f.fail = nil // only the owner goroutine of the next instance reads it
+	v, err = h.c.Ensure(h.ctx, spec("next"))
+	if err != nil || v.Gen <= last.Gen || v.ID != "next" {
+		t.Fatalf("ensure after failed: %+v, %v", v, err)
+	}
+}
+
+func TestGuestExitHaltsTheInstance(t *testing.T) {
+	f := &machines{built: make(chan struct{}, 1)}
+	h := newHarness(t, f)
+	if _, err := h.c.Ensure(h.ctx, spec("exits")); err != nil {
+		t.Fatal(err)
+	}
+	<-f.built
+	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.all[0].exit <- 0
+	f.mu.Unlock()
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrentRequestsKeepGensIncreasingAndEndDestroyed throws run,
+// reboot and stop at an instance from many goroutines: every answer is
+// 204 or 409 wrong_state, the controller's Pending contract holds (it
+// panics otherwise), gens seen by a watcher strictly increase, and the
+// instance ends destroyed.
+func TestConcurrentRequestsKeepGensIncreasingAndEndDestroyed(t *testing.T) {
+	f := &machines{}
+	h := newHarness(t, f)
+	if _, err := h.c.Ensure(h.ctx, spec("busy")); err != nil {
+		t.Fatal(err)
+	}
+	watched := make(chan []uint64, 1)
+	go func() {
+		var gens []uint64
+		h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool {
+			gens = append(gens, s.Gen)
+			return s.State == instance.Destroyed
+		})
+		watched <- gens
+	}()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 20 {
+				req := []instance.Request{instance.Run, instance.Reboot, instance.Run}[(i+j)%3]
+				if err := h.c.RequestState(h.ctx, req); err != nil && !client.IsCode(err, api.CodeWrongState) {
+					t.Errorf("%s: %v", req, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+		t.Fatal(err)
+	}
+	gens := <-watched
+	for i := 1; i < len(gens); i++ {
+		if gens[i] <= gens[i-1] {
+			t.Fatalf("gens %v not strictly increasing", gens)
+		}
+	}
+	if v, _ := h.c.Get(h.ctx); v.State != instance.Destroyed {
+		t.Fatalf("final state %s", v.State)
+	}
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`tern_instance_state{state="destroyed"} 1`, `tern_instance_state{state="running"} 0`,
+		"tern_instance_ensures_total 1", "tern_instance_gen "} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestEveryErrorIsJSONWithACode(t *testing.T) {
+	h := newHarness(t, &machines{})
+	srv := h.srv
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"GET", "/v1/instance", "", 404, api.CodeNoInstance},
+		{"GET", "/v1/instance/state?after_gen=x", "", 400, api.CodeMalformed},
+		{"GET", "/v1/instance/state", "", 404, api.CodeNoInstance},
+		{"GET", "/v1/instance/disks/a", "", 404, api.CodeNoInstance},
+		{"GET", "/v1/instance/serial/history?max_bytes=0", "", 400, api.CodeMalformed},
+		{"DELETE", "/v1/instance", "", 405, api.CodeMethod},
+		{"GET", "/v2/nothing", "", 404, api.CodeNotFound},
+		{"PUT", "/v1/instance/state", `{"requested":"migrate_out"}`, 400, api.CodeMalformed},
+		{"PUT", "/v1/instance", strings.Repeat(" ", api.MaxBodyBytes+1), 413, api.CodeBodyTooLarge},
+	} {
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		var e api.Error
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != tc.status || e.ErrorCode != tc.code || e.Message == "" {
+			t.Errorf("%s %s: %d %s; want %d %s", tc.method, tc.path, rec.Code, rec.Body, tc.status, tc.code)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s %s: content type %q", tc.method, tc.path, ct)
+		}
+	}
+}
+
+// TestSerialWebsocketReplaysTypesAndClosesWhenGone drives the console
+// websocket in-process under the race detector.
+func TestSerialWebsocketReplaysTypesAndClosesWhenGone(t *testing.T) {
+	f := &machines{}
+	h := newHarness(t, f)
+	if _, err := h.c.Ensure(h.ctx, spec("ws")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := h.c.Serial(h.ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	var got strings.Builder
+	readUntil := func(want string) {
+		for !strings.Contains(got.String(), want) {
+			_, msg, err := conn.Read(h.ctx)
+			if err != nil {
+				t.Fatalf("reading for %q: %v (got %q)", want, err, got.String())
+			}
+			got.Write(msg)
+		}
+	}
+	readUntil("fake: up\r\n")
+	if err := conn.Write(h.ctx, websocket.MessageBinary, []byte("typed")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("typed")
+	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, _, err := conn.Read(h.ctx); err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+				t.Fatalf("after stop: %v; want a normal close", err)
+			}
+			break
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package api
+
+import (
+	"tern/vmm/instance"
+)
+
+// InstanceView is GET /v1/instance (and the body of a 201 ensure).
+type InstanceView struct {
+	ID        string                `json:"id"`
+	State     instance.State        `json:"state"`
+	Gen       uint64                `json:"gen"`
+	Spec      instance.Spec         `json:"spec"`
+	Disks     []instance.DiskStatus `json:"disks"`
+	Migration instance.Migration    `json:"migration"`
+	// Error is why the instance failed, when its state is failed.
+	Error string `json:"error,omitempty"`
+}
+
+// StateRequest is the body of PUT /v1/instance/state.
+type StateRequest struct {
+	Requested instance.Request `json:"requested"`
+}
+
+// SerialHistory is GET /v1/instance/serial/history: the console's bytes
+// from FromOffset (later than asked when older bytes were dropped) to
+// NextOffset, as text with invalid UTF-8 replaced.
+type SerialHistory struct {
+	Data       string `json:"data"`
+	FromOffset uint64 `json:"from_offset"`
+	NextOffset uint64 `json:"next_offset"`
+}
+
+// Error is every error's body. State is set for wrong_state; Problems
+// lists each problem of an invalid spec.
+type Error struct {
+	ErrorCode string          `json:"error_code"`
+	Message   string          `json:"message"`
+	State     *instance.State `json:"state,omitempty"`
+	Problems  []string        `json:"problems,omitempty"`
+}
+
+// Error codes.
+const (
+	CodeMalformed     = "malformed_request"
+	CodeInvalidSpec   = "invalid_spec"
+	CodeBodyTooLarge  = "body_too_large"
+	CodeNoInstance    = "no_instance"
+	CodeInstanceGone  = "instance_gone"
+	CodeConflict      = "instance_exists"
+	CodeSpecMismatch  = "spec_mismatch"
+	CodeWrongState    = "wrong_state"
+	CodeNotFound      = "not_found"
+	CodeNoSuchDisk    = "no_such_disk"
+	CodeMethod        = "method_not_allowed"
+	CodeOffsetAhead   = "offset_ahead"
+	CodeShuttingDown  = "shutting_down"
+	CodeInternalError = "internal_error"
+)
+
+// MaxBodyBytes bounds every request body.
+const MaxBodyBytes = 1 << 20
+
+// Serial history limits.
+const (
+	DefaultSerialMaxBytes = 64 << 10
+	MaxSerialMaxBytes     = 1 << 20
+)

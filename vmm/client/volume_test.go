@@ -1,0 +1,124 @@
+package client_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/google/uuid"
+
+	"tern/tools/guests"
+	"tern/vmm/instance"
+	"tern/volume/extent"
+	"tern/volume/volumetest"
+)
+
+// TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses runs
+// the disk guest on a volume of three real downstairs whose replicas
+// disagree: while one replica is down the instance is starting with the
+// disk activating and its progress published; once it is back activation
+// reconciles them, the vCPUs start, and the guest writes and verifies its
+// pattern through the upstairs.
+func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.T) {
+	spec := extent.Spec{UUID: uuid.New(), BlockSize: 512, ExtentBlocks: 128, ExtentCount: 8, FormatVersion: extent.FormatVersion1}
+	cluster, err := volumetest.NewCluster(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replica 2 holds blocks the others lack, flushed at a later
+	// generation: activation must copy them to replicas 0 and 1.
+	r, err := extent.Open(cluster.RegionDir(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := []uint64{3, 200, 900}
+	for _, b := range blocks {
+		buf := make([]byte, spec.BlockSize)
+		for i := range buf {
+			buf[i] = byte(b + uint64(i))
+		}
+		if err := r.WriteBlocks(extent.BlockIndex(b), buf, []uint64{xxhash.Sum64(buf)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Flush(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	targets := cluster.Targets()
+	// Replica 2 is down at first (it keeps its address): activation waits
+	// for it up to the quorum wait, so the instance is seen starting.
+	if err := cluster.Stop(2); err != nil {
+		t.Fatal(err)
+	}
+
+	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
+	c, ctx := p.client, ctx(t)
+	wait := uint64(60_000)
+	is := instance.Spec{ID: "disk", VCPUs: 1, MemoryMiB: 64,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 42, "sectors": 64}},
+		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
+			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 8}, Gen: 2, QuorumWaitMs: &wait}}},
+		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
+		t.Fatalf("ensure: %+v, %v", v, err)
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	starting, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Starting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Get(ctx)
+	if err != nil || v.State != instance.Starting || v.Disks[0].State != instance.DiskActivating || v.Disks[0].Activation == nil {
+		t.Fatalf("while replica 2 is down: %+v, %v; want starting, the disk activating with progress", v, err)
+	}
+	if err := cluster.Start(2); err != nil {
+		t.Fatal(err)
+	}
+	var states []instance.State
+	_, err = c.WaitFor(ctx, starting.Gen, func(s instance.Snapshot) bool {
+		states = append(states, s.State)
+		return s.State == instance.Destroyed
+	})
+	if err != nil {
+		t.Fatalf("waiting for the guest to finish: %v (states %v)", err, states)
+	}
+	h, err := c.SerialHistory(ctx, 0, 0)
+	if err != nil || !strings.Contains(h.Data, "disk: PASS 64 sectors") {
+		t.Fatalf("console %q, %v; want the disk guest's PASS", h.Data, err)
+	}
+	d, err := c.Disk(ctx, "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := d.Activation
+	if a == nil || a.Phase != "done" || a.ExtentsTotal == 0 || a.ExtentsDone != a.ExtentsTotal || a.BytesDone == 0 {
+		t.Fatalf("activation %+v; want done after repairing the diverged extents", a)
+	}
+	// What the guest wrote is on the replicas.
+	cluster.Close()
+	for i := range 3 {
+		r, err := extent.Open(cluster.RegionDir(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 512)
+		h := make([]uint64, 1)
+		if err := r.ReadBlocks(5, buf, h); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		if string(buf) != string(guests.DiskPattern(42, 5)) {
+			t.Fatalf("replica %d sector 5 does not hold the guest's pattern", i)
+		}
+	}
+}

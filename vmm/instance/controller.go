@@ -1,0 +1,198 @@
+package instance
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"tern/vmm/devices"
+)
+
+// Config is what Start needs besides the spec.
+type Config struct {
+	// Spec must have passed Validate.
+	Spec Spec
+	// VolumeTLS is the client configuration a volume disk's upstairs
+	// presents to its downstairs.
+	VolumeTLS *tls.Config
+	// NewMachine builds the VM; nil means NewVMMachine.
+	NewMachine NewMachineFunc
+	// Logger receives the controller's logs; nil discards them.
+	Logger *slog.Logger
+	// FirstGen is the gen of the first snapshot (0 means 1); see
+	// NewPublisherAt.
+	FirstGen uint64
+}
+
+// Controller is one instance: the owner goroutine that builds its disks
+// and VM and drives them through the states, the policy-guarded request
+// entry point, and the publisher of its snapshots. Everything it builds
+// is freed before it publishes destroyed or failed.
+type Controller struct {
+	// Immutable after Start.
+	spec       Spec
+	volumeTLS  *tls.Config
+	newMachine NewMachineFunc
+	log        *slog.Logger
+	pub        *Publisher
+	console    *devices.History
+	// wake has one slot: Request fills it after enqueueing.
+	wake chan struct{}
+	// done is closed when the owner goroutine has ended and freed
+	// everything.
+	done chan struct{}
+
+	mu sync.Mutex
+	// state is the state last published; pending the requests enqueued
+	// and not yet completed (the policy's input).
+	state   State
+	pending Pending
+	// disks are the opened disks, set once by the owner goroutine.
+	disks []*disk
+	// machine is the current VM, nil when there is none.
+	machine Machine
+	// failure is why the instance failed, if it did.
+	failure error
+}
+
+// Failure returns why the instance failed; nil unless its state is failed.
+func (c *Controller) Failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
+}
+
+// Start validates nothing (the caller did) and returns at once; the
+// instance is built on its own goroutine. The first snapshot is gen 1,
+// creating.
+func Start(cfg Config) *Controller {
+	c := &Controller{
+		spec:       cfg.Spec,
+		volumeTLS:  cfg.VolumeTLS,
+		newMachine: cfg.NewMachine,
+		log:        cfg.Logger,
+		pub:        NewPublisherAt(cfg.FirstGen, Creating, Migration{}),
+		console:    devices.NewHistory(consoleHistoryBytes),
+		wake:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		state:      Creating,
+	}
+	if c.newMachine == nil {
+		c.newMachine = NewVMMachine
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.log = c.log.With("component", "instance", "instance_id", cfg.Spec.ID)
+	go c.run()
+	return c
+}
+
+// Spec returns the spec the instance was ensured with.
+func (c *Controller) Spec() Spec { return c.spec }
+
+// Publisher returns the instance's snapshot publisher.
+func (c *Controller) Publisher() *Publisher { return c.pub }
+
+// Done is closed once the instance is destroyed or failed and everything
+// it built is freed.
+func (c *Controller) Done() <-chan struct{} { return c.done }
+
+// Console is the instance's serial output history, kept across reboots
+// and after the instance is gone.
+func (c *Controller) Console() *devices.History { return c.console }
+
+// SerialInput queues p for the guest's UART and returns how many bytes
+// were taken: none when no VM exists.
+func (c *Controller) SerialInput(p []byte) int {
+	c.mu.Lock()
+	m := c.machine
+	c.mu.Unlock()
+	if m == nil {
+		return 0
+	}
+	return m.SerialInput(p)
+}
+
+// Request judges req with the policy (Decide) and, when it is enqueued,
+// hands it to the owner goroutine. A denied request returns the
+// Decision's *WrongStateError.
+func (c *Controller) Request(req Request) (Decision, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, p := Decide(c.state, c.pending, req)
+	if err := d.Err(c.state, req); err != nil {
+		return d, err
+	}
+	c.pending = p
+	if d.Disposition == Enqueue {
+		select {
+		case c.wake <- struct{}{}:
+		default: // a wake-up is already due
+		}
+	}
+	return d, nil
+}
+
+// Disks describes every disk, in spec order; before the owner goroutine
+// opened them each is "opening".
+func (c *Controller) Disks() []DiskStatus {
+	c.mu.Lock()
+	disks := c.disks
+	c.mu.Unlock()
+	out := make([]DiskStatus, 0, len(c.spec.Disks))
+	for i, ds := range c.spec.Disks {
+		if i < len(disks) {
+			out = append(out, disks[i].status(false))
+			continue
+		}
+		out = append(out, DiskStatus{Name: ds.Name, Kind: ds.Backend.Kind, State: DiskOpening})
+	}
+	return out
+}
+
+// Disk describes one disk with its replicas; ok is false when the spec
+// has no disk of that name.
+func (c *Controller) Disk(name string) (DiskStatus, bool) {
+	c.mu.Lock()
+	disks := c.disks
+	c.mu.Unlock()
+	for i, ds := range c.spec.Disks {
+		if ds.Name != name {
+			continue
+		}
+		if i < len(disks) {
+			return disks[i].status(true), true
+		}
+		return DiskStatus{Name: ds.Name, Kind: ds.Backend.Kind, State: DiskOpening}, true
+	}
+	return DiskStatus{}, false
+}
+
+// publish moves to state s, with complete removed from Pending, as one
+// snapshot.
+func (c *Controller) publish(s State, complete ...Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state = s
+	for _, r := range complete {
+		c.pending = c.pending.Completed(r)
+	}
+	if !Consistent(s, c.pending) {
+		// The owner goroutine broke the Pending contract: a bug here,
+		// never an input from outside.
+		panic(fmt.Sprintf("instance: inconsistent state %s with %s pending", s, c.pending))
+	}
+	if _, err := c.pub.Publish(func(snap *Snapshot) { snap.State = s }); err != nil {
+		c.log.Error("publishing state", "state", s, "err", err)
+	}
+	c.log.Info("instance state", "state", s.String(), "gen", c.pub.Current().Gen, "pending", c.pending.String())
+}
+
+// current returns the state and pending requests.
+func (c *Controller) current() (State, Pending) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, c.pending
+}

@@ -1,0 +1,250 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// runResult is what a machine's Run returned.
+type runResult struct {
+	status uint32
+	err    error
+}
+
+// driver is the owner goroutine's own state; nothing else touches it.
+type driver struct {
+	c *Controller
+	// ctx is cancelled when the instance halts: it aborts activation and
+	// ends Run.
+	ctx    context.Context
+	cancel context.CancelFunc
+	disks  []*disk
+	// activations are the volume activation goroutines.
+	activations sync.WaitGroup
+	machine     Machine
+	// runDone delivers Run's result; nil while no machine runs.
+	runDone chan runResult
+	pump    *consolePump
+}
+
+// run is the owner goroutine: it builds the instance, then carries out
+// requests and reacts to activation and the guest until it halts.
+func (c *Controller) run() {
+	defer close(c.done)
+	d := &driver{c: c}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	defer d.cancel()
+	if err := d.create(); err != nil {
+		d.fail(err)
+		return
+	}
+	for {
+		st, p := c.current()
+		if p.Has(Stop) {
+			d.halt("stop requested")
+			return
+		}
+		if err := d.activationError(); err != nil {
+			d.fail(err)
+			return
+		}
+		act := d.nextActivation()
+		switch {
+		case st == Creating && p.Has(Run):
+			c.publish(Starting)
+			continue
+		case st == Starting && act == nil:
+			d.startMachine()
+			c.publish(Running, Run)
+			continue
+		case st == Running && p.Has(Reboot):
+			if err := d.reboot(); err != nil {
+				d.fail(err)
+				return
+			}
+			continue
+		}
+		select {
+		case <-c.wake:
+		case <-act:
+		case r := <-d.runDone:
+			d.runDone = nil
+			if r.err != nil {
+				d.fail(fmt.Errorf("running VM: %w", r.err))
+			} else {
+				d.halt(fmt.Sprintf("guest exited with status %d", r.status))
+			}
+			return
+		}
+	}
+}
+
+// create opens the disks, starts volume activation in the background and
+// builds the VM. A stop requested meanwhile is seen right after.
+func (d *driver) create() error {
+	c := d.c
+	for _, ds := range c.spec.Disks {
+		dk, err := openDisk(ds, c.volumeTLS, c.log)
+		if err != nil {
+			return err
+		}
+		d.disks = append(d.disks, dk)
+		if dk.up != nil {
+			d.activations.Go(func() { dk.activate(d.ctx) })
+		}
+	}
+	c.mu.Lock()
+	c.disks = d.disks
+	c.mu.Unlock()
+	if p := c.pendingNow(); p.Has(Stop) {
+		return nil // halt follows; do not build memory for nothing
+	}
+	return d.buildMachine()
+}
+
+// buildMachine creates a VM over the disks.
+func (d *driver) buildMachine() error {
+	cfg := MachineConfig{Spec: d.c.spec, Logger: d.c.log}
+	if len(d.disks) > 0 {
+		cfg.Disk = d.disks[0].backend
+	}
+	m, err := d.c.newMachine(cfg)
+	if err != nil {
+		return err
+	}
+	d.machine = m
+	d.c.mu.Lock()
+	d.c.machine = m
+	d.c.mu.Unlock()
+	return nil
+}
+
+// startMachine runs the VM on a goroutine the driver waits for.
+func (d *driver) startMachine() {
+	m := d.machine
+	d.pump = startConsolePump(m.SerialOutput(), d.c.console)
+	done := make(chan runResult, 1)
+	go func() {
+		s, err := m.Run(d.ctx)
+		done <- runResult{s, err}
+	}()
+	d.runDone = done
+}
+
+// stopMachine stops and frees the VM, waiting for Run and the console pump.
+func (d *driver) stopMachine() error {
+	if d.machine == nil {
+		return nil
+	}
+	d.machine.Stop()
+	if d.runDone != nil {
+		<-d.runDone
+		d.runDone = nil
+	}
+	if d.pump != nil {
+		d.pump.stop()
+		d.pump = nil
+	}
+	d.c.mu.Lock()
+	d.c.machine = nil
+	d.c.mu.Unlock()
+	err := d.machine.Close()
+	d.machine = nil
+	return err
+}
+
+// reboot replaces the VM with a fresh one over the same disks: the guest
+// starts again from its entry with its devices reset.
+func (d *driver) reboot() error {
+	d.c.publish(Rebooting)
+	if err := d.stopMachine(); err != nil {
+		return err
+	}
+	if err := d.buildMachine(); err != nil {
+		return err
+	}
+	d.startMachine()
+	d.c.publish(Running, Reboot)
+	return nil
+}
+
+// nextActivation returns the channel of a volume activation still
+// running, or nil when none is.
+func (d *driver) nextActivation() <-chan struct{} {
+	for _, dk := range d.disks {
+		if dk.activated == nil {
+			continue
+		}
+		select {
+		case <-dk.activated:
+		default:
+			return dk.activated
+		}
+	}
+	return nil
+}
+
+// activationError is the first failed activation's error.
+func (d *driver) activationError() error {
+	for _, dk := range d.disks {
+		if dk.activated == nil {
+			continue
+		}
+		select {
+		case <-dk.activated:
+			if err := dk.activationErr(); err != nil {
+				return fmt.Errorf("activating disk %s: %w", dk.spec.Name, err)
+			}
+		default:
+		}
+	}
+	return nil
+}
+
+// teardown frees everything: activation is aborted, the VM stopped and
+// closed, the disks closed.
+func (d *driver) teardown() error {
+	d.cancel()
+	errs := []error{d.stopMachine()}
+	d.activations.Wait()
+	for _, dk := range d.disks {
+		errs = append(errs, dk.close())
+	}
+	return errors.Join(errs...)
+}
+
+// halt stops the instance: stopping, everything freed, stopped, then
+// destroyed, and the publisher closed.
+func (d *driver) halt(why string) {
+	c := d.c
+	c.log.Info("instance halting", "reason", why)
+	c.publish(Stopping, Run, Reboot, MigrateOut, MigrateIn)
+	if err := d.teardown(); err != nil {
+		c.log.Error("freeing instance", "err", err)
+	}
+	c.publish(Stopped, Stop)
+	c.publish(Destroyed)
+	c.pub.Close()
+}
+
+// fail frees everything and ends in failed.
+func (d *driver) fail(err error) {
+	c := d.c
+	c.log.Error("instance failed", "err", err)
+	c.mu.Lock()
+	c.failure = err
+	c.mu.Unlock()
+	if terr := d.teardown(); terr != nil {
+		c.log.Error("freeing instance", "err", terr)
+	}
+	c.publish(Failed, AllRequests()...)
+	c.pub.Close()
+}
+
+// pendingNow returns the pending requests.
+func (c *Controller) pendingNow() Pending {
+	_, p := c.current()
+	return p
+}

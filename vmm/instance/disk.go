@@ -1,0 +1,192 @@
+package instance
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"tern/vmm/devices"
+	"tern/volume/reconcile"
+	"tern/volume/upstairs"
+	"tern/volume/wire"
+)
+
+// Disk states published in DiskStatus.State.
+const (
+	DiskOpening    = "opening"
+	DiskReady      = "ready"
+	DiskActivating = "activating"
+	DiskActive     = "active"
+	DiskFailed     = "failed"
+	DiskClosed     = "closed"
+)
+
+// DiskStatus is one disk as GET /v1/instance and /v1/instance/disks/{name}
+// show it.
+type DiskStatus struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"`
+	State string `json:"state"`
+	// Activation is the volume's activation and repair progress; nil for
+	// a file disk.
+	Activation *reconcile.Progress `json:"activation"`
+	// Error is why the disk failed, if it did.
+	Error string `json:"error,omitempty"`
+	// Replicas are a volume's downstairs (only in the per-disk view).
+	Replicas []ReplicaStatus `json:"replicas,omitempty"`
+}
+
+// ReplicaStatus is one downstairs of a volume disk.
+type ReplicaStatus struct {
+	Target      string              `json:"target"`
+	State       string              `json:"state"`
+	LastError   string              `json:"last_error,omitempty"`
+	FaultReason string              `json:"fault_reason,omitempty"`
+	Repair      *reconcile.Progress `json:"repair,omitempty"`
+}
+
+// disk is one opened disk. The owner goroutine creates and closes it;
+// status readers take mu.
+type disk struct {
+	// Immutable after openDisk.
+	spec    DiskSpec
+	backend devices.BlockBackend
+	file    *devices.FileBackend
+	up      *upstairs.Upstairs
+	// activated is closed when a volume's Activate returned; nil for a
+	// file disk.
+	activated chan struct{}
+
+	mu sync.Mutex
+	// actErr is Activate's error, set before activated is closed.
+	actErr error
+	closed bool
+}
+
+// openDisk opens a file disk or creates a volume disk's upstairs; it
+// starts nothing.
+func openDisk(spec DiskSpec, clientTLS *tls.Config, log *slog.Logger) (*disk, error) {
+	d := &disk{spec: spec}
+	switch b := spec.Backend; b.Kind {
+	case BackendFile:
+		f, err := devices.OpenFileBackend(b.Path, 512)
+		if err != nil {
+			return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
+		}
+		d.file, d.backend = f, f
+	case BackendVolume:
+		cfg := upstairs.Config{
+			Targets: b.Targets,
+			TLS:     clientTLS,
+			Region: wire.RegionInfo{
+				BlockSize: b.Region.BlockSize, ExtentBlocks: b.Region.ExtentBlocks, ExtentCount: b.Region.ExtentCount,
+			},
+			Logger: log.With("disk", spec.Name),
+		}
+		if b.QuorumWaitMs != nil {
+			cfg.ActivationQuorumWait = max(time.Duration(*b.QuorumWaitMs)*time.Millisecond, time.Millisecond)
+		}
+		up, err := upstairs.New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
+		}
+		d.up, d.activated = up, make(chan struct{})
+		d.backend = volumeBackend{up: up, blockSize: int(b.Region.BlockSize), size: b.Region.SizeBytes()}
+	default:
+		return nil, fmt.Errorf("opening disk %s: unknown backend kind %q", spec.Name, b.Kind)
+	}
+	return d, nil
+}
+
+// activate runs a volume's activation to its end; the owner goroutine
+// runs it on a goroutine it waits for. ctx aborts it.
+func (d *disk) activate(ctx context.Context) {
+	err := d.up.Activate(ctx, wire.Generation(d.spec.Backend.Gen))
+	d.mu.Lock()
+	d.actErr = err
+	d.mu.Unlock()
+	close(d.activated)
+}
+
+// activationErr is Activate's error once it ended.
+func (d *disk) activationErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.actErr
+}
+
+// close frees the disk; a volume's activation must have ended.
+func (d *disk) close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	if d.file != nil {
+		return d.file.Close()
+	}
+	if err := d.up.Close(); err != nil && !errors.Is(err, upstairs.ErrClosed) {
+		return fmt.Errorf("closing disk %s: %w", d.spec.Name, err)
+	}
+	return nil
+}
+
+// status describes the disk; replicas adds each downstairs.
+func (d *disk) status(replicas bool) DiskStatus {
+	s := DiskStatus{Name: d.spec.Name, Kind: d.spec.Backend.Kind}
+	d.mu.Lock()
+	closed, actErr := d.closed, d.actErr
+	d.mu.Unlock()
+	if d.file != nil {
+		s.State = DiskReady
+		if closed {
+			s.State = DiskClosed
+		}
+		return s
+	}
+	p := d.up.ActivationProgress()
+	s.Activation = &p
+	select {
+	case <-d.activated:
+		s.State = DiskActive
+		if actErr != nil {
+			s.State, s.Error = DiskFailed, actErr.Error()
+		}
+	default:
+		s.State = DiskActivating
+	}
+	if closed && s.State != DiskFailed {
+		s.State = DiskClosed
+	}
+	if replicas {
+		st := d.up.Status()
+		for _, r := range st.Replicas {
+			s.Replicas = append(s.Replicas, ReplicaStatus{
+				Target: r.Target, State: r.State.String(), LastError: r.LastError,
+				FaultReason: r.FaultReason, Repair: r.Repair,
+			})
+		}
+	}
+	return s
+}
+
+// volumeBackend is a volume disk as the virtio-blk device's backend.
+type volumeBackend struct {
+	up        *upstairs.Upstairs
+	blockSize int
+	size      uint64
+}
+
+func (v volumeBackend) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return v.up.ReadAt(ctx, p, off)
+}
+
+func (v volumeBackend) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return v.up.WriteAt(ctx, p, off)
+}
+
+func (v volumeBackend) Flush(ctx context.Context) error { return v.up.Flush(ctx) }
+func (v volumeBackend) BlockSize() int                  { return v.blockSize }
+func (v volumeBackend) SizeBytes() uint64               { return v.size }

@@ -1,0 +1,129 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"tern/tools/guests"
+	"tern/vmm"
+	"tern/vmm/devices"
+	"tern/vmm/memory"
+)
+
+// Machine is what the controller needs of a VM. It is the seam between
+// the controller and package vmm, so a change to the VM's API is an edit
+// to vmmMachine alone.
+type Machine interface {
+	// Run runs the guest until it exits (err nil, its status), Stop, or a
+	// failure; see vmm.VM.Run.
+	Run(ctx context.Context) (status uint32, err error)
+	// Stop makes Run return; it does not wait.
+	Stop()
+	// Close frees everything the machine owns; Run must have returned.
+	Close() error
+	// SerialOutput is the console's output history.
+	SerialOutput() *devices.History
+	// SerialInput queues bytes for the guest's UART and returns how many
+	// were taken.
+	SerialInput(p []byte) int
+}
+
+// MachineConfig is what a Machine is built from.
+type MachineConfig struct {
+	Spec Spec
+	// Disk backs the virtio-blk device when the spec has a disk; nil
+	// otherwise. The caller owns it.
+	Disk   devices.BlockBackend
+	Logger *slog.Logger
+}
+
+// NewMachineFunc builds a Machine; NewVMMachine is the real one.
+type NewMachineFunc func(MachineConfig) (Machine, error)
+
+// NewVMMachine builds a KVM VM with package vmm.
+func NewVMMachine(cfg MachineConfig) (Machine, error) {
+	vcfg := vmm.Config{
+		Guest:       cfg.Spec.Guest.Path,
+		MemoryBytes: cfg.Spec.MemoryMiB << 20,
+		VCPUs:       cfg.Spec.VCPUs,
+		Logger:      cfg.Logger,
+	}
+	if cfg.Disk != nil {
+		vcfg.Disk = cfg.Disk
+	}
+	params, rate := guestParamsFor(cfg.Spec)
+	vcfg.Params = params
+	vm, err := vmm.New(vcfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating VM: %w", err)
+	}
+	if rate > 0 {
+		if err := setDirtyRate(vm.Memory(), rate); err != nil {
+			vm.Close()
+			return nil, err
+		}
+	}
+	return vmmMachine{vm}, nil
+}
+
+// vmmMachine adapts *vmm.VM to Machine.
+type vmmMachine struct{ vm *vmm.VM }
+
+func (m vmmMachine) Run(ctx context.Context) (uint32, error) { return m.vm.Run(ctx) }
+func (m vmmMachine) Stop()                                   { m.vm.Stop() }
+func (m vmmMachine) Close() error                            { return m.vm.Close() }
+func (m vmmMachine) SerialOutput() *devices.History          { return m.vm.Serial().Output() }
+func (m vmmMachine) SerialInput(p []byte) int                { return m.vm.Serial().Input(p) }
+
+// guestParamsFor turns a built-in guest's API parameters into its
+// parameter block, and returns the dirty guest's rate in MiB/s, which
+// needs the TSC frequency the VM learns (setDirtyRate).
+func guestParamsFor(s Spec) (*guests.Params, uint64) {
+	g := s.Guest
+	if !IsBuiltinGuest(g.Path) {
+		return nil, 0
+	}
+	p := &guests.Params{}
+	var rate uint64
+	switch g.Path {
+	case "dirty":
+		// Through the API dirty runs until stopped and verifies every
+		// verify_every_sec seconds (default 1, the guest's own).
+		p.Passes = guests.PassesForever
+		if v := g.Params["mem_mib"]; v != 0 {
+			p.MemStart, p.MemBytes = dirtyMemStartMiB<<20, v<<20
+		}
+		p.WorkingSetBytes = g.Params["working_set_mib"] << 20
+		p.VerifyEverySec = g.Params["verify_every_sec"]
+		rate = g.Params["dirty_mib_per_sec"]
+	case "disk":
+		p.Seed, p.Sectors = g.Params["seed"], g.Params["sectors"]
+	}
+	return p, rate
+}
+
+// Offsets of the parameter block's words setDirtyRate reads and writes
+// (tools/guests/src/guest.h).
+const (
+	paramsPageDelayOffset = 0x30
+	paramsTSCkHzOffset    = 0x50
+)
+
+// setDirtyRate sets the dirty guest's per-page delay for mibPerSec from
+// the TSC frequency the VM wrote into the parameter block.
+func setDirtyRate(mem *memory.Memory, mibPerSec uint64) error {
+	khz, err := mem.Uint64(guests.ParamsAddr + paramsTSCkHzOffset)
+	if err != nil {
+		return fmt.Errorf("reading guest TSC frequency: %w", err)
+	}
+	if khz == 0 {
+		khz = guests.DefaultTSCkHz
+	}
+	pagesPerSec := mibPerSec << 8 // 256 pages of 4 KiB per MiB
+	delay := khz * 1000 / pagesPerSec
+	if err := mem.PutUint64(guests.ParamsAddr+paramsPageDelayOffset, delay); err != nil {
+		return fmt.Errorf("writing dirty rate: %w", err)
+	}
+	return nil
+}

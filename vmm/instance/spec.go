@@ -1,0 +1,164 @@
+package instance
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Spec is what PUT /v1/instance asks for: a deterministic description of
+// an instance, validated before anything is built (Validate). It is kept
+// apart from the Controller that owns the live objects.
+type Spec struct {
+	// ID names the instance; an ensure repeating the ID and spec of the
+	// live instance is idempotent.
+	ID string `json:"id"`
+	// Name is free text for operators.
+	Name string `json:"name"`
+	// VCPUs is the number of vCPUs, at least 1 and at most the host's KVM
+	// limit.
+	VCPUs int `json:"vcpus"`
+	// MemoryMiB is the size of guest RAM in MiB.
+	MemoryMiB uint64 `json:"memory_mib"`
+	// Guest is what the VM boots.
+	Guest GuestSpec `json:"guest"`
+	// Disks are the instance's block devices, each with a unique name.
+	Disks []DiskSpec `json:"disks"`
+	// Components are named extra devices; each has a kind.
+	Components map[string]ComponentSpec `json:"components,omitempty"`
+	// Init says how the instance comes to be: "spec" (built from this
+	// spec).
+	Init InitSpec `json:"init"`
+}
+
+// Guest kinds.
+const (
+	GuestELF   = "elf"
+	GuestLinux = "linux"
+)
+
+// GuestSpec is the guest the VM boots: an ELF file or built-in guest
+// (kind "elf", Path), or a Linux kernel (kind "linux", Kernel, Initrd,
+// Cmdline).
+type GuestSpec struct {
+	Kind string `json:"kind"`
+	// Path is an ELF file's path, or a built-in guest's name (tools/guests)
+	// when it has no '/' and does not end in ".elf".
+	Path    string `json:"path,omitempty"`
+	Kernel  string `json:"kernel,omitempty"`
+	Initrd  string `json:"initrd,omitempty"`
+	Cmdline string `json:"cmdline,omitempty"`
+	// Params are a built-in guest's parameters (see guestParams).
+	Params map[string]uint64 `json:"params,omitempty"`
+}
+
+// Disk backend kinds.
+const (
+	BackendFile   = "file"
+	BackendVolume = "volume"
+)
+
+// DiskSpec is one block device.
+type DiskSpec struct {
+	Name    string      `json:"name"`
+	Backend BackendSpec `json:"backend"`
+}
+
+// BackendSpec is a disk's storage: a local file (kind "file", Path) or a
+// replicated volume (kind "volume": three downstairs Targets, the Region
+// they serve, the activation generation Gen, and QuorumWaitMs, how long
+// activation waits for the third replica before going ahead with two).
+type BackendSpec struct {
+	Kind         string      `json:"kind"`
+	Path         string      `json:"path,omitempty"`
+	Targets      []string    `json:"targets,omitempty"`
+	Region       *RegionSpec `json:"region,omitempty"`
+	Gen          uint64      `json:"gen,omitempty"`
+	QuorumWaitMs *uint64     `json:"quorum_wait_ms,omitempty"`
+}
+
+// RegionSpec is the geometry a volume's replicas must serve.
+type RegionSpec struct {
+	BlockSize    uint32 `json:"block_size"`
+	ExtentBlocks uint32 `json:"extent_blocks"`
+	ExtentCount  uint32 `json:"extent_count"`
+}
+
+// SizeBytes is the region's size.
+func (r RegionSpec) SizeBytes() uint64 {
+	return uint64(r.BlockSize) * uint64(r.ExtentBlocks) * uint64(r.ExtentCount)
+}
+
+// ComponentSpec is one named extra device: its Kind, and the rest of its
+// JSON object kept as it came for the kind's own parser.
+type ComponentSpec struct {
+	Kind string
+	// Raw is the whole JSON object, kind included.
+	Raw json.RawMessage
+}
+
+// UnmarshalJSON reads an object with a "kind" and keeps the whole of it.
+func (c *ComponentSpec) UnmarshalJSON(b []byte) error {
+	var k struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(b, &k); err != nil {
+		return fmt.Errorf("parsing component: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return fmt.Errorf("parsing component: %w", err)
+	}
+	c.Kind, c.Raw = k.Kind, buf.Bytes()
+	return nil
+}
+
+// MarshalJSON writes the object as it came.
+func (c ComponentSpec) MarshalJSON() ([]byte, error) {
+	if len(c.Raw) == 0 {
+		return json.Marshal(struct {
+			Kind string `json:"kind"`
+		}{c.Kind})
+	}
+	return c.Raw, nil
+}
+
+// Init methods.
+const (
+	InitSpecMethod      = "spec"
+	InitMigrationTarget = "migration_target"
+)
+
+// InitSpec says how the instance is initialised.
+type InitSpec struct {
+	Method string `json:"method"`
+}
+
+// ErrMalformedSpec wraps a body that is not a spec: bad JSON, a wrong
+// type, an unknown field, trailing data.
+var ErrMalformedSpec = errors.New("malformed spec")
+
+// DecodeSpec parses a spec strictly: unknown fields anywhere (but inside a
+// component, which its kind parses) and trailing data are errors wrapping
+// ErrMalformedSpec.
+func DecodeSpec(b []byte) (Spec, error) {
+	var s Spec
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return Spec{}, fmt.Errorf("%w: %w", ErrMalformedSpec, err)
+	}
+	if dec.More() {
+		return Spec{}, fmt.Errorf("%w: data after the JSON object", ErrMalformedSpec)
+	}
+	return s, nil
+}
+
+// Equal reports whether two specs ask for the same instance (their
+// canonical JSON is the same).
+func (s Spec) Equal(o Spec) bool {
+	a, err1 := json.Marshal(s)
+	b, err2 := json.Marshal(o)
+	return err1 == nil && err2 == nil && bytes.Equal(a, b)
+}

@@ -1,0 +1,271 @@
+package instance
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"tern/tools/guests"
+)
+
+// ErrInvalidSpec is wrapped by every problem Validate finds.
+var ErrInvalidSpec = errors.New("invalid instance spec")
+
+// Host is what validation needs to know about the machine.
+type Host struct {
+	// MaxVCPUs is the most vCPUs the host's KVM gives one VM; 0 skips the
+	// check (no /dev/kvm to ask).
+	MaxVCPUs int
+	// MemoryMiB is the host's RAM; 0 skips the check.
+	MemoryMiB uint64
+	// VolumeTLS reports whether the server has the certificates a volume
+	// disk's upstairs presents.
+	VolumeTLS bool
+}
+
+// MaxDisks is how many disks one instance may have: the VM has one
+// virtio-blk slot (vmm.VirtioBlkBase).
+const MaxDisks = 1
+
+// minMemoryMiB is the least guest RAM: the guests load at 1 MiB and the
+// boot area sits below.
+const minMemoryMiB = 2
+
+// dirtyMemStartMiB is where the dirty guest's patterned area starts by
+// default (tools/guests: 4 MiB).
+const dirtyMemStartMiB = 4
+
+// guestParams lists the parameters each built-in guest takes through the
+// API; a guest missing here takes none.
+var guestParams = map[string][]string{
+	"dirty": {"mem_mib", "working_set_mib", "dirty_mib_per_sec", "verify_every_sec"},
+	"disk":  {"seed", "sectors"},
+}
+
+// componentKinds are the known component kinds; none yet (the migration
+// work adds a fault injector).
+var componentKinds = map[string]bool{}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// IsBuiltinGuest reports whether path names a built-in guest rather than a
+// file (the same rule as vmm.Config.Guest).
+func IsBuiltinGuest(path string) bool {
+	return !strings.Contains(path, "/") && !strings.HasSuffix(path, ".elf")
+}
+
+// Validate checks the spec against itself and the host and returns every
+// problem at once, each wrapping ErrInvalidSpec, joined; nil when the
+// spec can be built. It reads only file metadata (guest and disk files
+// must exist); nothing is opened for long or created.
+func (s *Spec) Validate(h Host) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...))
+	}
+	if !idPattern.MatchString(s.ID) {
+		bad("id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", s.ID)
+	}
+	switch {
+	case s.VCPUs < 1:
+		bad("vcpus: %d; want at least 1", s.VCPUs)
+	case h.MaxVCPUs > 0 && s.VCPUs > h.MaxVCPUs:
+		bad("vcpus: %d is more than this host's KVM allows (%d)", s.VCPUs, h.MaxVCPUs)
+	}
+	switch {
+	case s.MemoryMiB < minMemoryMiB:
+		bad("memory_mib: %d; want at least %d", s.MemoryMiB, minMemoryMiB)
+	case h.MemoryMiB > 0 && s.MemoryMiB > h.MemoryMiB:
+		bad("memory_mib: %d is more than this host's RAM (%d MiB)", s.MemoryMiB, h.MemoryMiB)
+	}
+	s.validateGuest(bad)
+	s.validateDisks(h, bad)
+	names := make([]string, 0, len(s.Components))
+	for name := range s.Components {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c := s.Components[name]
+		switch {
+		case c.Kind == "":
+			bad("components.%s: no kind", name)
+		case !componentKinds[c.Kind]:
+			bad("components.%s: unknown kind %q", name, c.Kind)
+		}
+	}
+	switch s.Init.Method {
+	case InitSpecMethod:
+	case InitMigrationTarget:
+		bad("init.method %q: not supported yet", s.Init.Method)
+	case "":
+		bad(`init.method: missing; want "spec"`)
+	default:
+		bad(`init.method %q: unknown; want "spec"`, s.Init.Method)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Spec) validateGuest(bad func(string, ...any)) {
+	g := s.Guest
+	switch g.Kind {
+	case GuestELF:
+		if g.Kernel != "" || g.Initrd != "" || g.Cmdline != "" {
+			bad("guest: kernel, initrd and cmdline belong to kind %q", GuestLinux)
+		}
+		switch {
+		case g.Path == "":
+			bad("guest.path: missing; want a file or one of the built-in guests %s", strings.Join(guests.Names(), ", "))
+		case IsBuiltinGuest(g.Path):
+			if !slices.Contains(guests.Names(), g.Path) {
+				bad("guest.path %q: no such built-in guest (%s) and not a file path", g.Path, strings.Join(guests.Names(), ", "))
+				return
+			}
+			s.validateParams(bad)
+		default:
+			checkFile(bad, "guest.path", g.Path)
+			if len(g.Params) > 0 {
+				bad("guest.params: only built-in guests take parameters")
+			}
+		}
+	case GuestLinux:
+		if g.Path != "" || len(g.Params) > 0 {
+			bad("guest: path and params belong to kind %q", GuestELF)
+		}
+		if g.Kernel == "" {
+			bad("guest.kernel: missing")
+		} else {
+			checkFile(bad, "guest.kernel", g.Kernel)
+		}
+		if g.Initrd != "" {
+			checkFile(bad, "guest.initrd", g.Initrd)
+		}
+		bad("guest.kind %q: booting a Linux kernel is not supported by this VMM yet", GuestLinux)
+	case "":
+		bad(`guest.kind: missing; want "elf" or "linux"`)
+	default:
+		bad(`guest.kind %q: unknown; want "elf" or "linux"`, g.Kind)
+	}
+}
+
+func (s *Spec) validateParams(bad func(string, ...any)) {
+	g := s.Guest
+	allowed := guestParams[g.Path]
+	keys := make([]string, 0, len(g.Params))
+	for k := range g.Params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !slices.Contains(allowed, k) {
+			if len(allowed) == 0 {
+				bad("guest.params.%s: guest %s takes no parameters", k, g.Path)
+			} else {
+				bad("guest.params.%s: unknown parameter of guest %s (it takes %s)", k, g.Path, strings.Join(allowed, ", "))
+			}
+		}
+	}
+	switch g.Path {
+	case "dirty":
+		mem, ws := g.Params["mem_mib"], g.Params["working_set_mib"]
+		if mem != 0 && dirtyMemStartMiB+mem > s.MemoryMiB {
+			bad("guest.params.mem_mib: %d MiB from %d MiB does not fit in memory_mib %d", mem, dirtyMemStartMiB, s.MemoryMiB)
+		}
+		if mem == 0 && dirtyMemStartMiB+16 > s.MemoryMiB {
+			bad("guest dirty: its default 16 MiB at %d MiB does not fit in memory_mib %d", dirtyMemStartMiB, s.MemoryMiB)
+		}
+		if ws != 0 && mem != 0 && ws > mem {
+			bad("guest.params.working_set_mib: %d is more than mem_mib %d", ws, mem)
+		}
+	case "disk":
+		if len(s.Disks) == 0 {
+			bad("guest disk: needs a disk")
+		}
+	}
+}
+
+func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
+	if len(s.Disks) > MaxDisks {
+		bad("disks: %d given; this VMM attaches at most %d", len(s.Disks), MaxDisks)
+	}
+	seen := map[string]int{}
+	for i, d := range s.Disks {
+		where := fmt.Sprintf("disks[%d]", i)
+		if !idPattern.MatchString(d.Name) {
+			bad("%s.name %q: want 1-128 letters, digits, '.', '_' or '-'", where, d.Name)
+		} else if j, dup := seen[d.Name]; dup {
+			bad("%s.name %q: duplicate of disks[%d]", where, d.Name, j)
+		} else {
+			seen[d.Name] = i
+		}
+		b := d.Backend
+		switch b.Kind {
+		case BackendFile:
+			if len(b.Targets) > 0 || b.Region != nil || b.Gen != 0 || b.QuorumWaitMs != nil {
+				bad("%s.backend: targets, region, gen and quorum_wait_ms belong to kind %q", where, BackendVolume)
+			}
+			if b.Path == "" {
+				bad("%s.backend.path: missing", where)
+			} else {
+				checkFile(bad, where+".backend.path", b.Path)
+			}
+		case BackendVolume:
+			validateVolume(bad, where, b, h)
+		case "":
+			bad(`%s.backend.kind: missing; want "file" or "volume"`, where)
+		default:
+			bad(`%s.backend.kind %q: unknown; want "file" or "volume"`, where, b.Kind)
+		}
+	}
+}
+
+func validateVolume(bad func(string, ...any), where string, b BackendSpec, h Host) {
+	if b.Path != "" {
+		bad("%s.backend.path: belongs to kind %q", where, BackendFile)
+	}
+	if !h.VolumeTLS {
+		bad("%s: volume disks need the server's --certs", where)
+	}
+	if len(b.Targets) != 3 {
+		bad("%s.backend.targets: %d given; want 3 host:port addresses", where, len(b.Targets))
+	}
+	seen := map[string]int{}
+	for i, t := range b.Targets {
+		if _, _, err := net.SplitHostPort(t); err != nil {
+			bad("%s.backend.targets[%d] %q: %v", where, i, t, err)
+		}
+		if j, dup := seen[t]; dup {
+			bad("%s.backend.targets[%d] %q: duplicate of targets[%d]", where, i, t, j)
+		}
+		seen[t] = i
+	}
+	if b.Region == nil {
+		bad("%s.backend.region: missing", where)
+	} else {
+		r := *b.Region
+		if bs := r.BlockSize; bs < 512 || bs&(bs-1) != 0 {
+			bad("%s.backend.region.block_size %d: want a power of two of at least 512", where, bs)
+		}
+		if r.ExtentBlocks == 0 || r.ExtentCount == 0 {
+			bad("%s.backend.region: extent_blocks and extent_count must be at least 1", where)
+		}
+	}
+	if b.Gen == 0 {
+		bad("%s.backend.gen: want at least 1", where)
+	}
+}
+
+func checkFile(bad func(string, ...any), what, path string) {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		bad("%s %q: %v", what, path, errors.Unwrap(err))
+	case !fi.Mode().IsRegular():
+		bad("%s %q: not a regular file", what, path)
+	}
+}

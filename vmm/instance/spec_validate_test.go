@@ -1,0 +1,118 @@
+package instance
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func validSpec() Spec {
+	return Spec{ID: "i-1", VCPUs: 1, MemoryMiB: 64, Guest: GuestSpec{Kind: GuestELF, Path: "hello"}, Init: InitSpec{Method: InitSpecMethod}}
+}
+
+func TestValidateReportsEachProblem(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(file, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := Host{MaxVCPUs: 2, VolumeTLS: true}
+	wait := uint64(10)
+	volume := BackendSpec{Kind: BackendVolume, Targets: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"},
+		Region: &RegionSpec{BlockSize: 512, ExtentBlocks: 8, ExtentCount: 2}, Gen: 1, QuorumWaitMs: &wait}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Spec)
+		host   *Host
+		want   []string // substrings, one problem each; none: valid
+	}{
+		{"valid built-in", func(*Spec) {}, nil, nil},
+		{"valid file disk", func(s *Spec) {
+			s.Guest.Path = "disk"
+			s.Guest.Params = map[string]uint64{"seed": 1, "sectors": 8}
+			s.Disks = []DiskSpec{{Name: "d", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
+		}, nil, nil},
+		{"valid volume disk", func(s *Spec) { s.Disks = []DiskSpec{{Name: "v", Backend: volume}} }, nil, nil},
+		{"bad id", func(s *Spec) { s.ID = "" }, nil, []string{"id"}},
+		{"vcpus 0", func(s *Spec) { s.VCPUs = 0 }, nil, []string{"vcpus: 0"}},
+		{"vcpus beyond host", func(s *Spec) { s.VCPUs = 3 }, nil, []string{"more than this host's KVM allows (2)"}},
+		{"memory 0", func(s *Spec) { s.MemoryMiB = 0 }, nil, []string{"memory_mib: 0"}},
+		{"memory beyond host", func(s *Spec) { s.MemoryMiB = 1 << 20 }, &Host{MemoryMiB: 1024}, []string{"host's RAM"}},
+		{"no guest kind", func(s *Spec) { s.Guest.Kind = "" }, nil, []string{"guest.kind: missing"}},
+		{"linux not yet", func(s *Spec) { s.Guest = GuestSpec{Kind: GuestLinux, Kernel: file} }, nil, []string{"not supported"}},
+		{"missing guest file", func(s *Spec) { s.Guest.Path = "/no/such.elf" }, nil, []string{"no such file"}},
+		{"params on a file", func(s *Spec) { s.Guest.Path = file; s.Guest.Params = map[string]uint64{"seed": 1} }, nil,
+			[]string{"only built-in guests"}},
+		{"hello takes none", func(s *Spec) { s.Guest.Params = map[string]uint64{"x": 1} }, nil, []string{"takes no parameters"}},
+		{"dirty too big", func(s *Spec) {
+			s.Guest.Path = "dirty"
+			s.Guest.Params = map[string]uint64{"mem_mib": 100, "working_set_mib": 200}
+		}, nil, []string{"does not fit", "more than mem_mib"}},
+		{"disk guest without disk", func(s *Spec) { s.Guest.Path = "disk" }, nil, []string{"needs a disk"}},
+		{"duplicate disks", func(s *Spec) {
+			s.Disks = []DiskSpec{{Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}, {Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
+		}, nil, []string{"at most 1", "duplicate"}},
+		{"volume problems", func(s *Spec) {
+			v := volume
+			v.Targets = []string{"nope", "nope"}
+			v.Region = &RegionSpec{BlockSize: 1000}
+			v.Gen = 0
+			v.Path = "x"
+			s.Disks = []DiskSpec{{Name: "v", Backend: v}}
+		}, &Host{}, []string{"path: belongs", "--certs", "2 given", "missing port", "missing port", "duplicate", "block_size 1000", "extent_blocks", "gen"}},
+		{"unknown component", func(s *Spec) { s.Components = map[string]ComponentSpec{"c": {Kind: "teapot"}} }, nil, []string{"unknown kind"}},
+		{"init", func(s *Spec) { s.Init.Method = "migration_target" }, nil, []string{"not supported yet"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := validSpec()
+			tc.mutate(&s)
+			h := host
+			if tc.host != nil {
+				h = *tc.host
+			}
+			err := s.Validate(h)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidSpec) {
+				t.Fatalf("Validate = %v; want ErrInvalidSpec", err)
+			}
+			problems := err.(interface{ Unwrap() []error }).Unwrap()
+			if len(problems) != len(tc.want) {
+				t.Fatalf("%d problems %v; want %d", len(problems), problems, len(tc.want))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(problems[i].Error(), w) {
+					t.Errorf("problem %d %q; want it to mention %q", i, problems[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeSpecIsStrictAndComponentsKeepTheirFields(t *testing.T) {
+	for _, bad := range []string{`{"id":"a","bogus":1}`, `{"guest":{"kind":"elf","colour":1}}`, `{"id":"a"} {}`, `[`, `{"vcpus":"two"}`} {
+		if _, err := DecodeSpec([]byte(bad)); !errors.Is(err, ErrMalformedSpec) {
+			t.Errorf("DecodeSpec(%s) = %v; want ErrMalformedSpec", bad, err)
+		}
+	}
+	s, err := DecodeSpec([]byte(`{"id":"a","components":{"f":{"kind":"fault", "fail_at": "ram_push"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Components["f"]; c.Kind != "fault" || string(c.Raw) != `{"kind":"fault","fail_at":"ram_push"}` {
+		t.Fatalf("component %+v", c)
+	}
+	again, err := DecodeSpec([]byte(`{"components":{"f":{"kind":"fault","fail_at":"ram_push"}},"id":"a"}`))
+	if err != nil || !s.Equal(again) {
+		t.Fatalf("the same spec reordered is not Equal: %v", err)
+	}
+	again.Name = "other"
+	if s.Equal(again) {
+		t.Fatal("specs with different names are Equal")
+	}
+}
