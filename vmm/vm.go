@@ -61,10 +61,14 @@ type VM struct {
 func New(cfg Config) (_ *VM, err error) {
 	img, errs := cfg.validate()
 	sys, kerr := kvm.Open()
-	if kerr != nil {
+	switch {
+	case kerr != nil && len(errs) == 0:
 		errs = append(errs, kerr)
-	} else if err := checkVCPUs(sys, cfg.VCPUs); err != nil {
-		errs = append(errs, err)
+	case kerr != nil: // the config's own problems first; KVM's limits unknown
+	default:
+		if err := checkVCPUs(sys, cfg.VCPUs); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(errs) > 0 {
 		if sys != nil {
