@@ -53,6 +53,9 @@ type VM struct {
 	running []*vcpu.VCPU
 	ran     bool
 	closed  bool
+	// startPaused is set by a Pause before Run: Run starts the vCPUs
+	// parked.
+	startPaused bool
 }
 
 // New validates cfg, reporting every problem at once, then builds the VM:
@@ -250,7 +253,7 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 	vm.ran = true
 	for i, cpu := range vm.cpus {
 		vm.running = append(vm.running, vcpu.Start(vcpu.Config{
-			CPU: cpu, Ports: vm.ports, MMIO: vm.mmio, WaitOnHLT: i > 0,
+			CPU: cpu, Ports: vm.ports, MMIO: vm.mmio, WaitOnHLT: i > 0, StartPaused: vm.startPaused,
 		}))
 	}
 	running := vm.running
@@ -294,14 +297,12 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 }
 
 // Pause parks every vCPU at an instruction boundary and returns once all
-// are parked. If one cannot pause (it ended), the others are resumed and
-// its error returned.
+// are parked. Before Run it makes Run start them parked. If one cannot
+// pause (it ended), the others are resumed and its error returned.
 func (vm *VM) Pause() error {
-	vm.mu.Lock()
-	running := vm.running
-	vm.mu.Unlock()
-	if running == nil {
-		return fmt.Errorf("pausing VM: %w", vcpu.ErrNotRunning)
+	running, err := vm.requestBeforeRun(true)
+	if running == nil || err != nil {
+		return err
 	}
 	for i, v := range running {
 		if err := v.Pause(); err != nil {
@@ -314,13 +315,11 @@ func (vm *VM) Pause() error {
 	return nil
 }
 
-// Resume lets every paused vCPU run on.
+// Resume lets every paused vCPU run on; before Run it undoes a Pause.
 func (vm *VM) Resume() error {
-	vm.mu.Lock()
-	running := vm.running
-	vm.mu.Unlock()
-	if running == nil {
-		return fmt.Errorf("resuming VM: %w", vcpu.ErrNotRunning)
+	running, err := vm.requestBeforeRun(false)
+	if running == nil || err != nil {
+		return err
 	}
 	var errs []error
 	for _, v := range running {
@@ -332,6 +331,21 @@ func (vm *VM) Resume() error {
 		return fmt.Errorf("resuming VM: %w", err)
 	}
 	return nil
+}
+
+// requestBeforeRun records a Pause (paused) or Resume before Run and
+// returns nil vCPUs; once Run started them it returns them instead.
+func (vm *VM) requestBeforeRun(paused bool) ([]*vcpu.VCPU, error) {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.closed {
+		return nil, fmt.Errorf("VM closed: %w", vcpu.ErrNotRunning)
+	}
+	if !vm.ran {
+		vm.startPaused = paused
+		return nil, nil
+	}
+	return vm.running, nil
 }
 
 // Stop makes Run end with ErrStopped (unless the guest already exited);

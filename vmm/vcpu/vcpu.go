@@ -40,6 +40,9 @@ type Config struct {
 	// processor the guest never starts); otherwise HLT ends it with
 	// ErrHalted.
 	WaitOnHLT bool
+	// StartPaused parks the vCPU before its first instruction, as if
+	// Pause had been called; Resume starts it.
+	StartPaused bool
 }
 
 // runState is what the controller asks of the vCPU goroutine.
@@ -91,6 +94,9 @@ func Start(cfg Config) *VCPU {
 	}
 	v := &VCPU{cfg: cfg, pid: unix.Getpid(), done: make(chan struct{})}
 	v.cond = sync.NewCond(&v.mu)
+	if cfg.StartPaused {
+		v.want = statePaused
+	}
 	tid := make(chan int)
 	go v.loop(tid)
 	v.tid = <-tid
