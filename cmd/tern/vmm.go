@@ -122,6 +122,9 @@ var errTimeout = errors.New("--timeout expired")
 // openDisk opens --disk's backend; the returned close frees it.
 func openDisk(ctx context.Context, f *vmmRunFlags, log *slog.Logger) (devices.BlockBackend, func(), error) {
 	kind, arg, _ := strings.Cut(f.disk, ":")
+	if kind != "volume" && (f.volume.certs != "" || f.volume.gen != 0) {
+		return nil, nil, fmt.Errorf("--certs and --gen are for --disk volume:A,B,C only")
+	}
 	switch {
 	case f.disk == "":
 		return nil, func() {}, nil
