@@ -241,6 +241,8 @@ func TestNewRejectsEachBadConfigWithOneError(t *testing.T) {
 		{"overlapping regions", vmm.Config{Guest: hello, Regions: []memory.RegionSpec{
 			{Name: "low", Base: 0, Size: 64 << 20}, {Name: "high", Base: 32 << 20, Size: 64 << 20}}}, "overlaps"},
 		{"RAM over the MMIO hole", vmm.Config{Guest: hello, MemoryBytes: 3<<30 + 1<<20}, "boot timer's MMIO window"},
+		{"RAM below the boot area", vmm.Config{Guest: hello, Regions: []memory.RegionSpec{
+			{Name: "high", Base: 1 << 20, Size: 64 << 20}}}, "boot area"},
 		{"too many vCPUs", vmm.Config{Guest: hello, MemoryBytes: 64 << 20, VCPUs: 1 << 20}, "more than this host's KVM allows"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -276,5 +278,52 @@ func TestNewReportsEveryConfigErrorAtOnce(t *testing.T) {
 	}
 	if joined, ok := err.(interface{ Unwrap() []error }); !ok || len(joined.Unwrap()) != 3 {
 		t.Errorf("want three errors, got %q", err)
+	}
+}
+
+// TestManyPausesOfASpinningGuestNeverHang pauses and resumes two spinning
+// vCPUs many times: a lost kick would leave Pause waiting forever.
+func TestManyPausesOfASpinningGuestNeverHang(t *testing.T) {
+	kvmtest.Require(t)
+	vm := newVM(t, vmm.Config{Guest: writeGuest(t, "spin", tinyELF(spinCode)), VCPUs: 2})
+	con := newConsole(t, vm)
+	done := start(t, vm)
+	con.waitFor("the spinning guest's x", func(string) bool { return true })
+	cycles := make(chan error, 1)
+	go func() {
+		for range 200 {
+			if err := vm.Pause(); err != nil {
+				cycles <- err
+				return
+			}
+			if err := vm.Resume(); err != nil {
+				cycles <- err
+				return
+			}
+		}
+		cycles <- nil
+	}()
+	select {
+	case err := <-cycles:
+		if err != nil {
+			t.Fatalf("pause/resume: %v", err)
+		}
+	case <-time.After(generous):
+		t.Fatal("200 pause/resume cycles did not finish: a kick was lost")
+	}
+	vm.Stop()
+	if r := wait(t, done); !errors.Is(r.err, vmm.ErrStopped) {
+		t.Fatalf("Run = %d, %v; want ErrStopped", r.status, r.err)
+	}
+}
+
+func TestRunAfterCloseIsAnError(t *testing.T) {
+	kvmtest.Require(t)
+	vm := newVM(t, vmm.Config{Guest: "hello"})
+	if err := vm.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.Run(context.Background()); !errors.Is(err, vmm.ErrClosed) {
+		t.Fatalf("Run after Close = %v, want ErrClosed", err)
 	}
 }

@@ -22,6 +22,9 @@ var ErrStopped = errors.New("VM stopped")
 // ErrAlreadyRan reports a second Run of a VM.
 var ErrAlreadyRan = errors.New("VM already ran")
 
+// ErrClosed reports a Run, Pause or Resume after Close.
+var ErrClosed = errors.New("VM closed")
+
 // defaultSerialHistory is the serial output kept when the config says 0.
 const defaultSerialHistory = 1 << 20
 
@@ -71,6 +74,10 @@ func New(cfg Config) (_ *VM, err error) {
 	default:
 		if err := checkVCPUs(sys, cfg.VCPUs); err != nil {
 			errs = append(errs, err)
+		}
+		// Pause and Stop rely on it to kick a vCPU without a race.
+		if err := sys.RequireExtension(kvm.CapImmediateExit); err != nil {
+			errs = append(errs, fmt.Errorf("checking KVM_CAP_IMMEDIATE_EXIT: %w", err))
 		}
 	}
 	if len(errs) > 0 {
@@ -246,7 +253,11 @@ func (vm *VM) stopVCPUs() {
 // runs once.
 func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 	vm.mu.Lock()
-	if vm.ran || vm.closed {
+	switch {
+	case vm.closed:
+		vm.mu.Unlock()
+		return 0, ErrClosed
+	case vm.ran:
 		vm.mu.Unlock()
 		return 0, ErrAlreadyRan
 	}
@@ -339,7 +350,7 @@ func (vm *VM) requestBeforeRun(paused bool) ([]*vcpu.VCPU, error) {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
 	if vm.closed {
-		return nil, fmt.Errorf("VM closed: %w", vcpu.ErrNotRunning)
+		return nil, ErrClosed
 	}
 	if !vm.ran {
 		vm.startPaused = paused
