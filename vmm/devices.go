@@ -41,4 +41,3 @@ func (p exitPort) WritePort(port uint16, data []byte) {
 	p.vm.debugExit.WritePort(port, data)
 	p.vm.stopVCPUs()
 }
-

@@ -136,4 +136,3 @@ func (vm *VM) Stop() {
 	vm.stopOnce.Do(func() { close(vm.stopReq) })
 	vm.stopVCPUs()
 }
-
