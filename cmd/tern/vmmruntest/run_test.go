@@ -65,3 +65,20 @@ func TestVMMRunBadGuestIsOneErrorLine(t *testing.T) {
 		t.Errorf("stderr %q, want one line naming the unknown guest", stderr)
 	}
 }
+
+func TestVMMRunListsEveryConfigProblemOnePerLine(t *testing.T) {
+	kvmtest.Require(t) // the vCPU limit is KVM's
+	stdout, stderr, code := run(t, "", "vmm", "run", "--guest", "/nonexistent/guest.elf", "--memory", "0", "--vcpus", "100000")
+	if code != 1 || stdout != "" {
+		t.Errorf("exit status %d, stdout %q; want 1 and nothing", code, stdout)
+	}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("stderr %q: want three lines", stderr)
+	}
+	for i, want := range []string{"memory: zero bytes", "reading guest file", "more than this host's KVM allows"} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d %q does not mention %q", i, lines[i], want)
+		}
+	}
+}
