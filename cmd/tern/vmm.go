@@ -97,8 +97,15 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 		runCtx, cancel = context.WithTimeoutCause(ctx, f.timeout, errTimeout)
 		defer cancel()
 	}
+	log.Info("booting guest", "guest", f.guest, "memory", f.memory.String(), "vcpus", max(f.vcpus, 1), "disk", f.disk)
 	status, err := vm.Run(runCtx)
 	out.stop()
+	if up, ok := vm.BootTimer().Elapsed(); ok {
+		log.Info("guest wrote the boot-timer magic", "after", up.String())
+	}
+	if err == nil {
+		log.Info("guest exited", "status", status)
+	}
 	switch {
 	case errors.Is(err, errTimeout):
 		return fmt.Errorf("guest %s still running after --timeout %v; stopped it", f.guest, f.timeout)
