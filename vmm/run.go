@@ -13,12 +13,12 @@ import (
 func (vm *VM) stopVCPUs() {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	for _, v := range vm.running {
+	for _, v := range vm.vcpus {
 		v.Stop()
 	}
 }
 
-// Run starts the vCPUs and waits until the guest writes its status to
+// Run lets the vCPUs run (unless Pause was called before) and waits until the guest writes its status to
 // port 0xf4, Stop is called, ctx ends, or a vCPU fails; see doc.go for
 // what it returns. Every vCPU goroutine has ended when it returns. A VM
 // runs once.
@@ -33,12 +33,12 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 		return 0, ErrAlreadyRan
 	}
 	vm.ran = true
-	for i, cpu := range vm.cpus {
-		vm.running = append(vm.running, vcpu.Start(vcpu.Config{
-			CPU: cpu, Ports: vm.ports, MMIO: vm.mmio, WaitOnHLT: i > 0, StartPaused: vm.startPaused,
-		}))
+	running := vm.vcpus
+	if !vm.startPaused {
+		for _, v := range running {
+			v.Resume() // parked since New: cannot fail
+		}
 	}
-	running := vm.running
 	vm.mu.Unlock()
 	vm.log.Debug("VM running", "vcpus", len(running))
 
@@ -127,7 +127,7 @@ func (vm *VM) requestBeforeRun(paused bool) ([]*vcpu.VCPU, error) {
 		vm.startPaused = paused
 		return nil, nil
 	}
-	return vm.running, nil
+	return vm.vcpus, nil
 }
 
 // Stop makes Run end with ErrStopped (unless the guest already exited);

@@ -37,7 +37,6 @@ type VM struct {
 	sys       *kvm.System
 	kvm       *kvm.VM
 	mem       *memory.Memory
-	cpus      []*kvm.VCPU
 	ports     *vcpu.PortBus
 	mmio      *vcpu.MMIOBus
 	uart      *devices.UART
@@ -51,18 +50,20 @@ type VM struct {
 	stopOnce sync.Once
 
 	mu sync.Mutex
-	// running are the vCPU goroutines, set by Run; ran is set by Run.
-	running []*vcpu.VCPU
-	ran     bool
-	closed  bool
-	// startPaused is set by a Pause before Run: Run starts the vCPUs
+	// vcpus are the vCPU goroutines, started parked by New; ran is set
+	// by Run, closed by Close.
+	vcpus  []*vcpu.VCPU
+	ran    bool
+	closed bool
+	// startPaused is set by a Pause before Run: Run leaves the vCPUs
 	// parked.
 	startPaused bool
 }
 
 // New validates cfg, reporting every problem at once, then builds the VM:
-// RAM, the guest loaded and its vCPUs set to enter it, and the devices. It
-// starts nothing; Run does.
+// RAM, the guest loaded, the devices, and one goroutine per vCPU, which
+// creates its vCPU on its own thread and parks before the first guest
+// instruction until Run.
 func New(cfg Config) (_ *VM, err error) {
 	img, errs := cfg.validate()
 	sys, kerr := kvm.Open()
@@ -152,47 +153,68 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			return fmt.Errorf("placing the application processors' HLT: %w", err)
 		}
 	}
+	if err := vm.attachDevices(cfg); err != nil {
+		return err
+	}
 	supported, err := vm.sys.SupportedCPUID()
 	if err != nil {
 		return err
 	}
+	var tscKHz uint32
+	var tscErr error
 	for id := range n {
-		cpu, err := vm.kvm.CreateVCPU(id)
-		if err != nil {
-			return err
-		}
-		vm.cpus = append(vm.cpus, cpu)
-		if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
-			return err
-		}
 		s := st
 		if id > 0 {
 			s.RIP = uint64(APParkAddr)
 		}
-		if err := setCPUState(cpu, s); err != nil {
+		// Runs on the vCPU's own thread (see vmm/vcpu), before Start
+		// returns.
+		create := func() (*kvm.VCPU, error) {
+			cpu, err := vm.kvm.CreateVCPU(id)
+			if err != nil {
+				return nil, err
+			}
+			if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
+				return nil, err
+			}
+			if err := setCPUState(cpu, s); err != nil {
+				return nil, err
+			}
+			if id == 0 {
+				tscKHz, tscErr = cpu.TSCkHz()
+			}
+			return cpu, nil
+		}
+		v, err := vcpu.Start(vcpu.Config{
+			Create: create, Ports: vm.ports, MMIO: vm.mmio,
+			WaitOnHLT: id > 0, StartPaused: true, // until Run
+		})
+		if err != nil {
 			return err
 		}
+		vm.mu.Lock()
+		vm.vcpus = append(vm.vcpus, v)
+		vm.mu.Unlock()
 	}
 	if img.builtin || cfg.Params != nil {
-		if err := vm.writeParams(cfg); err != nil {
+		if tscErr != nil {
+			vm.log.Warn("guest TSC frequency unknown; the guest assumes its default", "err", tscErr)
+		}
+		if err := vm.writeParams(cfg, tscKHz); err != nil {
 			return err
 		}
 	}
-	return vm.attachDevices(cfg)
+	return nil
 }
 
 // writeParams writes the guests' parameter block.
-func (vm *VM) writeParams(cfg Config) error {
+func (vm *VM) writeParams(cfg Config, tscKHz uint32) error {
 	var p guests.Params
 	if cfg.Params != nil {
 		p = *cfg.Params
 	}
 	if p.TSCkHz == 0 {
-		khz, err := vm.cpus[0].TSCkHz()
-		if err != nil {
-			vm.log.Warn("guest TSC frequency unknown; the guest assumes its default", "err", err)
-		}
-		p.TSCkHz = uint64(khz)
+		p.TSCkHz = uint64(tscKHz)
 	}
 	if cfg.Disk != nil && p.VirtioBase == 0 {
 		p.VirtioBase = VirtioBlkBase
@@ -217,12 +239,12 @@ func (vm *VM) BootTimer() *devices.BootTimer { return vm.bootTimer }
 // until Close.
 func (vm *VM) KVM() *kvm.VM { return vm.kvm }
 
-// VCPUs returns the running vCPUs (nil before Run); see Pause for when
+// VCPUs returns the vCPUs, which New started parked; see Pause for when
 // their KVM handles may be used.
 func (vm *VM) VCPUs() []*vcpu.VCPU {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	return append([]*vcpu.VCPU(nil), vm.running...)
+	return append([]*vcpu.VCPU(nil), vm.vcpus...)
 }
 
 // Close stops the vCPUs and waits for their goroutines, then closes every
@@ -236,7 +258,7 @@ func (vm *VM) Close() error {
 		return nil
 	}
 	vm.closed = true
-	running := vm.running
+	running := vm.vcpus
 	vm.mu.Unlock()
 	for _, v := range running {
 		v.Wait() // its error was Run's to report

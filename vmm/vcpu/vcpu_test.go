@@ -22,7 +22,6 @@ func TestMain(m *testing.M) { kvmtest.Main(m) }
 // checkpoint with the IN not yet completed, the case a pause must handle.
 type counterPort struct {
 	// Immutable after construction.
-	cpu        *kvm.VCPU
 	pauseEvery int
 	results    chan error // Pause's results, one per pause asked for
 
@@ -39,7 +38,7 @@ func (c *counterPort) ReadPort(_ uint16, data []byte) {
 	data[0] = c.last
 	c.reads++
 	v := c.v
-	pause := v != nil && c.reads%c.pauseEvery == 0 && c.pauses < cap(c.results)
+	pause := v != nil && v.KVM() != nil && c.reads%c.pauseEvery == 0 && c.pauses < cap(c.results)
 	if pause {
 		c.pauses++
 	}
@@ -50,7 +49,7 @@ func (c *counterPort) ReadPort(_ uint16, data []byte) {
 	go func() { c.results <- v.Pause() }()
 	// Wait (briefly: Pause sets it first thing) for the request to land.
 	deadline := time.Now().Add(time.Minute)
-	for !c.cpu.ImmediateExit() && time.Now().Before(deadline) {
+	for !v.KVM().ImmediateExit() && time.Now().Before(deadline) {
 		runtime.Gosched()
 	}
 }
@@ -63,8 +62,9 @@ func (c *counterPort) lastValue() uint8 {
 	return c.last
 }
 
-// newRealModeVCPU returns a vCPU that runs code in real mode at 0x1000.
-func newRealModeVCPU(t *testing.T, code []byte) *kvm.VCPU {
+// newRealModeVCPU returns a Create function for a vCPU that runs code in
+// real mode at 0x1000.
+func newRealModeVCPU(t *testing.T, code []byte) func() (*kvm.VCPU, error) {
 	t.Helper()
 	sys, err := kvm.Open()
 	if err != nil {
@@ -85,14 +85,13 @@ func newRealModeVCPU(t *testing.T, code []byte) *kvm.VCPU {
 	if err := vm.SetUserMemoryRegion(kvm.MemoryRegion{GuestPhysAddr: 0x1000, Memory: mem}); err != nil {
 		t.Fatal(err)
 	}
-	cpu, err := vm.CreateVCPU(0)
-	if err != nil {
-		t.Fatal(err)
+	return func() (*kvm.VCPU, error) {
+		cpu, err := vm.CreateVCPU(0)
+		if err != nil {
+			return nil, err
+		}
+		return cpu, kvm.StartRealMode(cpu, 0x1000)
 	}
-	if err := kvm.StartRealMode(cpu, 0x1000); err != nil {
-		t.Fatal(err)
-	}
-	return cpu
 }
 
 // TestPauseCompletesThePendingIN pauses a guest that reads a port in a
@@ -102,13 +101,15 @@ func newRealModeVCPU(t *testing.T, code []byte) *kvm.VCPU {
 // is at an instruction boundary.
 func TestPauseCompletesThePendingIN(t *testing.T) {
 	kvmtest.Require(t)
-	cpu := newRealModeVCPU(t, []byte{0xe4, 0x80, 0xeb, 0xfc})
-	dev := &counterPort{cpu: cpu, pauseEvery: 10, results: make(chan error, 20)}
+	dev := &counterPort{pauseEvery: 10, results: make(chan error, 20)}
 	var ports PortBus
 	if err := ports.Register("counter", 0x80, 1, dev); err != nil {
 		t.Fatal(err)
 	}
-	v := Start(Config{CPU: cpu, Ports: &ports})
+	v, err := Start(Config{Create: newRealModeVCPU(t, []byte{0xe4, 0x80, 0xeb, 0xfc}), Ports: &ports, StartPaused: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer func() {
 		v.Stop()
 		if err := v.Wait(); err != nil {
@@ -118,6 +119,9 @@ func TestPauseCompletesThePendingIN(t *testing.T) {
 	dev.mu.Lock()
 	dev.v = v
 	dev.mu.Unlock()
+	if err := v.Resume(); err != nil {
+		t.Fatal(err)
+	}
 	for i := range cap(dev.results) {
 		select {
 		case err := <-dev.results:
@@ -148,8 +152,10 @@ func TestShutdownEndsTheVCPU(t *testing.T) {
 	// so load an empty IDT first: lidt [0x1010] with a zero limit there.
 	code := make([]byte, 0x20)
 	copy(code, []byte{0x0f, 0x01, 0x1e, 0x10, 0x10, 0x0f, 0x0b}) // lidt [0x1010]; ud2
-	cpu := newRealModeVCPU(t, code)
-	v := Start(Config{CPU: cpu})
+	v, err := Start(Config{Create: newRealModeVCPU(t, code)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := v.Wait(); !errors.Is(err, ErrShutdown) {
 		t.Fatalf("Wait = %v, want ErrShutdown", err)
 	}
@@ -157,4 +163,30 @@ func TestShutdownEndsTheVCPU(t *testing.T) {
 		t.Fatalf("Pause after a shutdown = %v, want ErrNotRunning wrapping ErrShutdown", err)
 	}
 	v.Stop() // after the end: nothing to do
+}
+
+// TestCreateRunsOnTheVCPUThreadAndItsErrorEndsStart checks that Create
+// runs on the thread the vCPU is kicked on, and that its error is Start's.
+func TestCreateRunsOnTheVCPUThreadAndItsErrorEndsStart(t *testing.T) {
+	kvmtest.Require(t)
+	var createTid int
+	create := newRealModeVCPU(t, []byte{0xeb, 0xfe})
+	v, err := Start(Config{Create: func() (*kvm.VCPU, error) {
+		createTid = unix.Gettid()
+		return create()
+	}, StartPaused: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if createTid != v.tid {
+		t.Errorf("Create ran on thread %d, the vCPU's is %d", createTid, v.tid)
+	}
+	v.Stop()
+	if err := v.Wait(); err != nil {
+		t.Errorf("Wait = %v", err)
+	}
+	failed := errors.New("no vCPU today")
+	if _, err := Start(Config{Create: func() (*kvm.VCPU, error) { return nil, failed }}); !errors.Is(err, failed) {
+		t.Errorf("Start with a failing Create = %v, want its error", err)
+	}
 }
