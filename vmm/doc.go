@@ -31,9 +31,10 @@
 //     no interrupts are delivered (no irqchip yet).
 //   - New starts one vmm/vcpu goroutine per vCPU, which creates its vCPU
 //     on its own locked thread and parks before the first instruction;
-//     Run lets them go. vCPU 0 starts at the ELF entry; further vCPUs start parked at a HLT
-//     tern writes at APParkAddr and wait there until Stop (tern's guests
-//     are uniprocessor and nothing yet starts application processors).
+//     Run lets them go. vCPU 0 starts at the ELF entry; further vCPUs
+//     start at a HLT tern writes at APParkAddr and wait there until Stop
+//     (tern's guests are uniprocessor and nothing yet starts application
+//     processors).
 //   - Built-in guests (tools/guests) get a parameter block at
 //     guests.ParamsAddr with the TSC frequency KVM reports and the
 //     virtio-mmio base filled in.
