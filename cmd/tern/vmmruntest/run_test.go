@@ -82,3 +82,21 @@ func TestVMMRunListsEveryConfigProblemOnePerLine(t *testing.T) {
 		}
 	}
 }
+
+func TestVMMRunRejectsBadDiskFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--disk", "bogus"}, "want file:PATH or volume:A,B,C"},
+		{[]string{"--disk", "file:/nonexistent/disk.img"}, "opening disk"},
+		{[]string{"--certs", "certs"}, "--certs and --gen are for --disk volume"},
+		{[]string{"--disk", "volume:a:1,b:2"}, "want 3 addresses"},
+	} {
+		stdout, stderr, code := run(t, "", append([]string{"vmm", "run", "--guest", "hello"}, c.args...)...)
+		lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+		if code != 1 || stdout != "" || len(lines) != 1 || !strings.Contains(stderr, c.want) {
+			t.Errorf("tern vmm run %q: status %d, stdout %q, stderr %q; want 1, nothing, one line naming %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+}
