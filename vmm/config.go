@@ -145,6 +145,17 @@ func (c *Config) validate() (*guestImage, []error) {
 			}
 		}
 	}
+	if len(c.Regions) > 0 {
+		inRAM := false
+		for _, r := range specs {
+			inRAM = inRAM || r.Base == 0 && memory.GPA(r.Size) >= BootAreaEnd
+		}
+		if !inRAM {
+			bad("memory: no region holds tern's boot area [0, %#x)", uint64(BootAreaEnd))
+		}
+	} else if c.MemoryBytes != 0 && memory.GPA(c.MemoryBytes) < BootAreaEnd {
+		bad("memory: %d bytes does not hold tern's boot area [0, %#x)", c.MemoryBytes, uint64(BootAreaEnd))
+	}
 	if c.VCPUs < 0 {
 		bad("vcpus: %d is negative", c.VCPUs)
 	}

@@ -3,7 +3,7 @@
 // mode on page tables tern builds, the devices of vmm/devices on port-IO
 // and MMIO buses, and one vmm/vcpu goroutine per vCPU.
 //
-//	vm, err := vmm.New(cfg)   // validates everything, builds, starts nothing
+//	vm, err := vmm.New(cfg)   // validates everything, builds; vCPUs parked
 //	status, err := vm.Run(ctx) // until the guest writes port 0xf4, or an end
 //	vm.Close()                 // frees every fd, mapping and goroutine
 //
@@ -29,9 +29,12 @@
 //     VirtioBlkBase, served on the vCPU thread straight from and into
 //     guest memory, FLUSH mapped to the backend's Flush. The guests poll;
 //     no interrupts are delivered (no irqchip yet).
-//   - vCPU 0 starts at the ELF entry; further vCPUs start parked at a HLT
-//     tern writes at APParkAddr and wait there until Stop (tern's guests
-//     are uniprocessor and nothing yet starts application processors).
+//   - New starts one vmm/vcpu goroutine per vCPU, which creates its vCPU
+//     on its own locked thread and parks before the first instruction;
+//     Run lets them go. vCPU 0 starts at the ELF entry; further vCPUs
+//     start at a HLT tern writes at APParkAddr and wait there until Stop
+//     (tern's guests are uniprocessor and nothing yet starts application
+//     processors).
 //   - Built-in guests (tools/guests) get a parameter block at
 //     guests.ParamsAddr with the TSC frequency KVM reports and the
 //     virtio-mmio base filled in.

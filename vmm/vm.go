@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"tern/tools/guests"
 	"tern/vmm/boot"
@@ -22,6 +21,9 @@ var ErrStopped = errors.New("VM stopped")
 // ErrAlreadyRan reports a second Run of a VM.
 var ErrAlreadyRan = errors.New("VM already ran")
 
+// ErrClosed reports a Run, Pause or Resume after Close.
+var ErrClosed = errors.New("VM closed")
+
 // defaultSerialHistory is the serial output kept when the config says 0.
 const defaultSerialHistory = 1 << 20
 
@@ -35,7 +37,6 @@ type VM struct {
 	sys       *kvm.System
 	kvm       *kvm.VM
 	mem       *memory.Memory
-	cpus      []*kvm.VCPU
 	ports     *vcpu.PortBus
 	mmio      *vcpu.MMIOBus
 	uart      *devices.UART
@@ -49,22 +50,35 @@ type VM struct {
 	stopOnce sync.Once
 
 	mu sync.Mutex
-	// running are the vCPU goroutines, set by Run; ran is set by Run.
-	running []*vcpu.VCPU
-	ran     bool
-	closed  bool
+	// vcpus are the vCPU goroutines, started parked by New; ran is set
+	// by Run, closed by Close.
+	vcpus  []*vcpu.VCPU
+	ran    bool
+	closed bool
+	// startPaused is set by a Pause before Run: Run leaves the vCPUs
+	// parked.
+	startPaused bool
 }
 
 // New validates cfg, reporting every problem at once, then builds the VM:
-// RAM, the guest loaded and its vCPUs set to enter it, and the devices. It
-// starts nothing; Run does.
+// RAM, the guest loaded, the devices, and one goroutine per vCPU, which
+// creates its vCPU on its own thread and parks before the first guest
+// instruction until Run.
 func New(cfg Config) (_ *VM, err error) {
 	img, errs := cfg.validate()
 	sys, kerr := kvm.Open()
-	if kerr != nil {
+	switch {
+	case kerr != nil && len(errs) == 0:
 		errs = append(errs, kerr)
-	} else if err := checkVCPUs(sys, cfg.VCPUs); err != nil {
-		errs = append(errs, err)
+	case kerr != nil: // the config's own problems first; KVM's limits unknown
+	default:
+		if err := checkVCPUs(sys, cfg.VCPUs); err != nil {
+			errs = append(errs, err)
+		}
+		// Pause and Stop rely on it to kick a vCPU without a race.
+		if err := sys.RequireExtension(kvm.CapImmediateExit); err != nil {
+			errs = append(errs, fmt.Errorf("checking KVM_CAP_IMMEDIATE_EXIT: %w", err))
+		}
 	}
 	if len(errs) > 0 {
 		if sys != nil {
@@ -139,47 +153,68 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			return fmt.Errorf("placing the application processors' HLT: %w", err)
 		}
 	}
+	if err := vm.attachDevices(cfg); err != nil {
+		return err
+	}
 	supported, err := vm.sys.SupportedCPUID()
 	if err != nil {
 		return err
 	}
+	var tscKHz uint32
+	var tscErr error
 	for id := range n {
-		cpu, err := vm.kvm.CreateVCPU(id)
-		if err != nil {
-			return err
-		}
-		vm.cpus = append(vm.cpus, cpu)
-		if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
-			return err
-		}
 		s := st
 		if id > 0 {
 			s.RIP = uint64(APParkAddr)
 		}
-		if err := setCPUState(cpu, s); err != nil {
+		// Runs on the vCPU's own thread (see vmm/vcpu), before Start
+		// returns.
+		create := func() (*kvm.VCPU, error) {
+			cpu, err := vm.kvm.CreateVCPU(id)
+			if err != nil {
+				return nil, err
+			}
+			if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
+				return nil, err
+			}
+			if err := setCPUState(cpu, s); err != nil {
+				return nil, err
+			}
+			if id == 0 {
+				tscKHz, tscErr = cpu.TSCkHz()
+			}
+			return cpu, nil
+		}
+		v, err := vcpu.Start(vcpu.Config{
+			Create: create, Ports: vm.ports, MMIO: vm.mmio,
+			WaitOnHLT: id > 0, StartPaused: true, // until Run
+		})
+		if err != nil {
 			return err
 		}
+		vm.mu.Lock()
+		vm.vcpus = append(vm.vcpus, v)
+		vm.mu.Unlock()
 	}
 	if img.builtin || cfg.Params != nil {
-		if err := vm.writeParams(cfg); err != nil {
+		if tscErr != nil {
+			vm.log.Warn("guest TSC frequency unknown; the guest assumes its default", "err", tscErr)
+		}
+		if err := vm.writeParams(cfg, tscKHz); err != nil {
 			return err
 		}
 	}
-	return vm.attachDevices(cfg)
+	return nil
 }
 
 // writeParams writes the guests' parameter block.
-func (vm *VM) writeParams(cfg Config) error {
+func (vm *VM) writeParams(cfg Config, tscKHz uint32) error {
 	var p guests.Params
 	if cfg.Params != nil {
 		p = *cfg.Params
 	}
 	if p.TSCkHz == 0 {
-		khz, err := vm.cpus[0].TSCkHz()
-		if err != nil {
-			vm.log.Warn("guest TSC frequency unknown; the guest assumes its default", "err", err)
-		}
-		p.TSCkHz = uint64(khz)
+		p.TSCkHz = uint64(tscKHz)
 	}
 	if cfg.Disk != nil && p.VirtioBase == 0 {
 		p.VirtioBase = VirtioBlkBase
@@ -188,153 +223,6 @@ func (vm *VM) writeParams(cfg Config) error {
 		return fmt.Errorf("writing guest parameters: %w", err)
 	}
 	return nil
-}
-
-// attachDevices creates the devices and registers them on the buses.
-func (vm *VM) attachDevices(cfg Config) error {
-	hist := cfg.SerialHistoryBytes
-	if hist <= 0 {
-		hist = defaultSerialHistory
-	}
-	vm.uart = devices.NewUART(devices.NewHistory(hist), devices.NoInterrupt{})
-	vm.debugExit = devices.NewDebugExit()
-	vm.bootTimer = devices.NewBootTimer(time.Now(), nil)
-	vm.ports, vm.mmio = &vcpu.PortBus{}, &vcpu.MMIOBus{}
-	errs := []error{
-		vm.ports.Register("UART", devices.UARTBase, 8, vm.uart),
-		vm.ports.Register("debug exit", devices.DebugExitPort, 1, exitPort{vm}),
-		vm.mmio.Register("boot timer", devices.BootTimerAddr, BootTimerSize, vm.bootTimer),
-	}
-	if cfg.Disk != nil {
-		blk := devices.NewVirtioBlk(cfg.Disk, "vda", vm.mem)
-		errs = append(errs, vm.mmio.Register("virtio-blk", VirtioBlkBase, devices.MMIOSize,
-			devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})))
-	}
-	return errors.Join(errs...)
-}
-
-// exitPort is the debug-exit port: it records the status and stops every
-// vCPU, the writer included, before the writer runs another instruction.
-type exitPort struct{ vm *VM }
-
-func (p exitPort) ReadPort(port uint16, data []byte) { p.vm.debugExit.ReadPort(port, data) }
-
-func (p exitPort) WritePort(port uint16, data []byte) {
-	p.vm.debugExit.WritePort(port, data)
-	p.vm.stopVCPUs()
-}
-
-// stopVCPUs asks every running vCPU to stop, without waiting.
-func (vm *VM) stopVCPUs() {
-	vm.mu.Lock()
-	defer vm.mu.Unlock()
-	for _, v := range vm.running {
-		v.Stop()
-	}
-}
-
-// Run starts the vCPUs and waits until the guest writes its status to
-// port 0xf4, Stop is called, ctx ends, or a vCPU fails; see doc.go for
-// what it returns. Every vCPU goroutine has ended when it returns. A VM
-// runs once.
-func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
-	vm.mu.Lock()
-	if vm.ran || vm.closed {
-		vm.mu.Unlock()
-		return 0, ErrAlreadyRan
-	}
-	vm.ran = true
-	for i, cpu := range vm.cpus {
-		vm.running = append(vm.running, vcpu.Start(vcpu.Config{
-			CPU: cpu, Ports: vm.ports, MMIO: vm.mmio, WaitOnHLT: i > 0,
-		}))
-	}
-	running := vm.running
-	vm.mu.Unlock()
-	vm.log.Debug("VM running", "vcpus", len(running))
-
-	ended := make(chan *vcpu.VCPU, len(running))
-	var watchers sync.WaitGroup
-	for _, v := range running {
-		watchers.Go(func() {
-			<-v.Done()
-			ended <- v
-		})
-	}
-	var cause error
-	select {
-	case <-vm.debugExit.Done():
-	case <-vm.stopReq:
-		cause = ErrStopped
-	case <-ctx.Done():
-		cause = fmt.Errorf("running VM: %w", context.Cause(ctx))
-	case v := <-ended:
-		cause = v.Wait()
-	}
-	vm.stopVCPUs()
-	var errs []error
-	for _, v := range running {
-		if err := v.Wait(); err != nil && !errors.Is(cause, err) {
-			errs = append(errs, err)
-		}
-	}
-	watchers.Wait()
-	if s, ok := vm.debugExit.Status(); ok {
-		vm.log.Debug("guest exited", "status", s)
-		return s, nil
-	}
-	if cause == nil { // a vCPU ended without an error: only Stop does that
-		cause = ErrStopped
-	}
-	return 0, errors.Join(append([]error{cause}, errs...)...)
-}
-
-// Pause parks every vCPU at an instruction boundary and returns once all
-// are parked. If one cannot pause (it ended), the others are resumed and
-// its error returned.
-func (vm *VM) Pause() error {
-	vm.mu.Lock()
-	running := vm.running
-	vm.mu.Unlock()
-	if running == nil {
-		return fmt.Errorf("pausing VM: %w", vcpu.ErrNotRunning)
-	}
-	for i, v := range running {
-		if err := v.Pause(); err != nil {
-			for _, p := range running[:i] {
-				p.Resume()
-			}
-			return fmt.Errorf("pausing VM: %w", err)
-		}
-	}
-	return nil
-}
-
-// Resume lets every paused vCPU run on.
-func (vm *VM) Resume() error {
-	vm.mu.Lock()
-	running := vm.running
-	vm.mu.Unlock()
-	if running == nil {
-		return fmt.Errorf("resuming VM: %w", vcpu.ErrNotRunning)
-	}
-	var errs []error
-	for _, v := range running {
-		if err := v.Resume(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("resuming VM: %w", err)
-	}
-	return nil
-}
-
-// Stop makes Run end with ErrStopped (unless the guest already exited);
-// it does not wait. Safe from any goroutine, before or during Run.
-func (vm *VM) Stop() {
-	vm.stopOnce.Do(func() { close(vm.stopReq) })
-	vm.stopVCPUs()
 }
 
 // Serial returns the UART: its Output history holds what the guest
@@ -351,12 +239,12 @@ func (vm *VM) BootTimer() *devices.BootTimer { return vm.bootTimer }
 // until Close.
 func (vm *VM) KVM() *kvm.VM { return vm.kvm }
 
-// VCPUs returns the running vCPUs (nil before Run); see Pause for when
+// VCPUs returns the vCPUs, which New started parked; see Pause for when
 // their KVM handles may be used.
 func (vm *VM) VCPUs() []*vcpu.VCPU {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
-	return append([]*vcpu.VCPU(nil), vm.running...)
+	return append([]*vcpu.VCPU(nil), vm.vcpus...)
 }
 
 // Close stops the vCPUs and waits for their goroutines, then closes every
@@ -370,7 +258,7 @@ func (vm *VM) Close() error {
 		return nil
 	}
 	vm.closed = true
-	running := vm.running
+	running := vm.vcpus
 	vm.mu.Unlock()
 	for _, v := range running {
 		v.Wait() // its error was Run's to report

@@ -170,3 +170,32 @@ func TestRunTwiceIsAnError(t *testing.T) {
 		t.Fatalf("second Run = %v, want ErrAlreadyRan", err)
 	}
 }
+
+// TestHelloFaultsOnPurposeAndReportsTheException makes hello raise each
+// exception it can at CPL3: its handler prints the exception line and
+// exits with 0x40 + vector, which Run returns as the status.
+func TestHelloFaultsOnPurposeAndReportsTheException(t *testing.T) {
+	kvmtest.Require(t)
+	for _, c := range []struct {
+		name   string
+		fault  uint64
+		vector uint8
+	}{
+		{"divide", guests.HelloFaultDivide, 0},
+		{"invalid opcode", guests.HelloFaultInvalidOp, 6},
+		{"non-canonical", guests.HelloFaultNonCanonical, 13},
+		{"page fault", guests.HelloFaultPage, 14},
+		{"denied port", guests.HelloFaultPort, 13},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			vm := newVM(t, vmm.Config{Guest: "hello", Params: &guests.Params{HelloFault: c.fault}})
+			con := newConsole(t, vm)
+			r := wait(t, start(t, vm))
+			if want := uint32(guests.ExceptionStatus(c.vector)); r.err != nil || r.status != want {
+				t.Fatalf("Run = %#x, %v; want %#x, nil", r.status, r.err, want)
+			}
+			con.waitLine(guests.HelloLine)
+			con.waitFor("the exception line", func(l string) bool { return strings.HasPrefix(l, guests.ExceptionPrefix) })
+		})
+	}
+}

@@ -26,7 +26,9 @@ func (r *recorder) ReadMMIO(off uint64, data []byte) {
 		data[i] = 0xa5
 	}
 }
-func (r *recorder) WriteMMIO(off uint64, data []byte) { r.got = append(r.got, "W"+string(rune('0'+off))) }
+func (r *recorder) WriteMMIO(off uint64, data []byte) {
+	r.got = append(r.got, "W"+string(rune('0'+off)))
+}
 
 func TestPortBusRejectsOverlapsAndDispatches(t *testing.T) {
 	var b PortBus

@@ -3,13 +3,16 @@
 // the port-IO or MMIO bus of vmm/devices handlers.
 //
 // Invariants:
-//   - A vCPU's goroutine calls runtime.LockOSThread before its first
-//     ioctl and never unlocks: the KVM API documentation says "vcpu
-//     ioctls should be issued from the same thread that was used to
-//     create the vcpu" (Documentation/virt/kvm/api.rst, "General
-//     description"), and KVM binds the vCPU's state to the task that runs
-//     it. The thread exits with the goroutine, so it never carries the
-//     vCPU's signal pending or its state into other goroutines.
+//   - A vCPU's goroutine calls runtime.LockOSThread first, then creates
+//     the vCPU and sets its registers (Config.Create), then runs it, and
+//     never unlocks: the KVM API documentation says "vcpu ioctls should be
+//     issued from the same thread that was used to create the vcpu ...
+//     Otherwise, the first ioctl after switching threads could see a
+//     performance impact" (Documentation/virt/kvm/api.rst, "General
+//     description"), and Go's scheduler would otherwise move the
+//     goroutine between threads. The thread exits with the goroutine, so
+//     it never carries the vCPU's state into other goroutines. Only
+//     inspection of a paused vCPU (KVM) comes from other threads.
 //   - KVM_RUN returning EINTR is normal (Go's runtime preempts with
 //     SIGURG) and is retried inside kvm.VCPU.Run, never reported.
 //   - Pause, Resume and Stop are requests under one mutex. A request sets

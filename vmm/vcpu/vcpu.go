@@ -29,9 +29,11 @@ var (
 
 // Config is what a vCPU needs to run.
 type Config struct {
-	// CPU is the vCPU, its registers already set. It stays owned by its
-	// VM; the vCPU goroutine only drives it.
-	CPU *kvm.VCPU
+	// Create makes the vCPU and sets its registers: it runs first thing
+	// on the vCPU's own locked thread, so that every vCPU ioctl comes from
+	// the thread that created the vCPU. The vCPU stays owned by its VM;
+	// the goroutine only drives it.
+	Create func() (*kvm.VCPU, error)
 	// Ports and MMIO receive the IO and MMIO exits; nil buses claim
 	// nothing.
 	Ports *PortBus
@@ -40,6 +42,9 @@ type Config struct {
 	// processor the guest never starts); otherwise HLT ends it with
 	// ErrHalted.
 	WaitOnHLT bool
+	// StartPaused parks the vCPU before its first instruction, as if
+	// Pause had been called; Resume starts it.
+	StartPaused bool
 }
 
 // runState is what the controller asks of the vCPU goroutine.
@@ -63,6 +68,7 @@ const (
 type VCPU struct {
 	// Immutable after Start.
 	cfg  Config
+	cpu  *kvm.VCPU
 	pid  int
 	tid  int // the OS thread the goroutine is locked to
 	done chan struct{}
@@ -79,10 +85,12 @@ type VCPU struct {
 	err    error
 }
 
-// Start starts the vCPU's goroutine, which runs the guest until Stop or an
-// exit it cannot continue from. The caller owns the goroutine through the
+// Start starts the vCPU's goroutine, which creates the vCPU (cfg.Create)
+// on its locked thread and then runs the guest until Stop or an exit it
+// cannot continue from. If Create fails, Start returns its error and the
+// goroutine has ended. Otherwise the caller owns the goroutine through the
 // returned VCPU: Stop ends it and Wait waits for it.
-func Start(cfg Config) *VCPU {
+func Start(cfg Config) (*VCPU, error) {
 	if cfg.Ports == nil {
 		cfg.Ports = &PortBus{}
 	}
@@ -91,33 +99,47 @@ func Start(cfg Config) *VCPU {
 	}
 	v := &VCPU{cfg: cfg, pid: unix.Getpid(), done: make(chan struct{})}
 	v.cond = sync.NewCond(&v.mu)
-	tid := make(chan int)
-	go v.loop(tid)
-	v.tid = <-tid
-	return v
+	if cfg.StartPaused {
+		v.want = statePaused
+	}
+	created := make(chan error)
+	go v.loop(created)
+	if err := <-created; err != nil {
+		<-v.done
+		return nil, err
+	}
+	return v, nil
 }
 
 // ID is the vCPU's index.
-func (v *VCPU) ID() int { return v.cfg.CPU.ID() }
+func (v *VCPU) ID() int { return v.cpu.ID() }
 
 // KVM returns the vCPU's KVM handle, for inspecting or capturing its
 // state. Use it only while the vCPU is paused (Pause returned nil and
-// Resume was not called) or after Wait returned: only then is no thread
-// inside KVM_RUN and the vCPU at an instruction boundary.
-func (v *VCPU) KVM() *kvm.VCPU { return v.cfg.CPU }
+// Resume was not called, or it started paused and was not resumed) or
+// after Wait returned: only then is no thread inside KVM_RUN and the vCPU
+// at an instruction boundary.
+func (v *VCPU) KVM() *kvm.VCPU { return v.cpu }
 
 // loop is the vCPU goroutine.
-func (v *VCPU) loop(tid chan<- int) {
+func (v *VCPU) loop(created chan<- error) {
+	defer close(v.done)
 	// Never unlocked: the thread is the vCPU's for its whole life and
 	// exits with this goroutine (see doc.go).
 	runtime.LockOSThread()
-	tid <- unix.Gettid()
-	err := v.run()
+	v.tid = unix.Gettid()
+	cpu, err := v.cfg.Create()
+	if err != nil {
+		created <- err
+		return
+	}
+	v.cpu = cpu
+	created <- nil
+	err = v.run()
 	v.mu.Lock()
 	v.exited, v.err = true, err
 	v.cond.Broadcast()
 	v.mu.Unlock()
-	close(v.done)
 }
 
 // run enters the guest and handles exits until Stop or an error.
@@ -127,7 +149,7 @@ func (v *VCPU) run() error {
 		if stop, err := v.checkpoint(&pending); stop {
 			return err
 		}
-		exit, err := v.cfg.CPU.Run()
+		exit, err := v.cpu.Run()
 		if err != nil {
 			return err
 		}
@@ -152,13 +174,13 @@ func (v *VCPU) run() error {
 		case kvm.ExitShutdown:
 			return fmt.Errorf("vCPU %d at %s: %w", v.ID(), v.where(), ErrShutdown)
 		case kvm.ExitInternalError:
-			ie, err := v.cfg.CPU.InternalError()
+			ie, err := v.cpu.InternalError()
 			if err != nil {
 				return err
 			}
 			return fmt.Errorf("vCPU %d at %s: %w: %v", v.ID(), v.where(), ErrInternal, ie)
 		case kvm.ExitFailEntry:
-			reason, err := v.cfg.CPU.FailEntryReason()
+			reason, err := v.cpu.FailEntryReason()
 			if err != nil {
 				return err
 			}
@@ -171,7 +193,7 @@ func (v *VCPU) run() error {
 
 // where describes the vCPU's instruction pointer for an error message.
 func (v *VCPU) where() string {
-	r, err := v.cfg.CPU.Regs()
+	r, err := v.cpu.Regs()
 	if err != nil {
 		return "unknown rip"
 	}
@@ -189,7 +211,7 @@ func (v *VCPU) checkpoint(pending *bool) (stop bool, err error) {
 		case stateStopped:
 			return true, nil
 		case stateRunning:
-			v.cfg.CPU.SetImmediateExit(false)
+			v.cpu.SetImmediateExit(false)
 			return false, nil
 		}
 		if *pending {
@@ -197,7 +219,7 @@ func (v *VCPU) checkpoint(pending *bool) (stop bool, err error) {
 			// immediate_exit is set, so KVM finishes it and returns.
 			*pending = false
 			v.mu.Unlock()
-			exit, err := v.cfg.CPU.Run()
+			exit, err := v.cpu.Run()
 			v.mu.Lock()
 			if err != nil {
 				return true, err
@@ -228,7 +250,7 @@ func (v *VCPU) waitHalted() {
 }
 
 func (v *VCPU) handleIO() error {
-	io, err := v.cfg.CPU.IO()
+	io, err := v.cpu.IO()
 	if err != nil {
 		return err
 	}
@@ -245,7 +267,7 @@ func (v *VCPU) handleIO() error {
 }
 
 func (v *VCPU) handleMMIO() error {
-	m, err := v.cfg.CPU.MMIO()
+	m, err := v.cpu.MMIO()
 	if err != nil {
 		return err
 	}
@@ -265,7 +287,7 @@ func (v *VCPU) kickLocked() {
 	if v.exited {
 		return
 	}
-	v.cfg.CPU.SetImmediateExit(true)
+	v.cpu.SetImmediateExit(true)
 	// ESRCH is impossible here (see above); nothing else can fail.
 	_ = unix.Tgkill(v.pid, v.tid, unix.SIGURG)
 }
