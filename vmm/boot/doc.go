@@ -26,10 +26,9 @@
 // the page below StackTopAddr. 0x8000 holds tern's test-guest parameter block
 // (tools/guests) and is left alone.
 //
-// What awaits KVM: applying CPUState with KVM_SET_REGS / KVM_SET_SREGS
-// (and KVM_SET_CPUID2 before the guest may rely on EFER.LME), and proving
-// that hello boots from LoadELF + LongModeState, and that a stock kernel
-// reaches "Linux version" from LoadLinux. Here the state is table-tested
-// against the architecture's rules, and the guests are run under QEMU
-// through their PVH entry instead.
+// Package vmm applies CPUState with KVM_SET_SREGS / KVM_SET_REGS (after
+// KVM_SET_CPUID2) and boots the test guests from LoadELF + LongModeState
+// on KVM. Still to come: proving that a stock kernel reaches "Linux
+// version" from LoadLinux. Here the state is table-tested against the
+// architecture's rules.
 package boot

@@ -20,9 +20,11 @@
 //   - Fields of rings shared with the guest (avail/used indexes and ring
 //     entries) are read and written with sync/atomic through vmm/memory.
 //
-// What awaits KVM: wiring these handlers to the vCPU loop's KVM_EXIT_IO
-// and KVM_EXIT_MMIO exits, delivering Interrupt through an irqfd (and the
+// The vCPU loop (vmm/vcpu) dispatches KVM_EXIT_IO and KVM_EXIT_MMIO to
+// these handlers, and package vmm boots the test guests against them on
+// KVM. Still to come: delivering Interrupt through an irqfd (and the
 // UART's through IRQ 4 on the in-kernel irqchip), and moving queue
 // processing off the vCPU thread onto an ioeventfd-driven goroutine. Here
-// every device is driven from Go tests exactly as a guest driver would.
+// every device is also driven from Go tests exactly as a guest driver
+// would.
 package devices

@@ -16,6 +16,7 @@ const (
 	kvmGetSregs            = 0x8138AE83 // _IOR(KVMIO, 0x83, struct kvm_sregs)
 	kvmSetSregs            = 0x4138AE84 // _IOW(KVMIO, 0x84, struct kvm_sregs)
 	kvmSetCPUID2           = 0x4008AE90 // _IOW(KVMIO, 0x90, struct kvm_cpuid2)
+	kvmGetTSCkHz           = 0xAEA3     // _IO(KVMIO, 0xa3)
 )
 
 // APIVersion is the only KVM API version there has ever been in the
@@ -27,10 +28,11 @@ type Capability uint32
 
 // Capabilities tern asks about.
 const (
-	CapUserMemory Capability = 3  // KVM_CAP_USER_MEMORY
-	CapNrVCPUs    Capability = 9  // KVM_CAP_NR_VCPUS
-	CapExtCPUID   Capability = 7  // KVM_CAP_EXT_CPUID
-	CapMaxVCPUs   Capability = 66 // KVM_CAP_MAX_VCPUS
+	CapUserMemory    Capability = 3   // KVM_CAP_USER_MEMORY
+	CapNrVCPUs       Capability = 9   // KVM_CAP_NR_VCPUS
+	CapExtCPUID      Capability = 7   // KVM_CAP_EXT_CPUID
+	CapMaxVCPUs      Capability = 66  // KVM_CAP_MAX_VCPUS
+	CapImmediateExit Capability = 136 // KVM_CAP_IMMEDIATE_EXIT
 )
 
 // ExitReason is kvm_run.exit_reason, why KVM_RUN returned.
@@ -186,6 +188,14 @@ type mmioExit struct {
 	Len      uint32
 	IsWrite  uint8
 	_        [3]uint8
+}
+
+// internalErrorExit is the internal member of kvm_run's exit union
+// (KVM_EXIT_INTERNAL_ERROR).
+type internalErrorExit struct {
+	Suberror uint32
+	Ndata    uint32
+	Data     [16]uint64
 }
 
 // IO directions of an IO exit.

@@ -15,6 +15,9 @@
 //     goroutine between threads.
 //   - Run retries KVM_RUN on EINTR: Go preempts threads with signals
 //     (SIGURG), which interrupt KVM_RUN without any exit to handle.
+//   - A kick is kvm_run's immediate_exit byte (SetImmediateExit, changed
+//     atomically from any thread) plus a signal to the vCPU's thread: Run
+//     reports KVM_RUN's EINTR as ExitIntr only while that byte is set.
 //   - A missing capability or API version is ErrNotSupported (test with
 //     errors.Is), so callers can skip cleanly on hosts that lack it.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,8 +98,13 @@ func (c *VCPU) SetCPUID2(entries []CPUIDEntry2) error {
 }
 
 // Run enters the guest (KVM_RUN) until an exit that user space must
-// handle, and returns its reason. KVM_RUN interrupted by a signal (EINTR)
-// is retried.
+// handle, and returns its reason.
+//
+// KVM_RUN interrupted by a signal (EINTR) is retried and never reported:
+// Go's runtime preempts threads with SIGURG. The one exception is a kick:
+// when the immediate_exit byte is set (SetImmediateExit), KVM_RUN returns
+// EINTR at once, and Run reports that as ExitIntr, so the caller can look
+// at why it was kicked. The caller clears the byte before running on.
 func (c *VCPU) Run() (ExitReason, error) {
 	fd, err := c.rawFd()
 	if err != nil {
@@ -107,6 +113,9 @@ func (c *VCPU) Run() (ExitReason, error) {
 	for {
 		_, err := ioctl(fd, kvmRun, 0)
 		if errors.Is(err, unix.EINTR) {
+			if c.ImmediateExit() {
+				return ExitIntr, nil
+			}
 			continue
 		}
 		if err != nil {
@@ -114,6 +123,89 @@ func (c *VCPU) Run() (ExitReason, error) {
 		}
 		return c.ExitReason(), nil
 	}
+}
+
+// immediateExitWord is the aligned 32-bit word of kvm_run holding
+// request_interrupt_window (byte 0, which tern never sets) and
+// immediate_exit (byte 1). The kernel only reads this word, so it is
+// changed with atomic bit operations from any thread.
+func (c *VCPU) immediateExitWord() *uint32 { return view[uint32](c.runPage(), 0) }
+
+// immediateExitBit is immediate_exit's lowest bit within the word, on a
+// little-endian machine.
+const immediateExitBit = 1 << 8
+
+// SetImmediateExit sets or clears kvm_run's immediate_exit byte. While it
+// is set, KVM_RUN returns EINTR without entering the guest (after
+// completing a pending IO or MMIO instruction), which Run reports as
+// ExitIntr. Safe to call from any goroutine: with a signal sent to the
+// vCPU's thread it kicks a running vCPU out of KVM_RUN without a race (a
+// signal that arrives before KVM_RUN starts is caught by the byte).
+func (c *VCPU) SetImmediateExit(on bool) {
+	if on {
+		atomic.OrUint32(c.immediateExitWord(), immediateExitBit)
+	} else {
+		atomic.AndUint32(c.immediateExitWord(), ^uint32(immediateExitBit))
+	}
+}
+
+// ImmediateExit reports whether kvm_run's immediate_exit byte is set.
+func (c *VCPU) ImmediateExit() bool {
+	return atomic.LoadUint32(c.immediateExitWord())&immediateExitBit != 0
+}
+
+// TSCkHz returns the vCPU's TSC frequency in kHz (KVM_GET_TSC_KHZ).
+func (c *VCPU) TSCkHz() (uint32, error) {
+	fd, err := c.rawFd()
+	if err != nil {
+		return 0, err
+	}
+	khz, err := ioctl(fd, kvmGetTSCkHz, 0)
+	if err != nil {
+		return 0, fmt.Errorf("getting TSC frequency of vCPU %d: %w", c.id, err)
+	}
+	return uint32(khz), nil
+}
+
+// InternalError describes a KVM_EXIT_INTERNAL_ERROR exit.
+type InternalError struct {
+	// Suberror is KVM_INTERNAL_ERROR_* (1 emulation, 2 simultaneous
+	// exceptions, 3 delivery event, 4 unexpected exit reason).
+	Suberror uint32
+	// Data is the suberror's detail words.
+	Data []uint64
+}
+
+// Error describes the internal error.
+func (e InternalError) Error() string {
+	name := map[uint32]string{1: "emulation failure", 2: "exception during exception delivery",
+		3: "delivery event failed", 4: "unexpected exit reason"}[e.Suberror]
+	if name == "" {
+		name = "suberror " + itoa(uint64(e.Suberror))
+	}
+	return fmt.Sprintf("KVM internal error: %s, data %#x", name, e.Data)
+}
+
+// InternalError returns the details of the last exit, which must have
+// been ExitInternalError.
+func (c *VCPU) InternalError() (InternalError, error) {
+	run := c.runPage()
+	if r := ExitReason(view[runHeader](run, 0).ExitReason); r != ExitInternalError {
+		return InternalError{}, fmt.Errorf("reading internal error of vCPU %d: last exit was %v", c.id, r)
+	}
+	e := view[internalErrorExit](run, runExitOffset)
+	n := min(e.Ndata, uint32(len(e.Data)))
+	return InternalError{Suberror: e.Suberror, Data: append([]uint64(nil), e.Data[:n]...)}, nil
+}
+
+// FailEntryReason returns hardware_entry_failure_reason of the last exit,
+// which must have been ExitFailEntry.
+func (c *VCPU) FailEntryReason() (uint64, error) {
+	run := c.runPage()
+	if r := ExitReason(view[runHeader](run, 0).ExitReason); r != ExitFailEntry {
+		return 0, fmt.Errorf("reading entry failure of vCPU %d: last exit was %v", c.id, r)
+	}
+	return *view[uint64](run, runExitOffset), nil
 }
 
 // ExitReason is the reason of the last exit, read from kvm_run.

@@ -22,8 +22,8 @@
 //     per-region DirtyBitmap merges KVM's bitmaps (MergeKVM) with those
 //     marks, and Take harvests and clears them atomically.
 //
-// What awaits KVM: registering each region as a KVM memory slot
-// (KVM_SET_USER_MEMORY_REGION with Region.Fd-backed Bytes) and feeding
-// KVM_GET_DIRTY_LOG into DirtyBitmap.MergeKVM; both are exercised here only
+// Package vmm registers each region as a KVM memory slot
+// (KVM_SET_USER_MEMORY_REGION with the region's Bytes). Still to come:
+// feeding KVM_GET_DIRTY_LOG into DirtyBitmap.MergeKVM, exercised here only
 // with synthetic bitmaps.
 package memory

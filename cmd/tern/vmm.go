@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tern/units"
+	"tern/vmm"
+	"tern/vmm/devices"
+)
+
+func init() { rootCmd.AddCommand(newVMMCmd()) }
+
+func newVMMCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "vmm",
+		Short: "Run virtual machines on KVM",
+	}
+	cmd.AddCommand(newVMMRunCmd())
+	return cmd
+}
+
+// vmmRunFlags are the flags of tern vmm run.
+type vmmRunFlags struct {
+	guest   string
+	memory  units.Bytes
+	vcpus   int
+	disk    string
+	timeout time.Duration
+	volume  volumeFlags // --certs and --gen of a volume disk
+}
+
+// defaultGuestMemory is --memory's default.
+const defaultGuestMemory = 128 << 20
+
+func newVMMRunCmd() *cobra.Command {
+	f := &vmmRunFlags{memory: defaultGuestMemory}
+	cmd := &cobra.Command{
+		Use:   "run --guest FILE|NAME [--memory 128MiB] [--vcpus N] [--disk file:PATH | --disk volume:A,B,C --certs DIR --gen N] [--timeout D]",
+		Short: "Boot a guest in the foreground",
+		Long: `Boot a guest in the foreground: its serial console on stdout (and stdin
+forwarded to it), tern's logs on stderr, and the status the guest writes to
+port 0xf4 as the exit status. A guest that triple-faults, or one still
+running when --timeout expires, ends the command with a message and a
+non-zero status.
+
+--guest is a built-in test guest (hello, dirty, disk, echo) or an ELF file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runVM(cmd, f) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.guest, "guest", "", "built-in guest name or ELF file")
+	fs.Var(&f.memory, "memory", "guest RAM")
+	fs.IntVar(&f.vcpus, "vcpus", 1, "number of vCPUs")
+	fs.StringVar(&f.disk, "disk", "", "virtio-blk disk: file:PATH, or volume:A,B,C (three downstairs)")
+	fs.StringVar(&f.volume.certs, "certs", "", "certificate directory, for a volume disk")
+	fs.Uint64Var(&f.volume.gen, "gen", 0, "activation generation, for a volume disk")
+	fs.DurationVar(&f.timeout, "timeout", 0, "stop the guest after this long (0: never)")
+	_ = cmd.MarkFlagRequired("guest")
+	return cmd
+}
+
+// runVM is tern vmm run.
+func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
+	log, err := newLogger(clientLogLevel)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	disk, closeDisk, err := openDisk(ctx, f, log)
+	if err != nil {
+		return err
+	}
+	defer closeDisk()
+	cfg := vmm.Config{Guest: f.guest, MemoryBytes: uint64(f.memory), VCPUs: f.vcpus, Logger: log}
+	if disk != nil {
+		cfg.Disk = disk
+	}
+	vm, err := vmm.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer vm.Close()
+
+	out := newSerialCopier(vm.Serial().Output(), cmd.OutOrStdout())
+	go forwardInput(cmd.InOrStdin(), vm.Serial(), log)
+	runCtx := ctx
+	if f.timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeoutCause(ctx, f.timeout, errTimeout)
+		defer cancel()
+	}
+	status, err := vm.Run(runCtx)
+	out.stop()
+	switch {
+	case errors.Is(err, errTimeout):
+		return fmt.Errorf("guest %s still running after --timeout %v; stopped it", f.guest, f.timeout)
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("guest %s: interrupted", f.guest)
+	case err != nil:
+		return fmt.Errorf("running guest %s: %w", f.guest, err)
+	case status != 0:
+		code := int(status & 0xff)
+		if code == 0 {
+			code = 1
+		}
+		return &exitError{code: code, err: fmt.Errorf("guest %s exited with status %d", f.guest, status)}
+	}
+	return nil
+}
+
+// errTimeout is the cause of --timeout's context.
+var errTimeout = errors.New("--timeout expired")
+
+// openDisk opens --disk's backend; the returned close frees it.
+func openDisk(ctx context.Context, f *vmmRunFlags, log *slog.Logger) (devices.BlockBackend, func(), error) {
+	kind, arg, _ := strings.Cut(f.disk, ":")
+	if kind != "volume" && (f.volume.certs != "" || f.volume.gen != 0) {
+		return nil, nil, fmt.Errorf("--certs and --gen are for --disk volume:A,B,C only")
+	}
+	switch {
+	case f.disk == "":
+		return nil, func() {}, nil
+	case kind == "file" && arg != "":
+		b, err := devices.OpenFileBackend(arg, 512)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() { b.Close() }, nil
+	case kind == "volume" && arg != "":
+		return openVolumeDisk(ctx, f, strings.Split(arg, ","), log)
+	}
+	return nil, nil, fmt.Errorf("--disk %q: want file:PATH or volume:A,B,C", f.disk)
+}
+
+// forwardInput copies r (the command's stdin) to the guest's UART until
+// EOF or a read error. It is owned by the process: a terminal's read
+// cannot be interrupted, so it ends with the command at the latest.
+func forwardInput(r io.Reader, uart *devices.UART, log *slog.Logger) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if got := uart.Input(buf[:n]); got < n {
+				log.Warn("guest serial input full; input dropped", "bytes", n-got)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,41 @@
+// Package vmm assembles and runs a virtual machine on KVM: guest RAM
+// (vmm/memory), a guest loaded by vmm/boot and entered directly in 64-bit
+// mode on page tables tern builds, the devices of vmm/devices on port-IO
+// and MMIO buses, and one vmm/vcpu goroutine per vCPU.
+//
+//	vm, err := vmm.New(cfg)   // validates everything, builds, starts nothing
+//	status, err := vm.Run(ctx) // until the guest writes port 0xf4, or an end
+//	vm.Close()                 // frees every fd, mapping and goroutine
+//
+// Invariants:
+//   - New validates the whole Config before it creates anything and
+//     reports every problem at once (errors.Join; each wraps
+//     ErrInvalidConfig); it builds under a deferred cleanup, so a failed
+//     New leaves nothing open.
+//   - A VM owns everything it opened: the /dev/kvm and VM fds, every vCPU
+//     fd and kvm_run mapping, the guest RAM memfds and mappings, and the
+//     vCPU goroutines. Close stops and waits for the goroutines first, then
+//     closes the vCPUs and VM, then unmaps RAM. The disk backend is the
+//     caller's and is not closed.
+//   - Run ends with the status the guest wrote to the debug-exit port
+//     0xf4 (err nil); with ErrStopped after Stop; with the context's error;
+//     or with the error that ended a vCPU (vcpu.ErrShutdown for a triple
+//     fault, vcpu.ErrInternal, vcpu.ErrHalted). It never returns while a
+//     vCPU goroutine runs. The vCPU that writes port 0xf4 stops before it
+//     executes another guest instruction.
+//   - Devices: the 8250 UART on 0x3f8 (output into a bounded History,
+//     input through UART.Input), debug exit on 0xf4, the boot timer at
+//     0xC0000000 and, with a disk, virtio-blk over virtio-mmio at
+//     VirtioBlkBase, served on the vCPU thread straight from and into
+//     guest memory, FLUSH mapped to the backend's Flush. The guests poll;
+//     no interrupts are delivered (no irqchip yet).
+//   - vCPU 0 starts at the ELF entry; further vCPUs start parked at a HLT
+//     tern writes at APParkAddr and wait there until Stop (tern's guests
+//     are uniprocessor and nothing yet starts application processors).
+//   - Built-in guests (tools/guests) get a parameter block at
+//     guests.ParamsAddr with the TSC frequency KVM reports and the
+//     virtio-mmio base filled in.
+//   - Pause returns once every vCPU is parked at an instruction boundary;
+//     then VCPUs()[i].KVM() and KVM() may be used to inspect or capture
+//     state, until Resume.
+package vmm
