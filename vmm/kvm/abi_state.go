@@ -53,7 +53,6 @@ const (
 	CapTSCControl             Capability = 60  // KVM_CAP_TSC_CONTROL
 	CapGetTSCKHz              Capability = 61  // KVM_CAP_GET_TSC_KHZ
 	CapEnableCapVM            Capability = 98  // KVM_CAP_ENABLE_CAP_VM
-	CapImmediateExit          Capability = 136 // KVM_CAP_IMMEDIATE_EXIT
 	CapManualDirtyLogProtect2 Capability = 168 // KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2
 	CapDirtyLogRing           Capability = 192 // KVM_CAP_DIRTY_LOG_RING
 	CapXSAVE2                 Capability = 208 // KVM_CAP_XSAVE2
