@@ -92,10 +92,13 @@ type errorMsg struct {
 
 // preamble is the sync phase's description of the source.
 type preamble struct {
-	Spec    []byte
-	VCPUs   uint32
-	Method  uint8
-	Nonce   [nonceSize]byte
+	Spec   []byte
+	VCPUs  uint32
+	Method uint8
+	Nonce  [nonceSize]byte
+	// Socket is the unix socket the memfds are handed over on
+	// (MethodMemfd).
+	Socket  string
 	Regions []memory.RegionSpec
 }
 
@@ -186,6 +189,10 @@ func frame(m any) ([]byte, error) {
 		e.u32(m.VCPUs)
 		e.u8(m.Method)
 		e.b = append(e.b, m.Nonce[:]...)
+		if len(m.Socket) > 4096 {
+			return nil, fmt.Errorf("encoding preamble: socket path of %d bytes", len(m.Socket))
+		}
+		e.str16(m.Socket)
 		e.u16(uint16(len(m.Regions)))
 		for _, r := range m.Regions {
 			if len(r.Name) > 255 {
@@ -373,6 +380,7 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 		pr.VCPUs = d.u32()
 		pr.Method = d.u8()
 		copy(pr.Nonce[:], d.take(nonceSize))
+		pr.Socket = d.str16()
 		n := int(d.u16())
 		if n > maxRegions {
 			return nil, fmt.Errorf("decoding preamble: %w: %d regions", ErrMalformed, n)

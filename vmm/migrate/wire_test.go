@@ -15,7 +15,7 @@ var sampleMessages = []any{
 	hello{Versions: []Version{1, 2, 7}},
 	welcome{Version: 1},
 	errorMsg{Code: codeNoCommonVersion, Message: "no common version"},
-	preamble{Spec: []byte(`{"guest":"dirty"}`), VCPUs: 2, Method: MethodMemfd, Nonce: [16]byte{1, 2, 3},
+	preamble{Spec: []byte(`{"guest":"dirty"}`), VCPUs: 2, Method: MethodMemfd, Nonce: [16]byte{1, 2, 3}, Socket: "/run/tern/m.sock",
 		Regions: []memory.RegionSpec{{Name: "ram", Base: 0, Size: 64 << 20}, {Name: "high", Base: 1 << 32, Size: 2 << 20, HugeTLB: true}}},
 	phaseMsg{Phase: PhaseRAMPushDirty},
 	pagesHeader{Region: 1, First: 17, Count: 3},

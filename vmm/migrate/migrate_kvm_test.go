@@ -1,0 +1,69 @@
+package migrate
+
+import (
+	"errors"
+	"testing"
+
+	"tern/vmm"
+	"tern/vmm/kvm/kvmtest"
+)
+
+// checkTargetRunsOn checks that the migrated guest on vm keeps its whole
+// pattern: a verification it is asked for passes, after the output the
+// source had printed.
+func checkTargetRunsOn(t *testing.T, vm *vmm.VM) {
+	t.Helper()
+	_, end := vm.Serial().Output().Bounds()
+	c := newConsole(vm.Serial().Output(), end)
+	requestVerify(t, vm)
+	v := c.waitVerifyPass(t)
+	requestVerify(t, vm)
+	v2 := c.waitVerifyPass(t)
+	if v2.Generation < v.Generation {
+		t.Fatalf("generation went back from %d to %d", v.Generation, v2.Generation)
+	}
+}
+
+func TestMigrateARunningDirtyGuestOverQUIC(t *testing.T) {
+	kvmtest.Require(t)
+	a, spec := dirtySource(t, 128<<20, 4<<20)
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}}
+	m.run(t)
+	if m.err != nil || m.dstErr != nil {
+		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
+	}
+	if err := a.wait(t); !errors.Is(err, vmm.ErrStopped) {
+		t.Fatalf("the source's Run = %v, want ErrStopped", err)
+	}
+	checkTargetRunsOn(t, m.dstVM)
+	last := m.srcLog[len(m.srcLog)-1]
+	if last.Phase != PhaseFinish || last.TotalMs <= 0 || last.DowntimeMs <= 0 {
+		t.Errorf("last progress %+v", last)
+	}
+	checkPhaseOrder(t, m.srcLog)
+	t.Logf("128 MiB dirty guest, 4 MiB working set: total %v, downtime %v, %d pre-copy rounds, %d MiB sent, bandwidth %.0f MiB/s",
+		m.res.Total, m.res.Downtime, m.res.Rounds, m.res.BytesSent>>20, last.BandwidthBytesPerSec/(1<<20))
+}
+
+// checkPhaseOrder checks the published phases follow the protocol order.
+func checkPhaseOrder(t *testing.T, log []Progress) {
+	t.Helper()
+	next := 0
+	for _, p := range log {
+		for next < len(Phases) && Phases[next] != p.Phase {
+			next++
+		}
+		if next == len(Phases) {
+			t.Fatalf("phase %v out of order in %+v", p.Phase, log)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := jsonMarshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
