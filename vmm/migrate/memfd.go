@@ -122,4 +122,3 @@ func receiveFds(ctx context.Context, path string, nonce [nonceSize]byte, n int) 
 	}
 	return fds, nil
 }
-
