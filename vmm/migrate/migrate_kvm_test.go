@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"tern/vmm"
@@ -66,4 +67,41 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func TestSameHostMigrationHandsOverTheMemfds(t *testing.T) {
+	kvmtest.Require(t)
+	a, spec := dirtySource(t, 128<<20, 4<<20)
+	sock := filepath.Join(t.TempDir(), "m.sock")
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), SameHostSocket: sock}}
+	m.run(t)
+	if m.err != nil || m.dstErr != nil {
+		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
+	}
+	if m.res.BytesSent != 0 || m.dstRes.BytesSent != 0 {
+		t.Fatalf("%d bytes of pages sent, %d received; want none", m.res.BytesSent, m.dstRes.BytesSent)
+	}
+	if err := a.wait(t); !errors.Is(err, vmm.ErrStopped) {
+		t.Fatalf("the source's Run = %v, want ErrStopped", err)
+	}
+	// The source's VM lets go of its mapping and memfd; the target's
+	// guest keeps the pages.
+	if err := a.vm.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkTargetRunsOn(t, m.dstVM)
+	t.Logf("same-host 128 MiB dirty guest: total %v, downtime %v", m.res.Total, m.res.Downtime)
+}
+
+func TestSameHostFailureAfterTheHandOverResumesTheSource(t *testing.T) {
+	kvmtest.Require(t)
+	a, spec := dirtySource(t, 64<<20, 1<<20)
+	sock := filepath.Join(t.TempDir(), "m.sock")
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), SameHostSocket: sock},
+		dst: TargetConfig{Injector: NewInjector(InjectorSpec{Phase: PhaseDevice, FailImports: 1})}}
+	m.run(t)
+	if !errors.Is(m.err, ErrInjected) || !errors.Is(m.dstErr, ErrInjected) {
+		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
+	}
+	checkSourceRunsOn(t, a)
 }
