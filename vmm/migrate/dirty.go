@@ -105,17 +105,6 @@ func anySet(b []uint64) bool {
 	return false
 }
 
-// due returns how many pages are due.
-func (t *tracker) due() uint64 {
-	var n uint64
-	for _, d := range t.dirty {
-		for _, w := range d {
-			n += uint64(bits.OnesCount64(w))
-		}
-	}
-	return n
-}
-
 // stop ends dirty logging. With remark (a failed attempt) it first
 // returns every page sent, every page still due and every page the log
 // still holds to the regions' bitmaps, so nothing the target was sent
