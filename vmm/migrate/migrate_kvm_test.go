@@ -3,9 +3,11 @@ package migrate
 import (
 	"errors"
 	"path/filepath"
+	"time"
 	"testing"
 
 	"tern/vmm"
+	"tern/vmm/kvm"
 	"tern/vmm/kvm/kvmtest"
 )
 
@@ -28,6 +30,8 @@ func checkTargetRunsOn(t *testing.T, vm *vmm.VM) {
 func TestMigrateARunningDirtyGuestOverQUIC(t *testing.T) {
 	kvmtest.Require(t)
 	a, spec := dirtySource(t, 128<<20, 4<<20)
+	tscBefore, khz := readTSC(t, a.vm)
+	wallBefore := time.Now()
 	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}}
 	m.run(t)
 	if m.err != nil || m.dstErr != nil {
@@ -35,6 +39,14 @@ func TestMigrateARunningDirtyGuestOverQUIC(t *testing.T) {
 	}
 	if err := a.wait(t); !errors.Is(err, vmm.ErrStopped) {
 		t.Fatalf("the source's Run = %v, want ErrStopped", err)
+	}
+	// Guest time moved on with the host's across the migration: the
+	// target's TSC is ahead of the source's by at least the time between
+	// the two reads (less a margin for the frequency KVM reports).
+	wallAfter := time.Now()
+	tscAfter, _ := readTSC(t, m.dstVM)
+	if min := uint64(float64(wallAfter.Sub(wallBefore).Microseconds()) * float64(khz) / 1000 * 0.9); tscAfter < tscBefore || tscAfter-tscBefore < min {
+		t.Errorf("guest TSC went from %d to %d across %v: want at least %d more", tscBefore, tscAfter, wallAfter.Sub(wallBefore), min)
 	}
 	checkTargetRunsOn(t, m.dstVM)
 	last := m.srcLog[len(m.srcLog)-1]
@@ -104,4 +116,26 @@ func TestSameHostFailureAfterTheHandOverResumesTheSource(t *testing.T) {
 		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
 	}
 	checkSourceRunsOn(t, a)
+}
+
+// readTSC pauses vm, reads vCPU 0's TSC and frequency, and resumes it.
+func readTSC(t *testing.T, vm *vmm.VM) (tsc uint64, khz uint32) {
+	t.Helper()
+	if err := vm.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := vm.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	c := vm.KVMVCPUs()[0]
+	got, err := c.MSRs([]uint32{kvm.MSRIA32TSC})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("reading the TSC: %v %v", got, err)
+	}
+	if khz, err = c.TSCKHz(); err != nil {
+		t.Fatal(err)
+	}
+	return got[0].Data, khz
 }

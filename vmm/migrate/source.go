@@ -96,6 +96,10 @@ func Send(ctx context.Context, conn *quic.Conn, cfg SourceConfig) (Result, error
 	// every blocked read or write returns.
 	stop := context.AfterFunc(ctx, func() { conn.CloseWithError(quic.ApplicationErrorCode(codeInternal), "migration cancelled") })
 	defer stop()
+	if cfg.VM == nil {
+		conn.CloseWithError(quic.ApplicationErrorCode(codeInternal), "no VM")
+		return Result{}, errors.New("migrating out: no VM")
+	}
 	res, committed, err := s.run(ctx)
 	if err == nil {
 		conn.CloseWithError(0, "migrated")

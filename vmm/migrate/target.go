@@ -63,6 +63,10 @@ func Receive(ctx context.Context, conn *quic.Conn, cfg TargetConfig) (*vmm.VM, R
 	if t.cfg.Versions == nil {
 		t.cfg.Versions = SupportedVersions
 	}
+	if cfg.Build == nil {
+		conn.CloseWithError(quic.ApplicationErrorCode(codeInternal), "no target builder")
+		return nil, Result{}, errors.New("migrating in: no Build in the target config")
+	}
 	stop := context.AfterFunc(ctx, func() { conn.CloseWithError(quic.ApplicationErrorCode(codeInternal), "migration cancelled") })
 	defer stop()
 	start := time.Now()
