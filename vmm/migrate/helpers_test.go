@@ -230,6 +230,9 @@ type migration struct {
 	dstErr error
 	srcLog []Progress
 	dstLog []Progress
+	// onSourceError runs inside the source's publication of phase error.
+	onSourceError  func()
+	sawSourceError bool
 }
 
 // targetConfig builds the target's VM from a testSpec and starts it in
@@ -262,7 +265,15 @@ func targetConfig(t *testing.T, runs *[]*runningVM) TargetConfig {
 func (m *migration) run(t *testing.T) {
 	t.Helper()
 	src, dst := connPair(t)
-	m.src.OnProgress = func(p Progress) { m.srcLog = append(m.srcLog, p) }
+	m.src.OnProgress = func(p Progress) {
+		m.srcLog = append(m.srcLog, p)
+		if p.Phase == PhaseError {
+			m.sawSourceError = true
+			if m.onSourceError != nil {
+				m.onSourceError()
+			}
+		}
+	}
 	var runs []*runningVM
 	if m.dst.Build == nil {
 		m.dst = mergeTarget(targetConfig(t, &runs), m.dst)

@@ -3,8 +3,8 @@ package migrate
 import (
 	"errors"
 	"path/filepath"
-	"time"
 	"testing"
+	"time"
 
 	"tern/vmm"
 	"tern/vmm/kvm"
@@ -29,7 +29,21 @@ func checkTargetRunsOn(t *testing.T, vm *vmm.VM) {
 
 func TestMigrateARunningDirtyGuestOverQUIC(t *testing.T) {
 	kvmtest.Require(t)
-	a, spec := dirtySource(t, 128<<20, 4<<20)
+	for _, c := range []struct {
+		name                 string
+		memBytes, workingSet uint64
+	}{
+		{"128MiB", 128 << 20, 4 << 20},
+		// A working set too large to fit the downtime target at loopback
+		// speed: pre-copy iterates, up to the round limit.
+		{"256MiB", 256 << 20, 24 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) { testMigrateDirtyGuest(t, c.memBytes, c.workingSet) })
+	}
+}
+
+func testMigrateDirtyGuest(t *testing.T, memBytes, workingSet uint64) {
+	a, spec := dirtySource(t, memBytes, workingSet)
 	tscBefore, khz := readTSC(t, a.vm)
 	wallBefore := time.Now()
 	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}}
@@ -54,8 +68,8 @@ func TestMigrateARunningDirtyGuestOverQUIC(t *testing.T) {
 		t.Errorf("last progress %+v", last)
 	}
 	checkPhaseOrder(t, m.srcLog)
-	t.Logf("128 MiB dirty guest, 4 MiB working set: total %v, downtime %v, %d pre-copy rounds, %d MiB sent, bandwidth %.0f MiB/s",
-		m.res.Total, m.res.Downtime, m.res.Rounds, m.res.BytesSent>>20, last.BandwidthBytesPerSec/(1<<20))
+	t.Logf("%d MiB dirty guest, %d MiB working set: total %v, downtime %v, %d pre-copy rounds, %d MiB sent, bandwidth %.0f MiB/s",
+		memBytes>>20, workingSet>>20, m.res.Total, m.res.Downtime, m.res.Rounds, m.res.BytesSent>>20, last.BandwidthBytesPerSec/(1<<20))
 }
 
 // checkPhaseOrder checks the published phases follow the protocol order.
