@@ -100,3 +100,21 @@ func TestNoCommonVersionIsACleanErrorOnBothSides(t *testing.T) {
 	}
 	checkSourceRunsOn(t, a)
 }
+
+func TestCancelledMigrationResumesTheSource(t *testing.T) {
+	kvmtest.Require(t)
+	a, spec := dirtySource(t, 64<<20, 1<<20)
+	for _, ph := range []Phase{PhaseRAMPush, PhasePause, PhaseDevice} {
+		t.Run(ph.String(), func(t *testing.T) {
+			m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}, cancelAt: ph}
+			m.run(t)
+			if m.err == nil || m.dstErr == nil || errors.Is(m.err, ErrCommitted) {
+				t.Fatalf("Send: %v; Receive: %v; want both to fail before commit", m.err, m.dstErr)
+			}
+			if m.dstVM != nil {
+				t.Fatal("Receive returned a VM")
+			}
+			checkSourceRunsOn(t, a)
+		})
+	}
+}

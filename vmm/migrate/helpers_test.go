@@ -233,6 +233,9 @@ type migration struct {
 	// onSourceError runs inside the source's publication of phase error.
 	onSourceError  func()
 	sawSourceError bool
+	// cancelAt cancels the migration's context when the source publishes
+	// that phase.
+	cancelAt Phase
 }
 
 // targetConfig builds the target's VM from a testSpec and starts it in
@@ -265,8 +268,13 @@ func targetConfig(t *testing.T, runs *[]*runningVM) TargetConfig {
 func (m *migration) run(t *testing.T) {
 	t.Helper()
 	src, dst := connPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), generous)
+	defer cancel()
 	m.src.OnProgress = func(p Progress) {
 		m.srcLog = append(m.srcLog, p)
+		if m.cancelAt != 0 && p.Phase == m.cancelAt {
+			cancel()
+		}
 		if p.Phase == PhaseError {
 			m.sawSourceError = true
 			if m.onSourceError != nil {
@@ -279,8 +287,6 @@ func (m *migration) run(t *testing.T) {
 		m.dst = mergeTarget(targetConfig(t, &runs), m.dst)
 	}
 	m.dst.OnProgress = func(p Progress) { m.dstLog = append(m.dstLog, p) }
-	ctx, cancel := context.WithTimeout(context.Background(), generous)
-	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { m.dstVM, m.dstRes, m.dstErr = Receive(ctx, dst, m.dst) })
 	m.res, m.err = Send(ctx, src, m.src)
