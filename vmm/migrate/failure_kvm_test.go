@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"tern/vmm"
-	"tern/vmm/memory"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/memory"
 )
 
 // checkSourceRunsOn checks the source guest was not stopped and still
