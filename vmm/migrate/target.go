@@ -48,6 +48,8 @@ type target struct {
 	started bool
 	// roundPages counts the pages of the round being received.
 	roundPages uint64
+	// devicesDone and finishSent record the steps commit needs.
+	devicesDone, finishSent bool
 }
 
 // Receive dials nothing: conn is the connection the target dialed to the
@@ -175,6 +177,10 @@ func (t *target) build(mem *memory.Memory) error {
 func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err error) {
 	switch m := m.(type) {
 	case phaseMsg:
+		if m.Phase <= t.prog.Phase || m.Phase == PhaseError ||
+			m.Phase == PhaseFinish && !t.devicesDone || m.Phase > PhasePause && t.vm == nil && t.pr.Method == MethodPages {
+			return false, fmt.Errorf("receiving phase: %w: %v after %v", ErrMalformed, m.Phase, t.prog.Phase)
+		}
 		t.prog.Phase = m.Phase
 		t.publish()
 		if err := t.cfg.Injector.failImport(m.Phase); err != nil {
@@ -194,6 +200,7 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 			}
 		}
 		if m.Phase == PhaseFinish {
+			t.finishSent = true
 			return false, t.p.send(empty{msgFinishReady})
 		}
 	case pagesHeader:
@@ -223,12 +230,16 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if t.vm == nil {
 			return false, fmt.Errorf("receiving device state: %w: before memory", ErrMalformed)
 		}
+		if t.prog.Phase != PhaseDevice || t.devicesDone {
+			return false, fmt.Errorf("receiving device state: %w: in phase %v", ErrMalformed, t.prog.Phase)
+		}
 		if err := t.applyDevices(currentDevices, m.Devices); err != nil {
 			return false, err
 		}
+		t.devicesDone = true
 		return false, t.p.send(empty{msgDevicesOK})
 	case empty:
-		if m.Type != msgCommit || t.vm == nil {
+		if m.Type != msgCommit || t.vm == nil || !t.finishSent {
 			return false, fmt.Errorf("receiving message: %w: unexpected %v", ErrMalformed, m.Type)
 		}
 		// Committed: the guest is ours.
