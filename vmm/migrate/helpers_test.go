@@ -42,7 +42,7 @@ type runningVM struct {
 	done chan error
 }
 
-func (r *runningVM) wait(t *testing.T) error {
+func (r *runningVM) wait(t testing.TB) error {
 	t.Helper()
 	select {
 	case err := <-r.done:
@@ -55,7 +55,7 @@ func (r *runningVM) wait(t *testing.T) error {
 }
 
 // startVM runs vm; the cleanup stops and closes it.
-func startVM(t *testing.T, vm *vmm.VM) *runningVM {
+func startVM(t testing.TB, vm *vmm.VM) *runningVM {
 	r := &runningVM{vm: vm, done: make(chan error, 1)}
 	go func() {
 		_, err := vm.Run(context.Background())
@@ -73,7 +73,7 @@ func startVM(t *testing.T, vm *vmm.VM) *runningVM {
 
 // dirtySource boots the dirty guest on memBytes of RAM, rewriting a
 // working set continuously, and waits for its first verification.
-func dirtySource(t *testing.T, memBytes, workingSet uint64) (*runningVM, testSpec) {
+func dirtySource(t testing.TB, memBytes, workingSet uint64) (*runningVM, testSpec) {
 	t.Helper()
 	spec := testSpec{Guest: "dirty", MemoryBytes: memBytes, VCPUs: 1}
 	cfg := spec.config()
@@ -102,7 +102,7 @@ type console struct {
 func newConsole(h *devices.History, from uint64) *console { return &console{h: h, off: from} }
 
 // waitFor returns the first line match accepts.
-func (c *console) waitFor(t *testing.T, what string, match func(string) bool) string {
+func (c *console) waitFor(t testing.TB, what string, match func(string) bool) string {
 	t.Helper()
 	sub := c.h.Subscribe()
 	defer sub.Close()
@@ -135,7 +135,7 @@ func (c *console) waitFor(t *testing.T, what string, match func(string) bool) st
 }
 
 // waitVerifyPass waits for the next verification and fails on FAIL.
-func (c *console) waitVerifyPass(t *testing.T) guests.DirtyVerify {
+func (c *console) waitVerifyPass(t testing.TB) guests.DirtyVerify {
 	t.Helper()
 	line := c.waitFor(t, "dirty verification", func(l string) bool {
 		_, ok := guests.ParseDirtyVerify(l)
@@ -149,7 +149,7 @@ func (c *console) waitVerifyPass(t *testing.T) guests.DirtyVerify {
 }
 
 // requestVerify makes the dirty guest verify now.
-func requestVerify(t *testing.T, vm *vmm.VM) {
+func requestVerify(t testing.TB, vm *vmm.VM) {
 	t.Helper()
 	m := vm.Memory()
 	n, err := m.Uint64(guests.ParamsAddr + guests.VerifyRequestOffset)
@@ -161,7 +161,7 @@ func requestVerify(t *testing.T, vm *vmm.VM) {
 	}
 }
 
-func testCerts(t *testing.T) *tlsconf.Bundle {
+func testCerts(t testing.TB) *tlsconf.Bundle {
 	t.Helper()
 	dir := t.TempDir()
 	if err := tlsconf.Generate(dir, []string{"127.0.0.1"}, false); err != nil {
@@ -181,7 +181,7 @@ func withProto(c *tls.Config) *tls.Config {
 
 // connPair returns the source's accepted and the target's dialed ends of
 // a loopback QUIC connection with mutual TLS.
-func connPair(t *testing.T) (src, dst *quic.Conn) {
+func connPair(t testing.TB) (src, dst *quic.Conn) {
 	t.Helper()
 	b := testCerts(t)
 	ln, err := transport.Listen("127.0.0.1:0", withProto(b.ServerConfig()))
@@ -240,7 +240,7 @@ type migration struct {
 
 // targetConfig builds the target's VM from a testSpec and starts it in
 // runs (owned by the test).
-func targetConfig(t *testing.T, runs *[]*runningVM) TargetConfig {
+func targetConfig(t testing.TB, runs *[]*runningVM) TargetConfig {
 	var mu sync.Mutex
 	return TargetConfig{
 		Build: func(b []byte, mem *memory.Memory) (*vmm.VM, error) {
@@ -265,7 +265,7 @@ func targetConfig(t *testing.T, runs *[]*runningVM) TargetConfig {
 }
 
 // migrate runs one migration over a fresh connection.
-func (m *migration) run(t *testing.T) {
+func (m *migration) run(t testing.TB) {
 	t.Helper()
 	src, dst := connPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), generous)

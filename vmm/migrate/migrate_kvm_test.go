@@ -14,7 +14,7 @@ import (
 // checkTargetRunsOn checks that the migrated guest on vm keeps its whole
 // pattern: a verification it is asked for passes, after the output the
 // source had printed.
-func checkTargetRunsOn(t *testing.T, vm *vmm.VM) {
+func checkTargetRunsOn(t testing.TB, vm *vmm.VM) {
 	t.Helper()
 	_, end := vm.Serial().Output().Bounds()
 	c := newConsole(vm.Serial().Output(), end)
@@ -86,7 +86,7 @@ func checkPhaseOrder(t *testing.T, log []Progress) {
 	}
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := jsonMarshal(v)
 	if err != nil {
