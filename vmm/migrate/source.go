@@ -245,11 +245,6 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.cfg.Injector.failExport(PhaseFinish); err != nil {
 		return res, false, err
 	}
-	if s.t != nil {
-		if err := s.t.stop(false); err != nil {
-			return res, false, err
-		}
-	}
 	// The point of no return: from the first byte of commit on, the guest
 	// is the target's and this side never resumes it.
 	if err := s.p.send(empty{msgCommit}); err != nil {
@@ -260,6 +255,11 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	}
 	now := time.Now()
 	s.cfg.VM.Stop()
+	if s.t != nil { // after the downtime: the VM is the target's now
+		if err := s.t.stop(false); err != nil {
+			s.log.Warn("ending dirty logging of the migrated-out VM", "err", err)
+		}
+	}
 	res.BytesSent, res.Total, res.Downtime = s.prog.BytesSent, now.Sub(s.start), now.Sub(s.pauseAt)
 	s.prog.TotalMs, s.prog.DowntimeMs = ms(res.Total), ms(res.Downtime)
 	s.prog.PagesRemaining, s.prog.EstimatedDowntimeMs = 0, 0
