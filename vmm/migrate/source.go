@@ -203,10 +203,13 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.enter(PhasePause); err != nil {
 		return res, false, err
 	}
+	// Downtime counts from the pause request: the guest may stop at any
+	// point of the call.
+	pauseAt := time.Now()
 	if err := s.cfg.VM.Pause(); err != nil {
 		return res, false, err
 	}
-	s.paused, s.pauseAt = true, time.Now()
+	s.paused, s.pauseAt = true, pauseAt
 	if err := s.cfg.Injector.failExport(PhasePause); err != nil {
 		return res, false, err
 	}
