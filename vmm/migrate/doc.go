@@ -39,11 +39,13 @@
 //     into its mapping.
 //   - The target's guest never executes an instruction before commit: its
 //     vCPUs are created parked and are resumed only after commit.
-//   - On any failure before commit the source, in this order, tells the
-//     peer (best effort), re-marks every page it sent (and every page the
-//     dirty log still held) dirty in the VMM's bitmap, turns dirty logging
-//     off, resumes its guest, and only then publishes phase error and
-//     returns the error.
+//   - On any failure before commit the source, in this order, re-marks
+//     every page it sent (and every page the dirty log still held) dirty
+//     in the VMM's bitmap, turns dirty logging off, resumes its guest,
+//     tells the peer (best effort: an error frame, then the connection
+//     closed with the same code), and only then publishes phase error and
+//     returns the error. The target, which never runs before commit,
+//     stops and closes the VM it built and ends in phase error.
 //   - Decide, the convergence rule, is a pure function over plain data.
 //   - Every decoder of network bytes returns an error on malformed input,
 //     never panics, and allocates at most in proportion to its input.

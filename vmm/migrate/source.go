@@ -113,10 +113,10 @@ func Send(ctx context.Context, conn *quic.Conn, cfg SourceConfig) (Result, error
 	return res, s.unwind(err)
 }
 
-// unwind is the failure path before the point of no return: tell the
-// peer, re-mark, resume, and only then publish and report.
+// unwind is the failure path before the point of no return: re-mark,
+// resume, tell the peer (a stalled peer must not hold the guest paused),
+// and only then publish and report.
 func (s *source) unwind(cause error) error {
-	s.p.abort(cause)
 	var errs []error
 	if s.t != nil {
 		errs = append(errs, s.t.stop(true))
@@ -124,6 +124,7 @@ func (s *source) unwind(cause error) error {
 	if s.paused {
 		errs = append(errs, s.cfg.VM.Resume())
 	}
+	s.p.abort(cause)
 	err := fmt.Errorf("migrating out: %w", cause)
 	if e := errors.Join(errs...); e != nil {
 		err = fmt.Errorf("migrating out: %w (and unwinding: %w)", cause, e)
