@@ -75,7 +75,13 @@ func startVM(t testing.TB, vm *vmm.VM) *runningVM {
 // working set continuously, and waits for its first verification.
 func dirtySource(t testing.TB, memBytes, workingSet uint64) (*runningVM, testSpec) {
 	t.Helper()
-	spec := testSpec{Guest: "dirty", MemoryBytes: memBytes, VCPUs: 1}
+	return dirtySourceWith(t, memBytes, workingSet, 1)
+}
+
+// dirtySourceWith is dirtySource with vcpus vCPUs (the others park at HLT).
+func dirtySourceWith(t testing.TB, memBytes, workingSet uint64, vcpus int) (*runningVM, testSpec) {
+	t.Helper()
+	spec := testSpec{Guest: "dirty", MemoryBytes: memBytes, VCPUs: vcpus}
 	cfg := spec.config()
 	cfg.Params = &guests.Params{
 		MemStart: 4 << 20, MemBytes: memBytes - 8<<20, WorkingSetBytes: workingSet,

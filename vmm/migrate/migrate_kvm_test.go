@@ -153,3 +153,30 @@ func readTSC(t *testing.T, vm *vmm.VM) (tsc uint64, khz uint32) {
 	}
 	return got[0].Data, khz
 }
+
+func TestMigrateAGuestWithAParkedApplicationProcessor(t *testing.T) {
+	kvmtest.Require(t)
+	a, spec := dirtySourceWith(t, 64<<20, 1<<20, 2)
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}}
+	m.run(t)
+	if m.err != nil || m.dstErr != nil {
+		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
+	}
+	checkTargetRunsOn(t, m.dstVM)
+	// The application processor parked at its HLT again rather than
+	// running past it.
+	if err := m.dstVM.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ap := m.dstVM.KVMVCPUs()[1]
+	r, err := ap.Regs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RIP != uint64(vmm.APParkAddr)+1 || ap.ExitReason() != kvm.ExitHLT {
+		t.Errorf("the application processor is at rip %#x after exit %v; want just past its HLT at %#x", r.RIP, ap.ExitReason(), uint64(vmm.APParkAddr))
+	}
+	if err := m.dstVM.Resume(); err != nil {
+		t.Fatal(err)
+	}
+}
