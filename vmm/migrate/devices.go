@@ -1,0 +1,181 @@
+package migrate
+
+import (
+	"fmt"
+	"time"
+
+	"tern/vmm/devices"
+	"tern/vmm/kvm"
+)
+
+// Device kinds and their current payload versions. Each decoder reads its
+// version and the one before it (when there is one), so a tern one
+// version behind can still send to this one.
+const (
+	kindVCPU      = "vcpu"
+	kindClock     = "clock"
+	kindUART      = "uart"
+	kindHistory   = "serial-history"
+	kindBootTimer = "boot-timer"
+)
+
+// vcpuState is a vCPU's id and state.
+type vcpuState struct {
+	ID    uint32
+	State *kvm.VCPUState
+}
+
+// clockState is the source's time at capture: host realtime, and the
+// kvmclock when KVM has one.
+type clockState struct {
+	RealtimeNs int64
+	HasKVM     bool
+	KVM        kvm.ClockData
+}
+
+// deviceCodec reads one kind's payloads.
+type deviceCodec struct {
+	// version is the current version; decode accepts it and version-1.
+	version uint16
+	decode  func(version uint16, p []byte) (any, error)
+}
+
+// registry maps kinds to codecs.
+type registry map[string]deviceCodec
+
+// currentDevices is what this tern reads.
+var currentDevices = registry{
+	kindVCPU:      {1, decodeVCPU},
+	kindClock:     {1, decodeClock},
+	kindUART:      {1, decodeUART},
+	kindHistory:   {1, decodeHistory},
+	kindBootTimer: {1, decodeBootTimer},
+}
+
+// decode reads ds; an unknown kind or a version other than the codec's
+// own or the one before is ErrUnknownDevice.
+func (r registry) decode(ds DeviceState) (any, error) {
+	c, ok := r[ds.Kind]
+	if !ok {
+		return nil, fmt.Errorf("decoding device state: %w: kind %q", ErrUnknownDevice, ds.Kind)
+	}
+	if ds.Version != c.version && (ds.Version+1 != c.version || ds.Version == 0) {
+		return nil, fmt.Errorf("decoding device state: %w: %s version %d (this tern reads %d and %d)",
+			ErrUnknownDevice, ds.Kind, ds.Version, c.version-1, c.version)
+	}
+	v, err := c.decode(ds.Version, ds.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s state version %d: %w", ds.Kind, ds.Version, err)
+	}
+	return v, nil
+}
+
+func encodeVCPU(v vcpuState) (DeviceState, error) {
+	b, err := v.State.MarshalBinary()
+	if err != nil {
+		return DeviceState{}, err
+	}
+	e := &encoder{}
+	e.u32(v.ID)
+	e.b = append(e.b, b...)
+	return DeviceState{Kind: kindVCPU, Version: 1, Payload: e.b}, nil
+}
+
+func decodeVCPU(_ uint16, p []byte) (any, error) {
+	d := &decoder{b: p}
+	id := d.u32()
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, d.err)
+	}
+	st := &kvm.VCPUState{}
+	if err := st.UnmarshalBinary(d.b); err != nil {
+		return nil, err
+	}
+	return vcpuState{ID: id, State: st}, nil
+}
+
+func encodeClock(c clockState) DeviceState {
+	e := &encoder{}
+	e.u64(uint64(c.RealtimeNs))
+	e.u8(boolByte(c.HasKVM))
+	e.u64(c.KVM.Clock)
+	e.u32(c.KVM.Flags)
+	e.u64(c.KVM.Realtime)
+	e.u64(c.KVM.HostTSC)
+	return DeviceState{Kind: kindClock, Version: 1, Payload: e.b}
+}
+
+func decodeClock(_ uint16, p []byte) (any, error) {
+	d := &decoder{b: p}
+	c := clockState{RealtimeNs: int64(d.u64()), HasKVM: d.u8() != 0}
+	c.KVM.Clock, c.KVM.Flags, c.KVM.Realtime, c.KVM.HostTSC = d.u64(), d.u32(), d.u64(), d.u64()
+	return c, d.finish(msgDevices)
+}
+
+func encodeUART(s devices.UARTState) DeviceState {
+	e := &encoder{}
+	for _, v := range []uint8{s.IER, s.LCR, s.MCR, s.SCR, s.DLL, s.DLM, boolByte(s.FIFO), boolByte(s.THREPending)} {
+		e.u8(v)
+	}
+	e.bytes32(s.Input)
+	return DeviceState{Kind: kindUART, Version: 1, Payload: e.b}
+}
+
+// decodeUARTv1 reads a version 1 UART payload and returns what follows.
+func decodeUARTv1(p []byte) (devices.UARTState, *decoder) {
+	d := &decoder{b: p}
+	var s devices.UARTState
+	s.IER, s.LCR, s.MCR, s.SCR, s.DLL, s.DLM = d.u8(), d.u8(), d.u8(), d.u8(), d.u8(), d.u8()
+	s.FIFO, s.THREPending = d.u8() != 0, d.u8() != 0
+	s.Input = d.bytes32(64 << 10)
+	return s, d
+}
+
+func decodeUART(_ uint16, p []byte) (any, error) {
+	s, d := decodeUARTv1(p)
+	return s, d.finish(msgDevices)
+}
+
+func encodeHistory(s devices.HistoryState) DeviceState {
+	e := &encoder{}
+	e.u64(s.End)
+	e.bytes32(s.Data)
+	return DeviceState{Kind: kindHistory, Version: 1, Payload: e.b}
+}
+
+func decodeHistory(_ uint16, p []byte) (any, error) {
+	d := &decoder{b: p}
+	s := devices.HistoryState{End: d.u64(), Data: d.bytes32(maxFrame)}
+	if d.err == nil && uint64(len(s.Data)) > s.End {
+		d.err = fmt.Errorf("%d bytes of history ending at offset %d", len(s.Data), s.End)
+	}
+	return s, d.finish(msgDevices)
+}
+
+func encodeBootTimer(s devices.BootTimerState) DeviceState {
+	e := &encoder{}
+	e.u8(boolByte(s.Done))
+	e.u64(uint64(s.Elapsed))
+	return DeviceState{Kind: kindBootTimer, Version: 1, Payload: e.b}
+}
+
+func decodeBootTimer(_ uint16, p []byte) (any, error) {
+	d := &decoder{b: p}
+	s := devices.BootTimerState{Done: d.u8() != 0, Elapsed: time.Duration(d.u64())}
+	return s, d.finish(msgDevices)
+}
+
+// deviceApplier returns what loads a decoded device state into the
+// target's VM.
+func (t *target) deviceApplier(v any) func() {
+	vm := t.vm
+	switch v := v.(type) {
+	case devices.UARTState:
+		return func() { vm.Serial().SetState(v) }
+	case devices.HistoryState:
+		return func() { vm.Serial().Output().Restore(v) }
+	case devices.BootTimerState:
+		return func() { vm.BootTimer().Restore(v) }
+	}
+	panic(fmt.Sprintf("migrate: no applier for %T", v)) // a codec without an applier is a bug
+}
