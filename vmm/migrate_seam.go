@@ -10,6 +10,7 @@ import (
 
 	"tern/vmm/kvm"
 	"tern/vmm/memory"
+	"tern/vmm/vcpu"
 )
 
 // What a live migration (vmm/migrate) needs of a VM beyond running it.
@@ -65,17 +66,35 @@ func NewMigrationTarget(cfg Config, mem *memory.Memory) (_ *VM, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := vm.attachDevices(cfg); err != nil {
+		return nil, err
+	}
 	for id := range max(cfg.VCPUs, 1) {
-		cpu, err := vm.kvm.CreateVCPU(id)
+		// As in New: each vCPU is created on its own locked thread and
+		// parks before its first instruction; the migration restores its
+		// state and Run (or Resume) lets it go.
+		create := func() (*kvm.VCPU, error) {
+			cpu, err := vm.kvm.CreateVCPU(id)
+			if err != nil {
+				return nil, err
+			}
+			if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
+				return nil, err
+			}
+			return cpu, nil
+		}
+		v, err := vcpu.Start(vcpu.Config{
+			Create: create, Ports: vm.ports, MMIO: vm.mmio,
+			WaitOnHLT: id > 0, StartPaused: true,
+		})
 		if err != nil {
 			return nil, err
 		}
-		vm.cpus = append(vm.cpus, cpu)
-		if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
-			return nil, err
-		}
+		vm.mu.Lock()
+		vm.vcpus = append(vm.vcpus, v)
+		vm.mu.Unlock()
 	}
-	return vm, vm.attachDevices(cfg)
+	return vm, nil
 }
 
 // MemorySlots returns the KVM memory slot of each region, slot i for
@@ -107,4 +126,10 @@ func (vm *VM) SetDirtyLogging(on bool) ([]kvm.MemoryRegion, error) {
 // KVMVCPUs returns every vCPU's KVM handle in id order, before or after
 // Run. Use one only while no thread is in KVM_RUN on it: before Run, while
 // the VM is paused, or after Run returned.
-func (vm *VM) KVMVCPUs() []*kvm.VCPU { return slices.Clone(vm.cpus) }
+func (vm *VM) KVMVCPUs() []*kvm.VCPU {
+	var out []*kvm.VCPU
+	for _, v := range vm.VCPUs() {
+		out = append(out, v.KVM())
+	}
+	return out
+}
