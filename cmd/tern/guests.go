@@ -15,7 +15,7 @@ func init() { rootCmd.AddCommand(newGuestsCmd()) }
 func newGuestsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "guests",
-		Short: "tern's built-in test guests (hello, dirty, disk, echo)",
+		Short: "tern's built-in test guests (hello, dirty, disk, echo, demo)",
 	}
 	var out string
 	build := &cobra.Command{

@@ -57,3 +57,124 @@ func ParseDirtyRate(line string) (mibPerSec uint64, ok bool) {
 	v, err := strconv.ParseUint(n, 10, 64)
 	return v, err == nil
 }
+
+// Lines of the demo guest (src/demo.c), which stays running: see
+// ParseDemoReady, ParseDemoRound and ParseDemoEcho for the lines that
+// carry values.
+const (
+	// DemoNoDisk is demo's line when it found no virtio-blk device; it
+	// goes on without one. A device that would not set up gives
+	// DemoNoDisk + ": " + the reason.
+	DemoNoDisk = "demo: no disk"
+	// DemoReadyPrefix starts demo's ready line, "demo: ready, disk N
+	// sectors" or "demo: ready, no disk": from then on it reads input.
+	DemoReadyPrefix = "demo: ready, "
+	// DemoEchoPrefix starts the line demo prints for each line it reads.
+	DemoEchoPrefix = "demo: echo "
+	// DemoQuit is the input line that makes demo say DemoBye and exit 0.
+	DemoQuit = "quit"
+	// DemoBye is demo's last line, after it echoed DemoQuit.
+	DemoBye = "demo: bye"
+)
+
+// DemoReady is what demo's ready line says about its disk.
+type DemoReady struct {
+	// Disk reports a usable virtio-blk device.
+	Disk bool
+	// Sectors is the disk's capacity in 512-byte sectors.
+	Sectors uint64
+}
+
+// ParseDemoReady parses "demo: ready, disk N sectors" or "demo: ready, no
+// disk". ok is false for any other line.
+func ParseDemoReady(line string) (r DemoReady, ok bool) {
+	rest, found := strings.CutPrefix(line, DemoReadyPrefix)
+	if !found {
+		return DemoReady{}, false
+	}
+	if rest == "no disk" {
+		return DemoReady{}, true
+	}
+	n, found := cutAround(rest, "disk ", " sectors")
+	if !found {
+		return DemoReady{}, false
+	}
+	v, err := strconv.ParseUint(n, 10, 64)
+	return DemoReady{Disk: true, Sectors: v}, err == nil
+}
+
+// DemoRound is one of demo's once-a-second status lines.
+type DemoRound struct {
+	// Round is R, counting from 1.
+	Round uint64
+	// OK reports "demo: round R wrote W sectors, verified V, ok".
+	OK bool
+	// Wrote and Verified are W and V of an OK line.
+	Wrote, Verified uint64
+	// NoDisk reports "demo: round R no disk".
+	NoDisk bool
+	// Detail is what follows "demo: round R FAIL ": "sector S" for a
+	// sector that read back wrong, or the request that failed ("write
+	// request", "flush request", "read request").
+	Detail string
+}
+
+// ParseDemoRound parses one of demo's status lines. ok is false for any
+// other line.
+func ParseDemoRound(line string) (r DemoRound, ok bool) {
+	rest, found := strings.CutPrefix(line, "demo: round ")
+	if !found {
+		return DemoRound{}, false
+	}
+	n, rest, found := strings.Cut(rest, " ")
+	if !found {
+		return DemoRound{}, false
+	}
+	round, err := strconv.ParseUint(n, 10, 64)
+	if err != nil {
+		return DemoRound{}, false
+	}
+	r.Round = round
+	if rest == "no disk" {
+		r.NoDisk = true
+		return r, true
+	}
+	if detail, found := strings.CutPrefix(rest, "FAIL "); found && detail != "" {
+		r.Detail = detail
+		return r, true
+	}
+	counts, found := cutAround(rest, "wrote ", ", ok")
+	if !found {
+		return DemoRound{}, false
+	}
+	wrote, verified, found := strings.Cut(counts, " sectors, verified ")
+	if !found {
+		return DemoRound{}, false
+	}
+	var errW, errV error
+	r.Wrote, errW = strconv.ParseUint(wrote, 10, 64)
+	r.Verified, errV = strconv.ParseUint(verified, 10, 64)
+	if errW != nil || errV != nil {
+		return DemoRound{}, false
+	}
+	r.OK = true
+	return r, true
+}
+
+// ParseDemoEcho returns the input line demo echoed in "demo: echo
+// <line>". ok is false for any other line.
+func ParseDemoEcho(line string) (input string, ok bool) {
+	if input, ok = strings.CutPrefix(line, DemoEchoPrefix); !ok {
+		return "", false
+	}
+	return input, true
+}
+
+// cutAround returns s without prefix and suffix, when it has both.
+func cutAround(s, prefix, suffix string) (string, bool) {
+	rest, found := strings.CutPrefix(s, prefix)
+	if !found {
+		return "", false
+	}
+	return strings.CutSuffix(rest, suffix)
+}

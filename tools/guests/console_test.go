@@ -39,3 +39,65 @@ func TestParseDirtyRate(t *testing.T) {
 		}
 	}
 }
+
+func TestParseDemoReady(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want DemoReady
+		ok   bool
+	}{
+		{"demo: ready, disk 2048 sectors", DemoReady{Disk: true, Sectors: 2048}, true},
+		{"demo: ready, no disk", DemoReady{}, true},
+		{"demo: ready, disk x sectors", DemoReady{Disk: true}, false},
+		{"demo: ready, disk 2048", DemoReady{}, false},
+		{"demo: no disk", DemoReady{}, false},
+		{"echo: ready", DemoReady{}, false},
+	} {
+		got, ok := ParseDemoReady(c.line)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseDemoReady(%q) = %+v, %v; want %+v, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestParseDemoRound(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want DemoRound
+		ok   bool
+	}{
+		{"demo: round 7 wrote 4 sectors, verified 4, ok", DemoRound{Round: 7, OK: true, Wrote: 4, Verified: 4}, true},
+		{"demo: round 1 no disk", DemoRound{Round: 1, NoDisk: true}, true},
+		{"demo: round 3 FAIL sector 17", DemoRound{Round: 3, Detail: "sector 17"}, true},
+		{"demo: round 3 FAIL flush request", DemoRound{Round: 3, Detail: "flush request"}, true},
+		{"demo: round 3 FAIL ", DemoRound{}, false},
+		{"demo: round x no disk", DemoRound{}, false},
+		{"demo: round 2 wrote 4 sectors, verified 4", DemoRound{}, false},
+		{"demo: round 2 wrote four sectors, verified 4, ok", DemoRound{}, false},
+		{"demo: round 2", DemoRound{}, false},
+		{"demo: echo round 2 no disk", DemoRound{}, false},
+	} {
+		got, ok := ParseDemoRound(c.line)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseDemoRound(%q) = %+v, %v; want %+v, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestParseDemoEcho(t *testing.T) {
+	for _, c := range []struct {
+		line, want string
+		ok         bool
+	}{
+		{"demo: echo hello tern", "hello tern", true},
+		{"demo: echo ", "", true},
+		{"demo: echo quit", DemoQuit, true},
+		{"echo: hello", "", false},
+		{"demo: bye", "", false},
+	} {
+		got, ok := ParseDemoEcho(c.line)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseDemoEcho(%q) = %q, %v; want %q, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -85,6 +85,26 @@
 //     UART as "echo: <line>" (CR, LF or CR LF ends a line; lines over 128
 //     bytes come back in pieces); the line "quit" makes it print
 //     "echo: bye" and exit 0. See src/echo.c.
+//   - demo stays running, as a demonstration VM does. It finds the disk as
+//     disk does and prints "demo: disk id <id>" and "demo: ready, disk N
+//     sectors" (or "demo: no disk", once, and "demo: ready, no disk").
+//     Once a second by the TSC, round R (from 1) writes `sectors` sectors
+//     (default 4, at most 8) from [DemoRoundFirstSector] with
+//     [DemoPattern], flushes, reads back, verifies and prints "demo: round
+//     R wrote W sectors, verified V, ok" or "demo: round R FAIL sector S"
+//     (or "FAIL write request" and the like) and carries on; without a
+//     disk "demo: round R no disk". A round due late (a paused VM) runs
+//     once: missed rounds are skipped. Between rounds it echoes each line
+//     as "demo: echo <line>", like echo; "quit" makes it print "demo: bye"
+//     and exit 0. [ParseDemoReady], [ParseDemoRound] and [ParseDemoEcho]
+//     read those lines. See src/demo.c.
+//
+// disk and demo share the virtio-blk driver (src/virtio_blk.c: one
+// 8-entry split virtqueue, one request at a time, the used ring polled, no
+// interrupts), echo and demo the UART line reader (src/line.c: between
+// polls of an empty UART it waits 50 µs on the TSC, not an exit per
+// spin). The build links a shared source only into the guests that use
+// it.
 //
 // Under QEMU with KVM on a nested-PVM machine, dirty fills 256 MiB in
 // about 0.6 s (first touch of each page dominates), rewrites its working

@@ -49,7 +49,7 @@ func pvhEntry(f *elf.File) (uint32, bool) {
 
 func TestEveryGuestIsALoadableELF64WithBothEntries(t *testing.T) {
 	names := Names()
-	if want := []string{"dirty", "disk", "echo", "hello"}; !slices.Equal(names, want) {
+	if want := []string{"demo", "dirty", "disk", "echo", "hello"}; !slices.Equal(names, want) {
 		t.Fatalf("Names() = %v, want %v", names, want)
 	}
 	for _, name := range names {
@@ -166,6 +166,23 @@ func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
 	} {
 		if !bytes.Contains(h, []byte(want)) {
 			t.Errorf("src/guest.h lacks %q", want)
+		}
+	}
+}
+
+func TestDemoConstantsAgreeWithItsSource(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("src", "demo.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("#define DEFAULT_SEED %#xULL\n", DefaultDiskSeed),
+		fmt.Sprintf("#define DEFAULT_SECTORS_PER_ROUND %d\n", DefaultDemoSectorsPerRound),
+		fmt.Sprintf("#define MAX_SECTORS_PER_ROUND %d\n", MaxDemoSectorsPerRound),
+		fmt.Sprintf("#define ROUND_MIX %#xULL\n", uint64(demoRoundMix)),
+	} {
+		if !bytes.Contains(src, []byte(want)) {
+			t.Errorf("src/demo.c lacks %q", want)
 		}
 	}
 }

@@ -34,18 +34,22 @@ type Params struct {
 	// PageDelayTSC is how many TSC ticks the dirty guest waits after each
 	// page it rewrites (default 0): it sets the dirtying rate.
 	PageDelayTSC uint64
-	// Seed is the disk guest's pattern seed (default 0x7465726e).
+	// Seed is the disk and demo guests' pattern seed (default
+	// 0x7465726e).
 	Seed uint64
 	// Sectors is how many 512-byte sectors the disk guest writes and
-	// verifies (default 256, capped at the disk's capacity).
+	// verifies (default 256), or the demo guest each round (default
+	// DefaultDemoSectorsPerRound, at most MaxDemoSectorsPerRound); both
+	// cap it at the disk's capacity.
 	Sectors uint64
-	// VirtioBase is the disk guest's virtio-mmio base address; zero scans
-	// QEMU microvm's slots from 0xfeb00000.
+	// VirtioBase is the disk and demo guests' virtio-mmio base address;
+	// zero scans QEMU microvm's slots from 0xfeb00000.
 	VirtioBase uint64
 	// TSCkHz is the guest's TSC frequency, which the host knows
 	// (KVM_GET_TSC_KHZ); without it the guests assume DefaultTSCkHz. It
 	// scales the times and rates they print, the dirty guest's
-	// verification interval and the echo guest's polling interval.
+	// verification interval, the demo guest's one-second rounds and the
+	// echo and demo guests' polling interval.
 	TSCkHz uint64
 	// VerifyEverySec is how many seconds of dirtying the dirty guest does
 	// between verifications of its whole pattern (default 1).
@@ -113,4 +117,32 @@ func DiskPattern(seed, sector uint64) []byte {
 		binary.LittleEndian.PutUint64(b[8*w:], x)
 	}
 	return b
+}
+
+// The demo guest's rounds: round R (from 1) writes SectorsPerRound
+// sectors from DemoRoundFirstSector, each holding DemoPattern.
+const (
+	// DefaultDemoSectorsPerRound is how many sectors each of demo's rounds
+	// writes when Params.Sectors is 0.
+	DefaultDemoSectorsPerRound = 4
+	// MaxDemoSectorsPerRound caps Params.Sectors for demo (and the disk's
+	// capacity caps it too).
+	MaxDemoSectorsPerRound = 8
+	// demoRoundMix folds the round into the seed (ROUND_MIX in
+	// src/demo.c).
+	demoRoundMix = 0xc2b2ae3d27d4eb4f
+)
+
+// DemoRoundFirstSector returns the first sector demo's round writes, for
+// perRound sectors a round on a disk of capacity sectors: the rounds walk
+// the disk's whole slots of perRound sectors and wrap.
+func DemoRoundFirstSector(round, perRound, capacity uint64) uint64 {
+	return (round - 1) * perRound % (capacity - capacity%perRound)
+}
+
+// DemoPattern returns the 512 bytes demo's round writes to sector, so a
+// test can check a disk's contents from outside the guest: the disk
+// guest's pattern with the round folded into the seed.
+func DemoPattern(seed, sector, round uint64) []byte {
+	return DiskPattern(seed^round*demoRoundMix, sector)
 }

@@ -364,3 +364,145 @@ func TestQEMUKVMDirtyVerifies256MiB(t *testing.T) {
 	}
 	t.Logf("dirty under KVM (figures scaled by an assumed %d kHz TSC):\n%s", DefaultTSCkHz, out)
 }
+
+// demoDiskArgs are QEMU's arguments for a modern virtio-blk device on the
+// raw image img with the given serial (the guest's GET_ID string).
+func demoDiskArgs(img, serial string) []string {
+	return []string{"-global", "virtio-mmio.force-legacy=false",
+		"-drive", "id=d0,file=" + img + ",format=raw,if=none",
+		"-device", "virtio-blk-device,drive=d0,serial=" + serial}
+}
+
+// demoTSCkHz is far below any real TSC frequency, so that demo's
+// one-second rounds come several times a wall-clock second.
+const demoTSCkHz = 250_000
+
+// waitDemoRounds reads demo's serial output until n more status lines
+// that match want have arrived, failing the test on a status line that
+// does not.
+func (g *qemuGuest) waitDemoRounds(n int, want func(DemoRound) bool) {
+	g.t.Helper()
+	for i := 0; i < n; i++ {
+		line := g.waitFor(func(line string) bool { _, ok := ParseDemoRound(line); return ok })
+		if r, _ := ParseDemoRound(line); !want(r) {
+			g.t.Fatalf("guest %s: unexpected status line %q; serial so far:\n%s", g.name, line, g.out.String())
+		}
+	}
+}
+
+// typeLine writes line and CR LF to the guest's UART.
+func (g *qemuGuest) typeLine(line string) {
+	g.t.Helper()
+	if _, err := io.WriteString(g.stdin, line+"\r\n"); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// demoRounds parses every status line of demo's output, checking that the
+// rounds count up from 1 without a gap.
+func demoRounds(t *testing.T, out string) []DemoRound {
+	t.Helper()
+	var rounds []DemoRound
+	for _, line := range strings.Split(out, "\n") {
+		if r, ok := ParseDemoRound(line); ok {
+			if r.Round != uint64(len(rounds))+1 {
+				t.Errorf("status line %q after %d rounds", line, len(rounds))
+			}
+			rounds = append(rounds, r)
+		}
+	}
+	return rounds
+}
+
+func TestQEMUDemoVerifiesRoundsEchoesAndQuits(t *testing.T) {
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		testDemo(t, accel, 0, DefaultDemoSectorsPerRound)
+	})
+}
+
+func TestQEMUDemoCapsSectorsPerRound(t *testing.T) {
+	testDemo(t, tcg, 100, MaxDemoSectorsPerRound)
+}
+
+// testDemo runs demo on a 1 MiB image with Params.Sectors set to sectors:
+// it waits for two rounds that each wrote and verified perRound sectors,
+// types a line and waits for its echo, then quits, and checks the image
+// holds what the rounds wrote.
+func testDemo(t *testing.T, accel []string, sectors, perRound uint64) {
+	const seed, capacity = 0x5eed, 2048
+	img := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(img, make([]byte, capacity*512), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Params{Seed: seed, Sectors: sectors, TSCkHz: demoTSCkHz}
+	g := startQEMU(t, accel, "demo", &p, demoDiskArgs(img, "terndemo0")...)
+	ready := g.waitFor(func(line string) bool { return strings.HasPrefix(line, DemoReadyPrefix) })
+	if r, ok := ParseDemoReady(ready); !ok || r != (DemoReady{Disk: true, Sectors: capacity}) {
+		t.Fatalf("ready line %q, want a disk of %d sectors", ready, capacity)
+	}
+	if !strings.Contains(g.out.String(), "demo: disk id terndemo0\n") {
+		t.Errorf("serial output %q lacks the disk id", g.out.String())
+	}
+	okRound := func(r DemoRound) bool { return r.OK && r.Wrote == perRound && r.Verified == perRound }
+	g.waitDemoRounds(2, okRound)
+	g.typeLine("hello demo")
+	g.waitFor(func(line string) bool { return line == DemoEchoPrefix+"hello demo" })
+	g.waitDemoRounds(1, okRound)
+	g.typeLine(DemoQuit)
+	out, code := g.wait()
+	if !strings.HasSuffix(out, DemoEchoPrefix+DemoQuit+"\n"+DemoBye+"\n") {
+		t.Errorf("serial output %q does not end with the echoed quit and the bye", out)
+	}
+	if code != qemuExitSuccess {
+		t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
+	}
+	rounds := demoRounds(t, out)
+	for _, r := range rounds {
+		if !okRound(r) {
+			t.Errorf("round %+v, want %d sectors written and verified", r, perRound)
+		}
+	}
+
+	// Replay the rounds: later rounds overwrite earlier ones after a wrap.
+	want := make([]byte, capacity*512)
+	for _, r := range rounds {
+		first := DemoRoundFirstSector(r.Round, perRound, capacity)
+		for s := first; s < first+perRound; s++ {
+			copy(want[s*512:], DemoPattern(seed, s, r.Round))
+		}
+	}
+	got, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the image does not hold the patterns of the %d rounds the guest reported", len(rounds))
+	}
+}
+
+func TestQEMUDemoWithoutDiskKeepsRunningAndEchoes(t *testing.T) {
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		g := startQEMU(t, accel, "demo", &Params{TSCkHz: demoTSCkHz})
+		if line, _ := g.next(); line != DemoNoDisk {
+			t.Fatalf("first line %q, want %q", line, DemoNoDisk)
+		}
+		ready := g.waitFor(func(line string) bool { return strings.HasPrefix(line, DemoReadyPrefix) })
+		if r, ok := ParseDemoReady(ready); !ok || r.Disk {
+			t.Fatalf("ready line %q, want no disk", ready)
+		}
+		noDisk := func(r DemoRound) bool { return r.NoDisk }
+		g.waitDemoRounds(2, noDisk)
+		g.typeLine("still here")
+		g.waitFor(func(line string) bool { return line == DemoEchoPrefix+"still here" })
+		g.waitDemoRounds(1, noDisk)
+		g.typeLine(DemoQuit)
+		out, code := g.wait()
+		if !strings.HasSuffix(out, DemoEchoPrefix+DemoQuit+"\n"+DemoBye+"\n") || code != qemuExitSuccess {
+			t.Errorf("serial output %q status %d, want the echoed quit, the bye and status %d", out, code, qemuExitSuccess)
+		}
+		if n := strings.Count(out, DemoNoDisk+"\n"); n != 1 {
+			t.Errorf("%q said %d times, want once", DemoNoDisk, n)
+		}
+		demoRounds(t, out)
+	})
+}

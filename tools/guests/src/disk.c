@@ -1,151 +1,19 @@
 /*
- * disk: a minimal virtio-blk driver over virtio-mmio (virtio 1.x, modern
- * register layout only; QEMU needs -global virtio-mmio.force-legacy=false).
+ * disk: writes, flushes, reads back and verifies a pattern on the first
+ * virtio-blk device, through the driver in virtio_blk.c.
  *
- * It finds the first virtio-blk device (at the parameter block's
- * virtio_base, or by scanning QEMU microvm's virtio-mmio slots from
- * 0xfeb00000), negotiates VERSION_1 (and FLUSH when offered), sets up one
- * 8-entry split virtqueue, prints the disk's GET_ID string, writes `sectors`
- * sectors of a pattern derived from `seed`, flushes, reads them back and
- * verifies. It prints "disk: PASS" and exits 0, or "disk: FAIL sector N"
- * and exits 1 (2 when no device or the device misbehaves). The driver polls
- * the used ring; it takes no interrupts.
+ * It finds the device (at the parameter block's virtio_base, or by
+ * scanning QEMU microvm's virtio-mmio slots), prints the disk's GET_ID
+ * string, writes `sectors` sectors of a pattern derived from `seed`,
+ * flushes (when the device offers FLUSH), reads them back and verifies.
+ * It prints "disk: PASS N sectors" and exits 0, or "disk: FAIL sector N"
+ * and exits 1 (2 when no device or the device misbehaves).
  */
-#include "guest.h"
+#include "virtio_blk.h"
 
-#define VIRTIO_MAGIC 0x74726976
-#define SCAN_BASE 0xfeb00000UL
-#define SCAN_STRIDE 0x200UL
-#define SCAN_SLOTS 32
-
-enum {
-	R_MAGIC = 0x000, R_VERSION = 0x004, R_DEVICE_ID = 0x008,
-	R_DEVICE_FEATURES = 0x010, R_DEVICE_FEATURES_SEL = 0x014,
-	R_DRIVER_FEATURES = 0x020, R_DRIVER_FEATURES_SEL = 0x024,
-	R_QUEUE_SEL = 0x030, R_QUEUE_NUM_MAX = 0x034, R_QUEUE_NUM = 0x038,
-	R_QUEUE_READY = 0x044, R_QUEUE_NOTIFY = 0x050,
-	R_INTERRUPT_STATUS = 0x060, R_INTERRUPT_ACK = 0x064, R_STATUS = 0x070,
-	R_QUEUE_DESC_LOW = 0x080, R_QUEUE_DESC_HIGH = 0x084,
-	R_QUEUE_DRIVER_LOW = 0x090, R_QUEUE_DRIVER_HIGH = 0x094,
-	R_QUEUE_DEVICE_LOW = 0x0a0, R_QUEUE_DEVICE_HIGH = 0x0a4,
-	R_CONFIG = 0x100,
-};
-
-enum { S_ACK = 1, S_DRIVER = 2, S_DRIVER_OK = 4, S_FEATURES_OK = 8, S_FAILED = 128 };
-enum { T_IN = 0, T_OUT = 1, T_FLUSH = 4, T_GET_ID = 8 };
-enum { F_NEXT = 1, F_WRITE = 2 };
-
-#define QSIZE 8
-#define SECTOR 512UL
 #define CHUNK_SECTORS 8UL
-#define FEATURE_FLUSH (1u << 9)
 
-struct desc { u64 addr; u32 len; u16 flags; u16 next; };
-struct avail { u16 flags; u16 idx; u16 ring[QSIZE]; u16 used_event; };
-struct used_elem { u32 id; u32 len; };
-struct used { u16 flags; u16 idx; struct used_elem ring[QSIZE]; u16 avail_event; };
-struct req_hdr { u32 type; u32 reserved; u64 sector; };
-
-static struct desc descs[QSIZE] __attribute__((aligned(4096)));
-static struct avail avail __attribute__((aligned(4096)));
-static struct used used __attribute__((aligned(4096)));
-static struct req_hdr hdr __attribute__((aligned(16)));
-static u8 status_byte __attribute__((aligned(16)));
 static u8 buf[CHUNK_SECTORS * SECTOR] __attribute__((aligned(4096)));
-static u16 last_used;
-static uptr dev;
-
-static u32 rd(unsigned r) { return mmio_read32(dev + r); }
-static void wr(unsigned r, u32 v) { mmio_write32(dev + r, v); }
-
-static int probe(uptr base)
-{
-	dev = base;
-	return rd(R_MAGIC) == VIRTIO_MAGIC && rd(R_VERSION) == 2 && rd(R_DEVICE_ID) == 2;
-}
-
-static int find_device(void)
-{
-	uptr base = param(0x48, 0);
-	if (base)
-		return probe(base);
-	for (unsigned i = 0; i < SCAN_SLOTS; i++)
-		if (probe(SCAN_BASE + i * SCAN_STRIDE))
-			return 1;
-	return 0;
-}
-
-/* submit runs one request and returns its status byte (0xff on timeout). */
-static u8 submit(u32 type, u64 sector, void *data, u32 len)
-{
-	hdr.type = type;
-	hdr.reserved = 0;
-	hdr.sector = sector;
-	status_byte = 0xff;
-	descs[0] = (struct desc){ (uptr)&hdr, sizeof hdr, F_NEXT, 1 };
-	if (len) {
-		u16 dir = type == T_OUT ? 0 : F_WRITE;
-		descs[1] = (struct desc){ (uptr)data, len, F_NEXT | dir, 2 };
-	} else {
-		descs[0].next = 2;
-	}
-	descs[2] = (struct desc){ (uptr)&status_byte, 1, F_WRITE, 0 };
-	avail.ring[avail.idx % QSIZE] = 0;
-	barrier();
-	*(volatile u16 *)&avail.idx = avail.idx + 1;
-	barrier();
-	wr(R_QUEUE_NOTIFY, 0);
-	for (u64 spin = 0; *(volatile u16 *)&used.idx == last_used; spin++) {
-		if (spin > 2000000000ULL)
-			return 0xff;
-		__asm__ volatile("pause");
-	}
-	barrier();
-	last_used++;
-	wr(R_INTERRUPT_ACK, rd(R_INTERRUPT_STATUS));
-	return *(volatile u8 *)&status_byte;
-}
-
-static u64 pattern(u64 seed, u64 sector, u64 w)
-{
-	u64 x = seed ^ (sector * 0x9e3779b97f4a7c15ULL) ^ (w << 32);
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	return x;
-}
-
-static int setup(u32 *features)
-{
-	wr(R_STATUS, 0);
-	wr(R_STATUS, S_ACK);
-	wr(R_STATUS, S_ACK | S_DRIVER);
-	wr(R_DEVICE_FEATURES_SEL, 1);
-	if (!(rd(R_DEVICE_FEATURES) & 1))	/* VIRTIO_F_VERSION_1 */
-		return 0;
-	wr(R_DEVICE_FEATURES_SEL, 0);
-	*features = rd(R_DEVICE_FEATURES) & FEATURE_FLUSH;
-	wr(R_DRIVER_FEATURES_SEL, 0);
-	wr(R_DRIVER_FEATURES, *features);
-	wr(R_DRIVER_FEATURES_SEL, 1);
-	wr(R_DRIVER_FEATURES, 1);
-	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK);
-	if (!(rd(R_STATUS) & S_FEATURES_OK))
-		return 0;
-	wr(R_QUEUE_SEL, 0);
-	if (rd(R_QUEUE_NUM_MAX) < QSIZE)
-		return 0;
-	wr(R_QUEUE_NUM, QSIZE);
-	wr(R_QUEUE_DESC_LOW, (u32)(uptr)descs);
-	wr(R_QUEUE_DESC_HIGH, 0);
-	wr(R_QUEUE_DRIVER_LOW, (u32)(uptr)&avail);
-	wr(R_QUEUE_DRIVER_HIGH, 0);
-	wr(R_QUEUE_DEVICE_LOW, (u32)(uptr)&used);
-	wr(R_QUEUE_DEVICE_HIGH, 0);
-	wr(R_QUEUE_READY, 1);
-	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK);
-	return 1;
-}
 
 static int fail(const char *what)
 {
@@ -157,21 +25,20 @@ static int fail(const char *what)
 
 int main(void)
 {
-	u64 seed = param(0x38, 0x7465726e);
-	u64 sectors = param(0x40, 256);
-	u32 features = 0;
+	u64 seed = param(P_SEED, 0x7465726e);
+	u64 sectors = param(P_SECTORS, 256);
 
-	if (!find_device())
+	if (!vblk_find())
 		return fail("no virtio-blk device");
-	if (!setup(&features))
+	if (!vblk_setup())
 		return fail("device setup");
-	u64 capacity = (u64)rd(R_CONFIG) | (u64)rd(R_CONFIG + 4) << 32;
+	u64 capacity = vblk_capacity();
 	if (sectors > capacity)
 		sectors = capacity;
 	sectors -= sectors % CHUNK_SECTORS;
 
 	memset(buf, 0, 21);
-	if (submit(T_GET_ID, 0, buf, 20) == 0) {
+	if (vblk_submit(VBLK_T_GET_ID, 0, buf, 20) == 0) {
 		puts("disk: id ");
 		puts((const char *)buf);
 		puts("\n");
@@ -180,19 +47,19 @@ int main(void)
 	u64 *words = (u64 *)buf;
 	for (u64 s = 0; s < sectors; s += CHUNK_SECTORS) {
 		for (u64 w = 0; w < CHUNK_SECTORS * SECTOR / 8; w++)
-			words[w] = pattern(seed, s + w / (SECTOR / 8), w % (SECTOR / 8));
-		if (submit(T_OUT, s, buf, sizeof buf) != 0)
+			words[w] = sector_pattern(seed, s + w / (SECTOR / 8), w % (SECTOR / 8));
+		if (vblk_submit(VBLK_T_OUT, s, buf, sizeof buf) != 0)
 			return fail("write request");
 	}
-	if ((features & FEATURE_FLUSH) && submit(T_FLUSH, 0, 0, 0) != 0)
+	if (vblk_has_flush() && vblk_submit(VBLK_T_FLUSH, 0, 0, 0) != 0)
 		return fail("flush request");
 	for (u64 s = 0; s < sectors; s += CHUNK_SECTORS) {
 		memset(buf, 0, sizeof buf);
-		if (submit(T_IN, s, buf, sizeof buf) != 0)
+		if (vblk_submit(VBLK_T_IN, s, buf, sizeof buf) != 0)
 			return fail("read request");
 		for (u64 w = 0; w < CHUNK_SECTORS * SECTOR / 8; w++) {
 			u64 sector = s + w / (SECTOR / 8);
-			if (words[w] != pattern(seed, sector, w % (SECTOR / 8))) {
+			if (words[w] != sector_pattern(seed, sector, w % (SECTOR / 8))) {
 				puts("disk: FAIL sector ");
 				putdec(sector);
 				puts("\n");

@@ -41,9 +41,9 @@ struct params {
 	u64 working_set_bytes;	/* 0x20 dirty: bytes rewritten each pass */
 	u64 passes;		/* 0x28 dirty: rewrite passes; ~0 = forever */
 	u64 page_delay_tsc;	/* 0x30 dirty: TSC ticks to wait per page */
-	u64 seed;		/* 0x38 disk: pattern seed */
-	u64 sectors;		/* 0x40 disk: sectors to write and verify */
-	u64 virtio_base;	/* 0x48 disk: virtio-mmio base; 0 = scan */
+	u64 seed;		/* 0x38 disk, demo: pattern seed */
+	u64 sectors;		/* 0x40 disk: sectors to verify; demo: per round */
+	u64 virtio_base;	/* 0x48 disk, demo: virtio-mmio base; 0 = scan */
 	u64 tsc_khz;		/* 0x50 TSC frequency; 0 = DEFAULT_TSC_KHZ */
 	u64 verify_request;	/* 0x58 dirty: host changes it to ask for a verify */
 	u64 verify_ack;		/* 0x60 dirty: guest copies the request here after */

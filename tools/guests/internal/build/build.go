@@ -15,7 +15,7 @@ import (
 )
 
 // Guests lists the guests built from src/<name>.c, in output order.
-var Guests = []string{"hello", "dirty", "disk", "echo"}
+var Guests = []string{"hello", "dirty", "disk", "echo", "demo"}
 
 // CompilerFile is the name, in the output directory, of the file that
 // records the first line of `cc --version` the ELF files were built with:
@@ -24,6 +24,15 @@ const CompilerFile = "COMPILER"
 
 // commonSources are linked into every guest.
 var commonSources = []string{"entry.S", "runtime.c", "trap.c"}
+
+// sharedSources are the shared drivers each guest links beside
+// commonSources and its own <name>.c: only the guests that use a driver
+// carry it (and its buffers).
+var sharedSources = map[string][]string{
+	"disk": {"virtio_blk.c"},
+	"echo": {"line.c"},
+	"demo": {"virtio_blk.c", "line.c"},
+}
 
 // Flags are the compiler and linker flags. They leave out everything that
 // would make the bytes depend on the checkout or the host: no debug info,
@@ -75,6 +84,7 @@ func Build(ctx context.Context, srcDir, outDir string) error {
 		args := append([]string{}, Flags...)
 		args = append(args, "-ffile-prefix-map="+absSrc+"=tools/guests/src")
 		args = append(args, commonSources...)
+		args = append(args, sharedSources[name]...)
 		args = append(args, name+".c", "-o", filepath.Join(absOut, name+".elf"))
 		cmd := exec.CommandContext(ctx, "cc", args...)
 		cmd.Dir = absSrc
