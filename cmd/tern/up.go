@@ -155,8 +155,6 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	printUpIntro(out, self, url, dataDir)
-
 	c, err := client.New(url, nil)
 	if err != nil {
 		return err
@@ -164,6 +162,8 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 	if err := ensureUpInstance(ctx, c, targets, gen); err != nil {
 		return err
 	}
+	// After the ensure, so that whoever reads the URL finds the instance.
+	printUpIntro(out, self, url, dataDir)
 	console := startUpConsole(ctx, c, out)
 	defer console.stop()
 	select {
