@@ -51,7 +51,8 @@ type StartPhase struct {
 	// several seconds before it can run: until the 201.
 	EnsureReturnSlowP50 float64 `json:"ensure_return_slow_activation_ms_p50"`
 	EnsureReturnSlowP99 float64 `json:"ensure_return_slow_activation_ms_p99"`
-	// GET /healthz round trips, the floor, timed between the ensures.
+	// GET /healthz round trips, the floor, each timed just before an
+	// ensure.
 	HealthzP50 float64 `json:"healthz_ms_p50"`
 	HealthzP99 float64 `json:"healthz_ms_p99"`
 	// SlowActivation is, once per phase, the slow volume's ensure→running:
@@ -59,6 +60,9 @@ type StartPhase struct {
 	SlowActivation float64 `json:"slow_activation_ensure_to_running_ms"`
 	// SlowActivationBytes is what that reconciliation copied.
 	SlowActivationBytes uint64 `json:"slow_activation_bytes_repaired"`
+	// EnsureRetries counts ensures refused with instance_exists just after
+	// the last instance was seen destroyed, repeated and not timed.
+	EnsureRetries int `json:"ensure_retries_after_destroyed"`
 	// Ratios the targets bound.
 	EnsureToHealthz float64 `json:"ensure_return_p99_over_healthz_p99"`
 	SlowToFast      float64 `json:"ensure_return_slow_p99_over_fast_p99"`
@@ -86,9 +90,6 @@ const (
 	TargetSlowOverFast = 1.5
 )
 
-// healthzPerRun is how many /healthz round trips each run adds.
-const healthzPerRun = 4
-
 // startWorker is one vmm with its own file disk and slow volume.
 type startWorker struct {
 	vmm     *vmmProc
@@ -102,6 +103,9 @@ type startWorker struct {
 	round uint64
 	// ids numbers the instances.
 	ids int
+	// ensureRetried counts ensures refused while the last instance was
+	// being let go (see ensure).
+	ensureRetried int
 }
 
 // startSamples are one phase's measurements.
@@ -179,6 +183,7 @@ func RunStart(ctx context.Context, opts StartOptions) (*StartReport, error) {
 // workers, all at once, then one full slow activation per worker.
 func runStartPhase(ctx context.Context, workers []*startWorker, opts StartOptions, say func(string, ...any)) (StartPhase, error) {
 	var samples startSamples
+	retriesBefore := retries(workers)
 	perWorker := (opts.Runs + len(workers) - 1) / len(workers)
 	errs := make([]error, len(workers))
 	activations := make([]time.Duration, len(workers))
@@ -215,12 +220,22 @@ func runStartPhase(ctx context.Context, workers []*startWorker, opts StartOption
 		HealthzP99:          percentileMs(samples.healthz, 0.99),
 		SlowActivation:      percentileMs(activations, 0.50),
 		SlowActivationBytes: slices.Min(repaired),
+		EnsureRetries:       retries(workers) - retriesBefore,
 	}
 	p.EnsureToHealthz = p.EnsureReturnP99 / p.HealthzP99
 	p.SlowToFast = p.EnsureReturnSlowP99 / p.EnsureReturnP99
 	say("  ensure %.2f ms p99 (healthz %.2f ms p99), slow-activation ensure %.2f ms p99, ensure→running %.1f ms p50, slow activation %.0f ms",
 		p.EnsureReturnP99, p.HealthzP99, p.EnsureReturnSlowP99, p.EnsureToRunningP50, p.SlowActivation)
 	return p, nil
+}
+
+// retries sums the workers' ensure retries.
+func retries(workers []*startWorker) int {
+	n := 0
+	for _, w := range workers {
+		n += w.ensureRetried
+	}
+	return n
 }
 
 // percentileMs is the q-quantile of ds (nearest rank) in milliseconds.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"tern/vmm/api"
+	"tern/vmm/client"
 	"tern/vmm/instance"
 	"tern/volume/extent"
 	"tern/volume/volumetest"
@@ -85,11 +87,13 @@ func (w *startWorker) runFile(ctx context.Context, s *startSamples) error {
 	c := w.vmm.client
 	spec := startSpec(w.nextID("file"), instance.DiskSpec{Name: "root",
 		Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: w.disk}})
-	start := time.Now()
-	v, err := c.Ensure(ctx, spec)
+	if err := w.healthz(ctx, s); err != nil {
+		return err
+	}
+	start, v, err := w.ensure(ctx, spec)
 	ret := time.Since(start)
 	if err != nil {
-		return fmt.Errorf("ensuring %s: %w", spec.ID, err)
+		return err
 	}
 	if err := c.RequestState(ctx, instance.Run); err != nil {
 		return fmt.Errorf("running %s: %w", spec.ID, err)
@@ -106,17 +110,42 @@ func (w *startWorker) runFile(ctx context.Context, s *startSamples) error {
 	}
 	s.add(&s.ensureReturn, ret)
 	s.add(&s.ensureRunning, running)
-	if err := w.vmm.stopInstance(ctx, snap.Gen); err != nil {
+	return w.vmm.stopInstance(ctx, snap.Gen)
+}
+
+// healthz times one GET /healthz, just before an ensure: the floor under
+// the same conditions.
+func (w *startWorker) healthz(ctx context.Context, s *startSamples) error {
+	d, err := w.vmm.healthz(ctx)
+	if err != nil {
 		return err
 	}
-	for range healthzPerRun {
-		d, err := w.vmm.healthz(ctx)
-		if err != nil {
-			return err
-		}
-		s.add(&s.healthz, d)
-	}
+	s.add(&s.healthz, d)
 	return nil
+}
+
+// ensureRetries bounds the ensures refused with instance_exists right
+// after the last instance was seen destroyed.
+const ensureRetries = 1000
+
+// ensure sends the ensure and returns when the accepted attempt started.
+// The server publishes destroyed a moment before it lets the old
+// instance go, so an ensure right after can be refused with
+// instance_exists: such attempts are repeated, and not timed.
+func (w *startWorker) ensure(ctx context.Context, spec instance.Spec) (time.Time, api.InstanceView, error) {
+	for range ensureRetries {
+		start := time.Now()
+		v, err := w.vmm.client.Ensure(ctx, spec)
+		if client.IsCode(err, api.CodeConflict) {
+			w.ensureRetried++
+			continue
+		}
+		if err != nil {
+			return start, v, fmt.Errorf("ensuring %s: %w", spec.ID, err)
+		}
+		return start, v, nil
+	}
+	return time.Time{}, api.InstanceView{}, fmt.Errorf("ensuring %s: the previous instance is still there after %d attempts", spec.ID, ensureRetries)
 }
 
 // slowSpec is an instance on the diverged volume at the next generation.
@@ -133,11 +162,13 @@ func (w *startWorker) slowSpec() instance.Spec {
 // then stops it during its activation.
 func (w *startWorker) runSlowEnsure(ctx context.Context, s *startSamples) error {
 	spec := w.slowSpec()
-	start := time.Now()
-	v, err := w.vmm.client.Ensure(ctx, spec)
+	if err := w.healthz(ctx, s); err != nil {
+		return err
+	}
+	start, v, err := w.ensure(ctx, spec)
 	ret := time.Since(start)
 	if err != nil {
-		return fmt.Errorf("ensuring %s: %w", spec.ID, err)
+		return err
 	}
 	s.add(&s.ensureSlow, ret)
 	return w.vmm.stopInstance(ctx, v.Gen)
@@ -152,10 +183,9 @@ func (w *startWorker) runSlowActivation(ctx context.Context) (time.Duration, uin
 	}
 	c := w.vmm.client
 	spec := w.slowSpec()
-	start := time.Now()
-	v, err := c.Ensure(ctx, spec)
+	start, v, err := w.ensure(ctx, spec)
 	if err != nil {
-		return 0, 0, fmt.Errorf("ensuring %s: %w", spec.ID, err)
+		return 0, 0, err
 	}
 	if err := c.RequestState(ctx, instance.Run); err != nil {
 		return 0, 0, fmt.Errorf("running %s: %w", spec.ID, err)
