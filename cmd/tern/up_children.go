@@ -49,9 +49,6 @@ func startUpChild(name string, cmd *exec.Cmd) (*upChild, error) {
 	return c, nil
 }
 
-// pid is the child's process id.
-func (c *upChild) pid() int { return c.cmd.Process.Pid }
-
 // stop sends SIGTERM, waits up to grace, then kills; it returns once the
 // child was reaped.
 func (c *upChild) stop(grace time.Duration) {
