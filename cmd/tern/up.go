@@ -144,6 +144,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 			inside = append(inside, upEmulatedHostAddr+":"+t[strings.LastIndexByte(t, ':')+1:])
 		}
 		targets = inside
+		fmt.Fprintf(out, "tern up: booting the emulated test host (the first run fetches a Debian kernel; progress in %s)\n", filepath.Join(dataDir, "vmm.log"))
 		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"))
 	} else {
 		var c *upChild
