@@ -10,9 +10,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"tern/tools/kvmhost"
 )
 
 func main() {
+	if kvmhost.IsInit() {
+		// tern up runs its vmm in the emulated test host with tern as /init.
+		kvmhost.RunInit()
+	}
 	// SIGINT and SIGTERM cancel the command's context: servers stop
 	// cleanly and one-shot commands abandon their work.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -23,6 +23,12 @@ import (
 var kvmhostCmd string
 
 func TestMain(m *testing.M) {
+	if IsInit() {
+		RunInit() // TestNetworkForwardsAndReachesHostLoopback boots this binary as /init
+	}
+	if os.Getenv(echoGuestEnv) != "" {
+		os.Exit(runEchoGuest())
+	}
 	dir, err := os.MkdirTemp("", "kvmhost-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

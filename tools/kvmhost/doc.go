@@ -19,7 +19,9 @@
 //     DT_NEEDED, recursively), the --file paths, the working directory's
 //     testdata and a JSON run spec.
 //  3. Inside, /init (RunInit, when IsInit) mounts proc, sys, devtmpfs and
-//     a tmpfs /tmp, brings up lo, loads the modules, opens /dev/kvm, runs
+//     a tmpfs /tmp, brings up lo, loads the modules, opens /dev/kvm (with
+//     Options.Network: gives eth0, an e1000 on QEMU user networking,
+//     GuestAddr/24, from which HostAddr is the host's loopback), runs
 //     the binary in the host's working-directory path with its stdout on
 //     ttyS0 and stderr on ttyS1 (raw: bytes pass unchanged), drains both,
 //     prints the exit status on the console (ttyS2, which also carries the

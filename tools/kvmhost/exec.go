@@ -69,6 +69,9 @@ type Options struct {
 	// Stdout and Stderr receive the binary's output as it is written;
 	// nil means this process's.
 	Stdout, Stderr io.Writer
+	// Network, when set, gives the emulated host a network card on QEMU
+	// user networking with forwards from the host's loopback.
+	Network *Network
 	// Log receives kvmhost's own progress (a kernel fetch) and, on failure,
 	// the guest console's last lines; nil means os.Stderr.
 	Log io.Writer

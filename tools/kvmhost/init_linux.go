@@ -74,6 +74,11 @@ func initAndRun() (int, error) {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return 0, fmt.Errorf("decoding run spec: %w", err)
 	}
+	if spec.Network {
+		if err := networkUp(); err != nil {
+			return 0, err
+		}
+	}
 	return runBinary(spec)
 }
 

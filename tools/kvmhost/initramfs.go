@@ -138,10 +138,11 @@ func (r *runArchive) addRun(binary string, o Options) error {
 		}
 	}
 	spec, _ := json.Marshal(runSpec{
-		Path: binary,
-		Argv: append([]string{o.Binary}, o.Args...),
-		Env:  guestEnv(o.Env),
-		Dir:  o.Dir,
+		Path:    binary,
+		Argv:    append([]string{o.Binary}, o.Args...),
+		Env:     guestEnv(o.Env),
+		Dir:     o.Dir,
+		Network: o.Network != nil,
 	})
 	r.w.File(runSpecPath, 0o644, int64(len(spec)), bytes.NewReader(spec))
 	return r.w.err

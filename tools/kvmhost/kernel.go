@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -35,8 +36,9 @@ const (
 const metaPackage = "linux-image-amd64"
 
 // hostModules are the modules the emulated host loads, with their
-// dependencies read from modinfo.
-var hostModules = []string{"kvm", "kvm_amd"}
+// dependencies read from modinfo: KVM, and the driver of the network
+// card Options.Network adds (cheap to load when there is none).
+var hostModules = []string{"kvm", "kvm_amd", "e1000"}
 
 // Kernel is a Debian kernel unpacked into the cache: the uncompressed ELF
 // vmlinux and an initramfs fragment with the KVM modules.
@@ -129,6 +131,11 @@ func CachedKernel(cache, pkg string) (*Kernel, bool) {
 	k.Dir = dir
 	if !isRegular(k.Vmlinux()) || !isRegular(k.ModulesCPIO()) {
 		return nil, false
+	}
+	for _, m := range hostModules {
+		if !slices.Contains(k.Modules, m) {
+			return nil, false // cached before m was needed: fetch again
+		}
 	}
 	return &k, true
 }

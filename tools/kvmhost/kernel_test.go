@@ -65,7 +65,7 @@ func TestCachedKernelNeedsEveryFile(t *testing.T) {
 	cache := t.TempDir()
 	dir := filepath.Join(cache, "linux-image-x")
 	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, kernelMetaFile), []byte(`{"package":"linux-image-x","release":"x","modules":["kvm"]}`), 0o644)
+	os.WriteFile(filepath.Join(dir, kernelMetaFile), []byte(`{"package":"linux-image-x","release":"x","modules":["irqbypass","kvm","ccp","kvm_amd","e1000"]}`), 0o644)
 	if _, ok := CachedKernel(cache, "linux-image-x"); ok {
 		t.Fatal("cached without vmlinux and modules.cpio")
 	}
@@ -74,5 +74,19 @@ func TestCachedKernelNeedsEveryFile(t *testing.T) {
 	k, ok := CachedKernel(cache, "linux-image-x")
 	if !ok || k.Vmlinux() != filepath.Join(dir, "vmlinux") || k.Release != "x" {
 		t.Fatalf("CachedKernel = %+v, %v", k, ok)
+	}
+}
+
+// TestCachedKernelWithoutTheNetworkDriverIsFetchedAgain: a cache filled
+// before the e1000 module was collected does not count.
+func TestCachedKernelWithoutTheNetworkDriverIsFetchedAgain(t *testing.T) {
+	cache := t.TempDir()
+	dir := filepath.Join(cache, "linux-image-x")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, kernelMetaFile), []byte(`{"package":"linux-image-x","release":"x","modules":["irqbypass","kvm","ccp","kvm_amd"]}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "vmlinux"), []byte("\x7fELF"), 0o644)
+	os.WriteFile(filepath.Join(dir, "modules.cpio"), []byte("070701"), 0o644)
+	if k, ok := CachedKernel(cache, "linux-image-x"); ok {
+		t.Fatalf("CachedKernel = %+v, true; want a cache without e1000 to be stale", k)
 	}
 }

@@ -45,7 +45,7 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 		defer r.Close()
 	}
 	var qemuStderr bytes.Buffer
-	cmd := exec.Command(qemu, qemuArgs(k, initrd)...)
+	cmd := exec.Command(qemu, append(qemuArgs(k, initrd), qemuNetArgs(o.Network)...)...)
 	cmd.ExtraFiles = []*os.File{pipes[0].w, pipes[1].w, pipes[2].w}
 	cmd.Stderr = &qemuStderr
 	// Pdeathsig fires when the thread that forked QEMU ends, so that thread

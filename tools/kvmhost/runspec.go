@@ -39,4 +39,6 @@ type runSpec struct {
 	Env []string `json:"env"`
 	// Dir is the working directory, created inside.
 	Dir string `json:"dir"`
+	// Network asks init to configure eth0 (Options.Network).
+	Network bool `json:"network,omitempty"`
 }

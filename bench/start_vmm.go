@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"tern/vmm/client"
+	"tern/vmm/instance"
+)
+
+// vmmStartWait bounds a `tern vmm serve` start and vmmStopWait its exit
+// after SIGTERM.
+const (
+	vmmStartWait = time.Minute
+	vmmStopWait  = time.Minute
+)
+
+// vmmProc is one `tern vmm serve` process of the start benchmark.
+type vmmProc struct {
+	cmd    *exec.Cmd
+	url    string
+	client *client.Client
+	// http keeps its connections alive: ensure and healthz are timed on
+	// warm connections alike.
+	http   *http.Client
+	exited chan error
+}
+
+// startVMMProc starts `tern vmm serve` with the certificates in certs,
+// logging to logPath, and returns once it printed its URL.
+func startVMMProc(tern, certs, logPath string) (*vmmProc, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("starting vmm: %w", err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(tern, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
+	cmd.Stderr = logFile
+	stdout, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting vmm: %w", err)
+	}
+	cmd.Stdout = w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		stdout.Close()
+		return nil, fmt.Errorf("starting vmm: %w", err)
+	}
+	p := &vmmProc{cmd: cmd, exited: make(chan error, 1)}
+	urls := make(chan string, 1)
+	go func() {
+		defer stdout.Close()
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				urls <- u
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		p.exited <- cmd.Wait()
+	}()
+	select {
+	case p.url = <-urls:
+	case err := <-p.exited:
+		return nil, fmt.Errorf("starting vmm: it exited (%v); see %s", err, logPath)
+	case <-time.After(vmmStartWait):
+		cmd.Process.Kill()
+		<-p.exited
+		return nil, fmt.Errorf("starting vmm: no URL within %v; see %s", vmmStartWait, logPath)
+	}
+	p.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	if p.client, err = client.New(p.url, p.http); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// stop ends the process with SIGTERM (SIGKILL after vmmStopWait).
+func (p *vmmProc) stop() error {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(vmmStopWait):
+		p.cmd.Process.Kill()
+		return fmt.Errorf("stopping vmm: no exit within %v of SIGTERM: %w", vmmStopWait, <-p.exited)
+	}
+}
+
+// healthz times one GET /healthz.
+func (p *vmmProc) healthz(ctx context.Context) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/healthz", nil)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("getting /healthz: %w", err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	elapsed := time.Since(start)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("getting /healthz: %s", resp.Status)
+	}
+	return elapsed, err
+}
+
+// stopInstance asks the instance to stop and waits until it is gone.
+func (p *vmmProc) stopInstance(ctx context.Context, afterGen uint64) error {
+	if err := p.client.RequestState(ctx, instance.Stop); err != nil && !client.IsCode(err, "instance_gone") {
+		return fmt.Errorf("stopping instance: %w", err)
+	}
+	_, err := p.client.WaitFor(ctx, afterGen, func(s instance.Snapshot) bool {
+		return s.State == instance.Destroyed || s.State == instance.Failed
+	})
+	if client.IsCode(err, "instance_gone") {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for the instance to be gone: %w", err)
+	}
+	return nil
+}
+
+// fileDisk creates a zeroed raw disk file of sizeBytes in dir.
+func fileDisk(dir string, sizeBytes int64) (string, error) {
+	path := filepath.Join(dir, "disk.raw")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", fmt.Errorf("creating disk file: %w", err)
+	}
+	if err := f.Truncate(sizeBytes); err != nil {
+		f.Close()
+		return "", fmt.Errorf("creating disk file: %w", err)
+	}
+	return path, errors.Join(f.Close())
+}

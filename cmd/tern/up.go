@@ -1,0 +1,348 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"tern/dataplane/tlsconf"
+	"tern/vmm/client"
+	"tern/vmm/instance"
+	"tern/vmm/kvm"
+	"tern/volume/downstairs"
+	"tern/volume/extent"
+)
+
+func init() { rootCmd.AddCommand(newUpCmd()) }
+
+// The demo volume `tern up` creates: 16 MiB of 512-byte blocks in 1 MiB
+// extents, small enough to reconcile at once.
+const (
+	upBlockSize    = 512
+	upExtentBlocks = 2048
+	upExtentCount  = 16
+)
+
+// Bounds of `tern up`'s phases. Start-up waits are generous (the
+// emulated test host boots for tens of seconds on a busy machine);
+// shutdown fits in 10 s: the vmm gets upVMMGrace to destroy its instance,
+// then the downstairs get upDownstairsGrace.
+const (
+	upStartWait       = 30 * time.Second
+	upVMMGrace        = 5 * time.Second
+	upDownstairsGrace = 3 * time.Second
+)
+
+// upKVMHostEnv is the variable that forces (always) or forbids (never)
+// the emulated test host, as for the KVM tests.
+const upKVMHostEnv = "TERN_KVMHOST"
+
+func newUpCmd() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "up [--data-dir DIR]",
+		Short: "Run three downstairs, a vmm and a demo guest on a volume, all on loopback",
+		Long: `Create certificates and three regions under --data-dir (default: a new
+temporary directory, removed on exit), start three downstairs and a vmm on
+loopback as child processes, and ensure an instance running the demo
+guest on a replicated volume. It prints the API's URL first
+("API: http://127.0.0.1:PORT"), then commands to try, then streams the
+guest's serial console; lines typed on a terminal go to the guest. SIGINT
+or SIGTERM stops every child and exits within 10 s.
+
+Without a usable /dev/kvm (or with TERN_KVMHOST=always) the vmm runs
+inside the emulated KVM test host (QEMU, software emulation: slow), with
+its API port forwarded to the host's loopback.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runUp(cmd.Context(), dataDir, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for certificates, regions and logs (default: a temporary directory, removed on exit)")
+	return cmd
+}
+
+// upSession is what one `tern up` started; stop undoes it.
+type upSession struct {
+	out        io.Writer
+	downstairs []*upChild
+	vmm        vmmRunner
+}
+
+// vmmRunner is the vmm, a child process here or one inside the emulated
+// test host.
+type vmmRunner interface {
+	// done is closed when the vmm ended on its own or was stopped.
+	done() <-chan struct{}
+	// stop ends the vmm within grace and returns once it is gone.
+	stop(grace time.Duration)
+	// describe says how it ended, once done.
+	describe() string
+}
+
+func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the tern executable: %w", err)
+	}
+	emulated, err := upNeedsEmulatedHost(out)
+	if err != nil {
+		return err
+	}
+	if dataDir == "" {
+		if dataDir, err = os.MkdirTemp("", "tern-up-"); err != nil {
+			return fmt.Errorf("creating data directory: %w", err)
+		}
+		defer os.RemoveAll(dataDir)
+	} else if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("creating data directory: %w", err)
+	}
+	fmt.Fprintf(out, "tern up: data, certificates and logs in %s\n", dataDir)
+	certs := filepath.Join(dataDir, "certs")
+	// 10.0.2.2 is the host as the emulated test host's network sees it.
+	hosts := append(append([]string(nil), tlsconf.DefaultHosts...), upEmulatedHostAddr)
+	if err := tlsconf.Generate(certs, hosts, false); err != nil && !errors.Is(err, tlsconf.ErrExists) {
+		return fmt.Errorf("creating certificates: %w", err)
+	}
+	dirs, err := upRegions(dataDir)
+	if err != nil {
+		return err
+	}
+	gen, err := upNextGen(dataDir)
+	if err != nil {
+		return err
+	}
+
+	s := &upSession{out: out}
+	defer s.stop()
+	var targets []string
+	for i, dir := range dirs {
+		name := fmt.Sprintf("downstairs %d", i+1)
+		c, addr, err := startUpDownstairs(self, name, dir, certs, filepath.Join(dataDir, fmt.Sprintf("r%d.log", i+1)), upStartWait)
+		if err != nil {
+			return err
+		}
+		s.downstairs = append(s.downstairs, c)
+		targets = append(targets, addr)
+	}
+	var url string
+	if emulated {
+		var inside []string
+		for _, t := range targets {
+			inside = append(inside, upEmulatedHostAddr+":"+t[strings.LastIndexByte(t, ':')+1:])
+		}
+		targets = inside
+		fmt.Fprintf(out, "tern up: booting the emulated test host (the first run fetches a Debian kernel; progress in %s)\n", filepath.Join(dataDir, "vmm.log"))
+		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"))
+	} else {
+		var c *upChild
+		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait)
+		if err == nil {
+			s.vmm = childVMM{c}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	c, err := client.New(url, nil)
+	if err != nil {
+		return err
+	}
+	if err := ensureUpInstance(ctx, c, targets, gen); err != nil {
+		return err
+	}
+	// After the ensure, so that whoever reads the URL finds the instance.
+	printUpIntro(out, self, url, dataDir)
+	console := startUpConsole(ctx, c, out)
+	defer console.stop()
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "\ntern up: stopping")
+		return nil
+	case <-s.vmm.done():
+		if ctx.Err() != nil { // the emulated host's QEMU saw the signal too
+			fmt.Fprintln(out, "\ntern up: stopping")
+			return nil
+		}
+		return fmt.Errorf("running vmm: it stopped: %s", s.vmm.describe())
+	}
+}
+
+// upNeedsEmulatedHost decides where the vmm runs and says so in one line
+// when it is the emulated test host.
+func upNeedsEmulatedHost(out io.Writer) (bool, error) {
+	switch mode := os.Getenv(upKVMHostEnv); mode {
+	case "always":
+		fmt.Fprintf(out, "tern up: %s=always: running the vmm inside the emulated KVM test host (slow)\n", upKVMHostEnv)
+		return true, nil
+	case "", "auto", "never":
+		err := kvm.Probe()
+		if err == nil {
+			return false, nil
+		}
+		if mode == "never" {
+			return false, fmt.Errorf("no usable /dev/kvm: %w (and %s=never forbids the emulated test host)", err, upKVMHostEnv)
+		}
+		fmt.Fprintf(out, "tern up: no usable /dev/kvm (%v): running the vmm inside the emulated KVM test host (slow)\n", err)
+		return true, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want auto, always or never", upKVMHostEnv, mode)
+	}
+}
+
+// upRegions creates the three replicas of one region (or keeps those a
+// previous run left in dataDir) and returns their directories.
+func upRegions(dataDir string) ([]string, error) {
+	spec := extent.NewSpec(upBlockSize, upExtentBlocks, upExtentCount)
+	spec.UUID = uuid.New()
+	var dirs []string
+	for i := range 3 {
+		dir := filepath.Join(dataDir, fmt.Sprintf("r%d", i+1))
+		dirs = append(dirs, dir)
+		if _, err := os.Stat(dir); err == nil {
+			continue
+		}
+		if err := downstairs.Create(dir, spec); err != nil {
+			return nil, fmt.Errorf("creating region %d: %w", i+1, err)
+		}
+	}
+	return dirs, nil
+}
+
+// upNextGen returns a generation above every one a previous run in
+// dataDir activated the volume with, and records it.
+func upNextGen(dataDir string) (uint64, error) {
+	path := filepath.Join(dataDir, "gen")
+	var gen uint64
+	if b, err := os.ReadFile(path); err == nil {
+		gen, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	}
+	gen++
+	if err := os.WriteFile(path, []byte(strconv.FormatUint(gen, 10)+"\n"), 0o644); err != nil {
+		return 0, fmt.Errorf("recording generation: %w", err)
+	}
+	return gen, nil
+}
+
+// printUpIntro prints the API line (the first URL tern up prints) and
+// the commands to try next.
+func printUpIntro(out io.Writer, self, url, dataDir string) {
+	tern := self
+	if strings.Contains(self, "go-build") { // `go run ./cmd/tern up`
+		tern = "go run ./cmd/tern"
+	}
+	fmt.Fprintf(out, "API: %s\n", url)
+	fmt.Fprintf(out, `
+Try, in another terminal:
+  %[1]s instance get --server %[2]s
+  %[1]s instance watch --server %[2]s
+  %[1]s instance serial --server %[2]s    (type a line: demo echoes it; Ctrl-] leaves)
+  curl %[2]s/v1/instance
+  %[1]s instance reboot --server %[2]s
+Logs: %[3]s/*.log. Ctrl-C (SIGINT) or SIGTERM stops everything.
+
+`, tern, url, dataDir)
+}
+
+// ensureUpInstance ensures the demo instance on a volume across targets
+// and asks it to run.
+func ensureUpInstance(ctx context.Context, c *client.Client, targets []string, gen uint64) error {
+	wait := uint64(10_000)
+	spec := instance.Spec{ID: "demo", Name: "tern up demo", VCPUs: 1, MemoryMiB: 64,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
+		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
+			Region: &instance.RegionSpec{BlockSize: upBlockSize, ExtentBlocks: upExtentBlocks, ExtentCount: upExtentCount},
+			Gen:    gen, QuorumWaitMs: &wait}}},
+		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	if _, err := c.Ensure(ctx, spec); err != nil {
+		return fmt.Errorf("ensuring the demo instance: %w", describeAPIError(err))
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		return fmt.Errorf("running the demo instance: %w", describeAPIError(err))
+	}
+	return nil
+}
+
+// upConsole copies the serial console to out and, when stdin is a
+// terminal, typed lines to the guest.
+type upConsole struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startUpConsole(ctx context.Context, c *client.Client, out io.Writer) *upConsole {
+	ctx, cancel := context.WithCancel(ctx)
+	u := &upConsole{cancel: cancel}
+	u.wg.Go(func() {
+		conn, err := c.Serial(ctx, 0)
+		if err != nil {
+			if ctx.Err() == nil {
+				fmt.Fprintf(out, "tern up: %v\n", err)
+			}
+			return
+		}
+		defer conn.CloseNow()
+		if term.IsTerminal(int(os.Stdin.Fd())) {
+			// Lines (cooked mode, so ^C stays SIGINT) go to the guest.
+			// The reader may stay blocked in read(2) at exit; it is the
+			// process's, which exits right after.
+			go func() {
+				buf := make([]byte, 1024)
+				for {
+					n, err := os.Stdin.Read(buf)
+					if n > 0 && conn.Write(ctx, websocket.MessageBinary, buf[:n]) != nil {
+						return
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		for {
+			_, msg, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			out.Write(msg)
+		}
+	})
+	return u
+}
+
+func (u *upConsole) stop() {
+	u.cancel()
+	u.wg.Wait()
+}
+
+// stop ends the vmm (which destroys its instance) and then the
+// downstairs, within 10 s in all.
+func (s *upSession) stop() {
+	if s.vmm != nil {
+		s.vmm.stop(upVMMGrace)
+	}
+	var wg sync.WaitGroup
+	for _, d := range s.downstairs {
+		wg.Go(func() { d.stop(upDownstairsGrace) })
+	}
+	wg.Wait()
+}
+
+// childVMM is the vmm as a child process of tern up.
+type childVMM struct{ c *upChild }
+
+func (v childVMM) done() <-chan struct{}    { return v.c.exited }
+func (v childVMM) stop(grace time.Duration) { v.c.stop(grace) }
+func (v childVMM) describe() string         { return fmt.Sprintf("%v", v.c.err) }

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"tern/tools/guests"
+	"tern/tools/kvmhost"
+	"tern/vmm/client"
+	"tern/vmm/instance"
+	"tern/vmm/kvm"
+)
+
+// upLines is tern up's stdout, line by line.
+type upLines struct {
+	lines chan string
+	all   []string
+}
+
+// next returns the next line that match accepts, failing t at the
+// deadline.
+func (u *upLines) next(t *testing.T, what string, deadline <-chan time.Time, match func(string) bool) string {
+	t.Helper()
+	for {
+		select {
+		case l, ok := <-u.lines:
+			if !ok {
+				t.Fatalf("tern up's output ended before %s; it printed:\n%s", what, strings.Join(u.all, "\n"))
+			}
+			u.all = append(u.all, l)
+			if match(l) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no %s in tern up's output in time; it printed:\n%s", what, strings.Join(u.all, "\n"))
+		}
+	}
+}
+
+// childrenOf lists the pids whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces.
+		fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			c, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM is the README's main
+// job end to end: tern up with stdin not a terminal prints the API line
+// first, the instance runs the demo guest, whose verified rounds and the
+// echo of a line typed over the serial websocket appear on tern up's
+// output; SIGTERM makes it exit 0 within 10 s with every child gone and
+// its temporary data directory removed. "emulated" forces the vmm into
+// the emulated test host (TERN_KVMHOST=always).
+func TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		// children is how many processes tern up starts: three
+		// downstairs and the vmm, or QEMU running it.
+		children int
+	}{
+		{"kvm", "TERN_KVMHOST=auto", 4},
+		{"emulated", "TERN_KVMHOST=always", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "kvm" {
+				if err := kvm.Probe(); err != nil {
+					t.Skipf("no usable /dev/kvm: %v", err)
+				}
+			} else {
+				if kvmhost.InsideEmulatedHost() {
+					t.Skip("inside the emulated test host: another would emulate within emulation")
+				}
+				if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+					t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
+				}
+			}
+			testUp(t, tc.env, tc.children)
+		})
+	}
+}
+
+func testUp(t *testing.T, env string, children int) {
+	tmp := t.TempDir()
+	cmd := exec.Command(ternBin, "up")
+	cmd.Env = append(os.Environ(), env, "TMPDIR="+tmp)
+	cmd.Stdin = nil // /dev/null: not a terminal
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	u := &upLines{lines: make(chan string, 4096)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			u.lines <- sc.Text()
+		}
+		close(u.lines)
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("tern up stderr:\n%s", stderr.String())
+		}
+	}()
+	deadline := time.After(5 * time.Minute)
+
+	apiLine := u.next(t, "URL", deadline, func(l string) bool { return strings.Contains(l, "://") })
+	url, ok := strings.CutPrefix(apiLine, "API: ")
+	if !ok || !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Fatalf("the first URL is on %q; want API: http://127.0.0.1:PORT", apiLine)
+	}
+	c, err := client.New(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		t.Fatalf("waiting for running: %v", err)
+	}
+	if v, err := c.Get(ctx); err != nil || v.State != instance.Running {
+		t.Fatalf("GET /v1/instance: %+v, %v; want running", v, err)
+	}
+	for range 2 {
+		u.next(t, "verified demo round", deadline, func(l string) bool {
+			r, ok := guests.ParseDemoRound(l)
+			if ok && !r.OK {
+				t.Fatalf("demo round failed: %q", l)
+			}
+			return ok && r.OK
+		})
+	}
+	conn, err := c.Serial(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	const typed = "hello from the test"
+	if err := conn.Write(ctx, websocket.MessageBinary, []byte(typed+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	u.next(t, "echo of the typed line", deadline, func(l string) bool { return l == guests.DemoEchoPrefix+typed })
+	conn.Close(websocket.StatusNormalClosure, "")
+
+	pids := childrenOf(t, cmd.Process.Pid)
+	if len(pids) != children {
+		t.Fatalf("tern up has children %v; want %d", pids, children)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("tern up after SIGTERM: %v; want exit 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tern up did not exit within 10 s of SIGTERM")
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("child %d of tern up still exists after it exited", pid)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("tern up left %v in its temporary directory", left)
+	}
+}
