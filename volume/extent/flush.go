@@ -96,7 +96,7 @@ func (r *Region) flushExtent(e *extent, v Version) error {
 	if !e.version().Dirty {
 		return nil // cleaned meanwhile by RepairExtent
 	}
-	if err := fdatasync(e.fd); err != nil {
+	if err := fdatasync(e.file); err != nil {
 		return fmt.Errorf("sync extent %d: %w", e.id, err)
 	}
 	if err := r.fault(stepFlushSynced); err != nil {
