@@ -51,6 +51,7 @@ func (r *Region) Flush(flushNumber uint64, gen Generation) error {
 	if err != nil {
 		return fmt.Errorf("flush region: %w", err)
 	}
+	r.lostWrites.Store(false)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
@@ -65,6 +66,10 @@ type Region struct {
 
 	flushMu   sync.Mutex // serializes Flush
 	flushList []*extent  // guarded by flushMu: scratch for the extents one Flush cleans
+
+	// lostWrites: opened with an extent dirty, and not flushed since
+	// (MayHaveLostWrites).
+	lostWrites atomic.Bool
 
 	genMu      sync.Mutex
 	highestGen Generation // guarded by genMu
@@ -321,6 +326,11 @@ func load(fsys FS, dir string, lock *os.File) (*Region, error) {
 		r.closeExtents()
 		return nil, err
 	}
+	for _, e := range r.extents {
+		if e.version().Dirty {
+			r.lostWrites.Store(true)
+		}
+	}
 	f, err := readFence(fsys)
 	if err != nil {
 		r.closeExtents()
@@ -433,6 +443,14 @@ func (r *Region) Dir() string { return r.dir }
 // ReadOnly reports whether the region was opened read-only because its
 // files or file system cannot be written.
 func (r *Region) ReadOnly() bool { return r.readOnly }
+
+// MayHaveLostWrites reports whether the region was opened with an extent
+// written since its last flush (a crash or an unclean stop) and has not
+// been flushed since: writes acknowledged before the crash but never
+// flushed may be gone, so its content is not what its last writer saw.
+// A downstairs tells a rejoining upstairs (wire.ActivateAck.LostWrites),
+// which then repairs the replica instead of replaying its backlog.
+func (r *Region) MayHaveLostWrites() bool { return r.lostWrites.Load() }
 
 // Versions returns every extent's trailer, indexed by ExtentID.
 func (r *Region) Versions() []Version {
