@@ -293,9 +293,10 @@ func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "replica 0 active again", replicaIs(u, 0, ReplicaActive))
-	if p, ok := u.LiveRepairProgress(0); !ok || p.Phase != reconcile.PhaseDone {
-		t.Fatalf("replica 0's live repair: %+v (ok %v); want one, done", p, ok)
-	}
+	waitFor(t, "replica 0's live repair done", func() bool {
+		p, ok := u.LiveRepairProgress(0)
+		return ok && p.Phase == reconcile.PhaseDone
+	})
 
 	ch, cancel := u.SubscribeLiveRepair(2, 64)
 	defer cancel()
