@@ -147,7 +147,7 @@ func (d *dsNode) activate(s *dsSession, m *message) {
 		d.w.s.note("d%d fences u%d (gen %d) for u%d (gen %d)", d.id, old.up, old.gen, s.up, s.gen)
 		d.reply(old, &message{kind: mFenced})
 	}
-	d.reply(s, &message{kind: mActivateAck, id: m.id, gen: m.gen})
+	d.reply(s, &message{kind: mActivateAck, id: m.id, gen: m.gen, lost: d.region.MayHaveLostWrites()})
 }
 
 // dispatch starts a runnable job: it completes after a service time.

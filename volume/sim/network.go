@@ -53,7 +53,8 @@ type message struct {
 	blocks  []uint32
 	version extent.Version
 	code    wire.ErrorCode
-	from    int // upstairs number (0 or 1) of a request
+	from    int  // upstairs number (0 or 1) of a request
+	lost    bool // ActivateAck.LostWrites
 }
 
 func (m *message) String() string {

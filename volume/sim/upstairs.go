@@ -32,6 +32,9 @@ type upNode struct {
 	jobs       map[wire.JobID]*ujob
 	calls      map[wire.JobID]*call
 	repairs    [upstairs.ReplicaCount]*repairWalk
+	// badSource is 1 + the replica that served bad data to a replica's
+	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
+	badSource [upstairs.ReplicaCount]int
 	deps       []wire.JobID
 }
 
@@ -218,6 +221,11 @@ func (u *upNode) activateReply(r int, m *message) {
 	}
 	if !u.core.Running() {
 		return
+	}
+	if m.lost && u.core.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyRejoin {
+		// replica.activated: a replay cannot restore what it lost.
+		u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
+		u.core.Fault(r)
 	}
 	switch u.core.State(r) {
 	case upstairs.ReplicaOffline:
@@ -424,6 +432,7 @@ func (u *upNode) callOn(r int, m *message, done func(*message)) {
 // repairWalk is one live-repair attempt of a replica.
 type repairWalk struct {
 	r     int
+	src   int
 	epoch uint64
 	walk  *reconcile.LiveRepair
 }
@@ -455,13 +464,18 @@ func (u *upNode) repairNext(rw *repairWalk) {
 		u.finishRepair(rw)
 		return
 	}
+	// liveSourceLocked: the lowest-numbered Active replica, passing
+	// over the one that served bad data to the previous attempt.
 	src := -1
 	for s := range u.conns {
-		if s != r && u.core.State(s) == upstairs.ReplicaActive {
+		if s == r || u.core.State(s) != upstairs.ReplicaActive {
+			continue
+		}
+		if src < 0 || src == u.badSource[r]-1 && !u.w.cfg.legacySourceChoice {
 			src = s
-			break
 		}
 	}
+	rw.src = src
 	if src < 0 {
 		u.abortRepair(rw, "no active source")
 		return
@@ -513,7 +527,7 @@ func (u *upNode) repairCopy(rw *repairWalk, e reconcile.ExtentID, src int, srcH,
 	if len(blocks) == 0 {
 		u.callOn(rw.r, &message{kind: mRepairWrite, extent: uint32(e), version: final}, func(m *message) {
 			if m == nil || m.kind != mAck {
-				u.abortRepair(rw, "repair write failed")
+				u.abortRepair(rw, "repair write failed: "+replyText(m))
 				return
 			}
 			next()
@@ -522,13 +536,19 @@ func (u *upNode) repairCopy(rw *repairWalk, e reconcile.ExtentID, src int, srcH,
 	}
 	u.callOn(src, &message{kind: mRepairRead, extent: uint32(e), blocks: blocks}, func(m *message) {
 		if m == nil || m.kind != mRepairData {
-			u.abortRepair(rw, "repair read failed")
+			if m != nil && m.code == wire.CodeCorruptBlock {
+				u.badSource[rw.r] = 1 + src
+			}
+			u.abortRepair(rw, "repair read failed: "+replyText(m))
 			return
 		}
 		w := &message{kind: mRepairWrite, extent: uint32(e), blocks: blocks, data: m.data, hashes: m.hashes, version: final}
 		u.callOn(rw.r, w, func(m *message) {
 			if m == nil || m.kind != mAck {
-				u.abortRepair(rw, "repair write failed")
+				if m != nil && m.code == wire.CodeHashMismatch {
+					u.badSource[rw.r] = 1 + src
+				}
+				u.abortRepair(rw, "repair write failed: "+replyText(m))
 				return
 			}
 			next()
@@ -553,6 +573,7 @@ func (u *upNode) abortRepair(rw *repairWalk, why string) {
 func (u *upNode) finishRepair(rw *repairWalk) {
 	r := rw.r
 	u.repairs[r] = nil
+	u.badSource[r] = 0
 	u.core.DetachLiveRepair(r, rw.walk)
 	if !u.core.RepairDone(r) {
 		u.core.Fault(r)
@@ -597,3 +618,14 @@ func (u *upNode) submit(kind upstairs.CoreJobKind, first wire.BlockIndex, count 
 }
 
 var _ = extent.Version{}
+
+// replyText describes a reply for the trace.
+func replyText(m *message) string {
+	switch {
+	case m == nil:
+		return "session ended"
+	case m.kind == mError:
+		return fmt.Sprintf("error %v", m.code)
+	}
+	return m.kind.String()
+}

@@ -35,6 +35,11 @@ type Config struct {
 	Skip map[int]bool
 	// KeepTrace keeps every trace line in Result.Trace.
 	KeepTrace bool
+
+	// Undo, for regression tests, a fix the simulation found: they prove
+	// a kept seed still fails without it.
+	legacyRejoin       bool // replay a rejoining replica that may have lost writes
+	legacySourceChoice bool // live repair always copies from the lowest Active replica
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.
@@ -207,6 +212,15 @@ func (w *world) tick() {
 	}
 	w.workload()
 	r := w.s.intn(upstairs.ReplicaCount)
+	if !w.othersHealthy(r) {
+		// The fault model: one replica out of service at a time (the
+		// volume promises to survive one failure, not two). Message
+		// faults and bit flips are not bounded.
+		if w.fault(faultBitFlip) {
+			w.flipBit(r)
+		}
+		return
+	}
 	if w.fault(faultDisconnect) {
 		u := w.cur
 		w.s.note("disconnect u%d d%d", u, r)
@@ -225,6 +239,18 @@ func (w *world) tick() {
 	if w.fault(faultReplace) {
 		w.replace(r)
 	}
+}
+
+// othersHealthy reports whether every replica but r is alive and Active
+// in the current upstairs.
+func (w *world) othersHealthy(r int) bool {
+	u := w.up[w.cur]
+	for s := range upstairs.ReplicaCount {
+		if s != r && (!w.ds[s].alive() || u.core.State(s) != upstairs.ReplicaActive) {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *world) crash(r int) {
