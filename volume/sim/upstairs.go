@@ -35,7 +35,7 @@ type upNode struct {
 	// badSource is 1 + the replica that served bad data to a replica's
 	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
 	badSource [upstairs.ReplicaCount]int
-	deps       []wire.JobID
+	deps      []wire.JobID
 }
 
 // upConn is the upstairs' side of one downstairs connection.
