@@ -21,8 +21,11 @@ type oracle struct {
 	lastAcked []uint64
 	reads     map[jobKey]readSnap
 	flushes   map[jobKey]uint64 // the last value submitted before it
-	// flushedUpTo is the greatest value covered by an acknowledged flush.
-	flushedUpTo uint64
+	// flushedUpTo is, per upstairs, the greatest value covered by a flush
+	// it got acknowledged. A flush covers only its own upstairs' writes:
+	// an activation at a higher generation keeps what was flushed and may
+	// drop what was only acknowledged (reconcile's package doc).
+	flushedUpTo [upstairsMax]uint64
 }
 
 type jobKey struct {
@@ -38,6 +41,7 @@ type readSnap struct {
 }
 
 type wrec struct {
+	up           int
 	value       uint64
 	first       uint64
 	count       uint32
@@ -63,7 +67,7 @@ func (o *oracle) unused(v uint64) {
 }
 
 func (o *oracle) submitWrite(up int, id wire.JobID, val, first uint64, count uint32) {
-	w := &wrec{value: val, first: first, count: count}
+	w := &wrec{up: up, value: val, first: first, count: count}
 	o.writes[val] = w
 	o.byJob[jobKey{up, id}] = w
 }
@@ -94,7 +98,7 @@ func (o *oracle) submitFlush(up int, id wire.JobID) { o.flushes[jobKey{up, id}] 
 func (o *oracle) flushDone(up int, id wire.JobID, ok bool) {
 	k := jobKey{up, id}
 	if ok {
-		o.flushedUpTo = max(o.flushedUpTo, o.flushes[k])
+		o.flushedUpTo[up] = max(o.flushedUpTo[up], o.flushes[k])
 	}
 	delete(o.flushes, k)
 }
@@ -138,15 +142,29 @@ func (o *oracle) judge(floor, b, v uint64, what string) string {
 // checkDurable judges a block of the final state: it may not be older
 // than the newest write of it covered by an acknowledged flush.
 func (o *oracle) checkDurable(b, v uint64) string {
-	floor := uint64(0)
-	for val := o.flushedUpTo; val > 0; val-- {
-		if w := o.writes[val]; w != nil && w.acked && o.covers(val, b) {
-			floor = val
-			break
-		}
-	}
+	floor := o.durable(b)
 	if v != noValue && v > floor && !o.covers(v, b) {
 		return fmt.Sprintf("holds value %d, which no write of the block had", v)
 	}
 	return o.judge(floor, b, v, "flushed")
+}
+
+// durable returns the value of the newest write of b that was
+// acknowledged and covered by an acknowledged flush of its upstairs.
+func (o *oracle) durable(b uint64) uint64 {
+	for val := o.next - 1; val > 0; val-- {
+		if w := o.writes[val]; w != nil && w.acked && val <= o.flushedUpTo[w.up] && o.covers(val, b) {
+			return val
+		}
+	}
+	return 0
+}
+
+// takeover is told that a new upstairs starts: what the old one had
+// acknowledged but not flushed may be gone, so the floor a read is held
+// to falls back to the durable writes.
+func (o *oracle) takeover() {
+	for b := range o.lastAcked {
+		o.lastAcked[b] = o.durable(uint64(b))
+	}
 }

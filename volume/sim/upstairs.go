@@ -32,6 +32,9 @@ type upNode struct {
 	jobs       map[wire.JobID]*ujob
 	calls      map[wire.JobID]*call
 	repairs    [upstairs.ReplicaCount]*repairWalk
+	// onActivated, when set, runs instead of starting IO once every
+	// replica accepted the generation (a takeover reconciles first).
+	onActivated func()
 	// badSource is 1 + the replica that served bad data to a replica's
 	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
 	badSource [upstairs.ReplicaCount]int
@@ -215,6 +218,10 @@ func (u *upNode) activateReply(r int, m *message) {
 			}
 		}
 		u.activating = false
+		if u.onActivated != nil {
+			u.onActivated()
+			return
+		}
 		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, 1)
 		u.apply()
 		return

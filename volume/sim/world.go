@@ -233,7 +233,7 @@ func (w *world) tick() {
 	if w.fault(faultBitFlip) {
 		w.flipBit(r)
 	}
-	if w.fault(faultTakeover) && w.up[1] == nil {
+	if w.up[1] == nil && w.othersHealthy(-1) && w.fault(faultTakeover) {
 		w.takeover()
 	}
 	if w.fault(faultReplace) {
@@ -301,13 +301,6 @@ func (w *world) replace(r int) {
 	u.apply()
 }
 
-// takeover starts a second upstairs at a higher generation (a migration
-// target): it fences the first.
-func (w *world) takeover() {
-	w.s.note("takeover by u1")
-	_ = w.up[0]
-}
-
 // heal ends the faulty phase: partitions end, crashed downstairs restart.
 func (w *world) heal() {
 	w.faulting = false
@@ -329,6 +322,9 @@ func (w *world) heal() {
 // converged reports whether the current upstairs has every replica
 // Active with nothing in flight.
 func (w *world) converged() bool {
+	if w.up[1] != nil && w.cur == 0 {
+		return false // a takeover is still reconciling
+	}
 	u := w.up[w.cur]
 	if !u.running() {
 		return true

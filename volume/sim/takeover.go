@@ -1,0 +1,228 @@
+package sim
+
+import (
+	"fmt"
+
+	"tern/volume/extent"
+	"tern/volume/reconcile"
+	"tern/volume/upstairs"
+)
+
+// A takeover is a second upstairs activating the region at a higher
+// generation, as a migration target does: every downstairs fences the
+// first upstairs' session, and the new one reconciles the replicas with
+// the real activation planner (reconcile.PlanActivation) before guest IO
+// starts, as activation_reconcile.go does: stamp a dirty source with the
+// plan's Target, take any block it refuses as corrupt from a donor,
+// compare each destination's hashes with the source's, copy the blocks
+// that differ and stamp the destination.
+
+// takeover starts upstairs 1 at the next generation.
+func (w *world) takeover() {
+	old := w.up[w.cur]
+	u := newUpNode(w, 1, old.gen+1)
+	w.up[1] = u
+	u.onActivated = u.reconcileActivation
+	w.s.note("takeover by u1 at gen %d", u.gen)
+	u.start()
+}
+
+// reconcileActivation runs once every replica accepted u's generation.
+func (u *upNode) reconcileActivation() {
+	n := int(u.w.spec.ExtentCount)
+	versions := make([]reconcile.ReplicaVersions, upstairs.ReplicaCount)
+	left := upstairs.ReplicaCount * n
+	failed := false
+	for r := range versions {
+		versions[r] = reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: make([]reconcile.Version, n)}
+		for e := range n {
+			u.callOn(r, &message{kind: mExtentHashes, extent: uint32(e)}, func(m *message) {
+				left--
+				if m == nil || m.kind != mHashesReply {
+					failed = true
+				} else {
+					versions[r].Extents[e] = versionOf(m)
+				}
+				if left > 0 {
+					return
+				}
+				if failed {
+					u.activationFailed("collecting extent versions failed")
+					return
+				}
+				plan, err := reconcile.PlanActivation(uint64(u.gen), versions)
+				if err != nil {
+					u.activationFailed(err.Error())
+					return
+				}
+				u.w.s.note("u%d plans %d extent repairs", u.n, len(plan.Extents))
+				u.repairPlan(plan, 0)
+			})
+		}
+	}
+}
+
+func versionOf(m *message) reconcile.Version {
+	return reconcile.Version{Gen: uint64(m.version.Gen), Flush: m.version.Flush, Dirty: m.version.Dirty}
+}
+
+// activationFailed gives the activation up; the next try uses a higher
+// generation (the control plane retries a migration).
+func (u *upNode) activationFailed(why string) {
+	u.w.s.note("u%d activation failed: %s", u.n, why)
+	u.w.violate("takeover activation at gen %d failed: %s", u.gen, why)
+}
+
+// repairPlan repairs plan.Extents[i:], then starts IO.
+func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
+	if i == len(plan.Extents) {
+		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
+		u.w.cur = u.n
+		u.w.oracle.takeover()
+		u.w.s.note("u%d activated at gen %d", u.n, u.gen)
+		u.apply()
+		return
+	}
+	x := plan.Extents[i]
+	next := func() { u.repairPlan(plan, i+1) }
+	e := uint32(x.Extent)
+	src := int(x.Source)
+	target := toExtentVersion(x.Target)
+	copyDests := func() { u.copyToDests(x, 0, next) }
+	if !x.SourceNeedsStamp() {
+		copyDests()
+		return
+	}
+	u.callOn(src, &message{kind: mRepairWrite, extent: e, version: target}, func(m *message) {
+		if m == nil || m.kind != mAck {
+			u.activationFailed("stamping the source failed: " + replyText(m))
+			return
+		}
+		u.callOn(src, &message{kind: mExtentHashes, extent: e}, func(h *message) {
+			if h == nil || h.kind != mHashesReply {
+				u.activationFailed("reading the source failed")
+				return
+			}
+			if !h.version.Dirty {
+				copyDests()
+				return
+			}
+			// Still dirty: it holds corrupt blocks. Mend them from the
+			// donors (repair_corrupt.go).
+			u.mendSource(x, h.hashes, 0, copyDests)
+		})
+	})
+}
+
+// mendSource replaces each block of x's source that it refuses as corrupt
+// with a donor's intact copy, probing the blocks that differ from the
+// first donor one by one (blocks [b, end)).
+func (u *upNode) mendSource(x reconcile.ExtentRepair, srcHashes []uint64, b int, done func()) {
+	e := uint32(x.Extent)
+	src := int(x.Source)
+	if b == len(srcHashes) {
+		u.callOn(src, &message{kind: mRepairWrite, extent: e, version: toExtentVersion(x.Target)}, func(m *message) {
+			if m == nil || m.kind != mAck {
+				u.activationFailed("stamping the mended source failed")
+				return
+			}
+			done()
+		})
+		return
+	}
+	next := func() { u.mendSource(x, srcHashes, b+1, done) }
+	u.callOn(src, &message{kind: mRepairRead, extent: e, blocks: []uint32{uint32(b)}}, func(m *message) {
+		if m != nil && m.kind == mRepairData {
+			next()
+			return
+		}
+		if m == nil || m.code != 4 /* CodeCorruptBlock */ {
+			u.activationFailed("reading the source failed: " + replyText(m))
+			return
+		}
+		u.takeFromDonor(x, b, 0, next)
+	})
+}
+
+// takeFromDonor copies block b of x's extent from the first of
+// x.Donors[d:] that holds it intact to the source.
+func (u *upNode) takeFromDonor(x reconcile.ExtentRepair, b, d int, done func()) {
+	e := uint32(x.Extent)
+	if d == len(x.Donors) {
+		u.activationFailed(fmt.Sprintf("extent %d block %d is corrupt on every replica", e, b))
+		return
+	}
+	donor := int(x.Donors[d])
+	u.callOn(donor, &message{kind: mRepairRead, extent: e, blocks: []uint32{uint32(b)}}, func(m *message) {
+		if m == nil || m.kind != mRepairData {
+			u.takeFromDonor(x, b, d+1, done)
+			return
+		}
+		dirty := toExtentVersion(x.SourceVersion)
+		dirty.Dirty = true
+		w := &message{kind: mRepairWrite, extent: e, blocks: m.blocks, data: m.data, hashes: m.hashes, version: dirty}
+		u.callOn(int(x.Source), w, func(a *message) {
+			if a == nil || a.kind != mAck {
+				u.activationFailed("mending the source failed: " + replyText(a))
+				return
+			}
+			done()
+		})
+	})
+}
+
+// copyToDests copies x's differing blocks to x.Dests[d:] and stamps them.
+func (u *upNode) copyToDests(x reconcile.ExtentRepair, d int, done func()) {
+	if d == len(x.Dests) {
+		done()
+		return
+	}
+	e := uint32(x.Extent)
+	src, dst := int(x.Source), int(x.Dests[d])
+	target := toExtentVersion(x.Target)
+	next := func() { u.copyToDests(x, d+1, done) }
+	var sh, dh *message
+	got := 0
+	compared := func() {
+		if got++; got < 2 {
+			return
+		}
+		if sh == nil || dh == nil || sh.kind != mHashesReply || dh.kind != mHashesReply {
+			u.activationFailed("comparing hashes failed")
+			return
+		}
+		diff, err := reconcile.DiffBlocks(sh.hashes, dh.hashes)
+		if err != nil {
+			u.activationFailed(err.Error())
+			return
+		}
+		blocks := make([]uint32, len(diff))
+		for i, b := range diff {
+			blocks[i] = uint32(b)
+		}
+		stamp := func(m *message) {
+			if m == nil || m.kind != mAck {
+				u.activationFailed("repair write failed: " + replyText(m))
+				return
+			}
+			next()
+		}
+		if len(blocks) == 0 {
+			u.callOn(dst, &message{kind: mRepairWrite, extent: e, version: target}, stamp)
+			return
+		}
+		u.callOn(src, &message{kind: mRepairRead, extent: e, blocks: blocks}, func(m *message) {
+			if m == nil || m.kind != mRepairData {
+				u.activationFailed("repair read failed: " + replyText(m))
+				return
+			}
+			u.callOn(dst, &message{kind: mRepairWrite, extent: e, blocks: blocks, data: m.data, hashes: m.hashes, version: target}, stamp)
+		})
+	}
+	u.callOn(src, &message{kind: mExtentHashes, extent: e}, func(m *message) { sh = m; compared() })
+	u.callOn(dst, &message{kind: mExtentHashes, extent: e}, func(m *message) { dh = m; compared() })
+}
+
+func toExtentVersion(v reconcile.Version) extent.Version {
+	return extent.Version{Gen: extent.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+}
