@@ -41,7 +41,7 @@ type readSnap struct {
 }
 
 type wrec struct {
-	up           int
+	up          int
 	value       uint64
 	first       uint64
 	count       uint32
