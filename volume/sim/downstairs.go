@@ -89,7 +89,6 @@ func (d *dsNode) receive(up int, epoch uint64, m *message) {
 		d.reply(s, &message{kind: mFenced, id: m.id})
 		return
 	}
-	mutates := m.kind == mWrite || m.kind == mFlush || m.kind == mRepairWrite
 	switch {
 	case d.active != s:
 		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeNotActive})
@@ -98,7 +97,6 @@ func (d *dsNode) receive(up int, epoch uint64, m *message) {
 		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeBadRequest})
 		return
 	}
-	_ = mutates
 	eb := uint64(d.w.spec.ExtentBlocks)
 	var mode downstairs.Access
 	var first, end uint64

@@ -15,7 +15,7 @@ var (
 	flagSeeds = flag.Int("seeds", 0, "run this many seeds (0: the fixed CI budget)")
 	flagSeed  = flag.Int64("seed", -1, "run only this seed")
 	flagFirst = flag.Int64("first", 0, "first seed of a -seeds campaign")
-	flagSkip  = flag.String("skip", "", "comma-separated fault numbers not to inject (replays a shrunk run)")
+	flagSkip  = flag.String("skip", "", "fault numbers not to inject, as 3,7-12 (replays a shrunk run)")
 	flagSteps = flag.Int("steps", 0, "ticks of the faulty phase (0: the default)")
 )
 
@@ -46,11 +46,18 @@ func configFor(t *testing.T, seed uint64) Config {
 	if *flagSkip != "" {
 		cfg.Skip = map[int]bool{}
 		for _, f := range strings.Split(*flagSkip, ",") {
-			n, err := strconv.Atoi(f)
+			lo, hi, isRange := strings.Cut(f, "-")
+			a, err := strconv.Atoi(lo)
+			b := a
+			if err == nil && isRange {
+				b, err = strconv.Atoi(hi)
+			}
 			if err != nil {
 				t.Fatalf("parse -skip: %v", err)
 			}
-			cfg.Skip[n] = true
+			for n := a; n <= b; n++ {
+				cfg.Skip[n] = true
+			}
 		}
 	}
 	return cfg
@@ -110,9 +117,18 @@ func skipList(skip map[int]bool) string {
 		ns = append(ns, n)
 	}
 	slices.Sort(ns)
-	parts := make([]string, len(ns))
-	for i, n := range ns {
-		parts[i] = strconv.Itoa(n)
+	var parts []string
+	for i := 0; i < len(ns); {
+		j := i
+		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", ns[i], ns[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(ns[i]))
+		}
+		i = j + 1
 	}
 	return strings.Join(parts, ",")
 }

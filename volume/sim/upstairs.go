@@ -6,7 +6,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
-	"tern/volume/extent"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
@@ -138,8 +137,7 @@ func (u *upNode) lost(r int, epoch uint64) {
 		delete(u.calls, cl.id)
 		cl.done(nil)
 	}
-	for id, cl := range u.calls {
-		_ = id
+	for _, cl := range u.calls {
 		if cl.r == r && cl.epoch == epoch {
 			delete(u.calls, cl.id)
 			cl.done(nil)
@@ -623,8 +621,6 @@ func (u *upNode) submit(kind upstairs.CoreJobKind, first wire.BlockIndex, count 
 	u.jobs[id] = j
 	return id, true
 }
-
-var _ = extent.Version{}
 
 // replyText describes a reply for the trace.
 func replyText(m *message) string {

@@ -309,12 +309,11 @@ func (w *world) heal() {
 			w.partitionUntil[u][r] = 0
 		}
 	}
-	for r, d := range w.ds {
+	for _, d := range w.ds {
 		if !d.alive() {
 			if err := d.restart(); err != nil {
 				w.violate("%v", err)
 			}
-			_ = r
 		}
 	}
 }
