@@ -213,6 +213,9 @@ func (d *dsNode) execute(s *dsSession, m *message) *message {
 		if err := r.RepairExtent(extent.ExtentID(m.extent), m.blocks, m.data, m.hashes, m.version); err != nil {
 			return errReply(m.id, err)
 		}
+		for _, b := range m.blocks {
+			delete(d.w.flipped[d.id], uint64(m.extent)*uint64(d.w.spec.ExtentBlocks)+uint64(b))
+		}
 		return &message{kind: mAck, id: m.id}
 	}
 	return &message{kind: mError, id: m.id, code: wire.CodeBadRequest}

@@ -16,15 +16,21 @@ var regressions = []struct {
 }{
 	{
 		name:  "restarted replica replayed over lost writes",
-		seeds: []uint64{24, 31, 90},
+		seeds: []uint64{51, 62, 96},
 		undo:  func(c *Config) { c.legacyRejoin = true },
 		fix:   "volume: a downstairs that restarted with unflushed writes is repaired, not replayed",
 	},
 	{
 		name:  "live repair stuck on a source with a flipped bit",
-		seeds: []uint64{48, 95, 182, 193},
+		seeds: []uint64{98, 223, 232},
 		undo:  func(c *Config) { c.legacySourceChoice = true },
 		fix:   "volume/upstairs: live repair copies from another source after one served bad data",
+	},
+	{
+		name:  "takeover activation fails on a clean source with a flipped bit",
+		seeds: []uint64{5, 26, 166, 274},
+		undo:  func(c *Config) { c.legacyActivationSource = true },
+		fix:   "volume/upstairs: activation repair mends a clean source's silently damaged blocks from its peers",
 	},
 }
 

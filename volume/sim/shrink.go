@@ -1,16 +1,27 @@
 package sim
 
-// Shrink looks for a smaller fault schedule that still breaks an
-// invariant: it re-runs cfg with subsets of res's faults skipped
-// (delta debugging, at most budget runs) and keeps every removal that
-// still fails. It returns the smallest failing run found and its skip
-// set (which Config.Skip replays).
-func Shrink(cfg Config, res Result, budget int) (Result, map[int]bool) {
+// Shrink looks for a shorter run that still breaks an invariant, within
+// budget re-runs: first it drops faults (delta debugging over the fault
+// numbers res injected: every subset it can skip while the run still
+// fails stays skipped), then it halves the faulty phase while the run
+// still fails. It returns the configuration of the shortest failing run
+// found (its Skip and Steps replay it) and that run's result.
+func Shrink(cfg Config, res Result, budget int) (Config, Result) {
+	best, bestCfg := res, cfg
+	try := func(c Config) bool {
+		budget--
+		c.KeepTrace = false
+		r := Run(c)
+		if len(r.Violations) == 0 {
+			return false
+		}
+		best, bestCfg = r, c
+		return true
+	}
 	skip := map[int]bool{}
 	for n := range cfg.Skip {
 		skip[n] = true
 	}
-	best := res
 	kept := append([]int(nil), res.Injected...)
 	chunks := 2
 	for budget > 0 && len(kept) > 0 {
@@ -18,21 +29,17 @@ func Shrink(cfg Config, res Result, budget int) (Result, map[int]bool) {
 		removed := false
 		for start := 0; start < len(kept) && budget > 0; start += size {
 			end := min(start+size, len(kept))
-			try := map[int]bool{}
+			next := map[int]bool{}
 			for n := range skip {
-				try[n] = true
+				next[n] = true
 			}
 			for _, n := range kept[start:end] {
-				try[n] = true
+				next[n] = true
 			}
-			c := cfg
-			c.Skip, c.KeepTrace = try, false
-			r := Run(c)
-			budget--
-			if len(r.Violations) > 0 {
-				skip, best = try, r
-				kept = r.Injected
-				removed = true
+			c := bestCfg
+			c.Skip = next
+			if try(c) {
+				skip, kept, removed = next, best.Injected, true
 				break
 			}
 		}
@@ -40,10 +47,19 @@ func Shrink(cfg Config, res Result, budget int) (Result, map[int]bool) {
 		case removed:
 			chunks = max(chunks-1, 2)
 		case size == 1:
-			return best, skip
+			budget = min(budget, 8)
+			goto steps
 		default:
 			chunks = min(chunks*2, len(kept))
 		}
 	}
-	return best, skip
+steps:
+	for budget > 0 && bestCfg.Steps > 50 {
+		c := bestCfg
+		c.Steps /= 2
+		if !try(c) {
+			break
+		}
+	}
+	return bestCfg, best
 }

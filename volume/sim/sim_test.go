@@ -82,9 +82,9 @@ func TestSimulation(t *testing.T) {
 // shortest failing trace it found, with the command that replays it.
 func reportFailure(t *testing.T, cfg Config, res Result) {
 	t.Helper()
-	shrunk, skip := Shrink(cfg, res, 48)
-	cfg.Skip, cfg.KeepTrace = skip, true
-	full := Run(cfg)
+	small, shrunk := Shrink(cfg, res, 48)
+	small.KeepTrace = true
+	full := Run(small)
 	dir := t.TempDir()
 	if d := os.Getenv("SIM_TRACE_DIR"); d != "" {
 		dir = d
@@ -92,15 +92,12 @@ func reportFailure(t *testing.T, cfg Config, res Result) {
 	path := filepath.Join(dir, fmt.Sprintf("sim-seed-%d.trace", cfg.Seed))
 	_ = os.WriteFile(path, []byte(strings.Join(full.Trace, "\n")+"\n"), 0o644)
 	t.Logf("seed %d fails; replay: go test ./volume/sim -run TestSimulation -v -seed %d", cfg.Seed, cfg.Seed)
-	t.Logf("shrunk to %d of %d faults (%v): go test ./volume/sim -run TestSimulation -v -seed %d -skip %s",
-		shrunk.Faults.Total(), res.Faults.Total(), shrunk.Faults, cfg.Seed, skipList(skip))
-	t.Logf("violation: %s", firstOr(full.Violations, "(did not reproduce)"))
-	t.Logf("trace (%d lines) in %s; faults and last events:", len(full.Trace), path)
-	tail := max(0, len(full.Trace)-60)
-	for i, l := range full.Trace {
-		if i >= tail || strings.Contains(l, "fault#") {
-			t.Log("  " + l)
-		}
+	t.Logf("shortest failing run found: %d of %d faults, %d of %d ticks: go test ./volume/sim -run TestSimulation -v -seed %d -steps %d -skip %s",
+		shrunk.Faults.Total(), res.Faults.Total(), small.Steps, cfg.Steps, cfg.Seed, small.Steps, skipList(small.Skip))
+	t.Logf("its violation: %s", firstOr(full.Violations, "(did not reproduce)"))
+	t.Logf("its event trace (%d lines, also in %s):", len(full.Trace), path)
+	for _, l := range full.Trace {
+		t.Log("  " + l)
 	}
 }
 

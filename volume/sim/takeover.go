@@ -6,6 +6,7 @@ import (
 	"tern/volume/extent"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
+	"tern/volume/wire"
 )
 
 // A takeover is a second upstairs activating the region at a higher
@@ -56,6 +57,7 @@ func (u *upNode) reconcileActivation() {
 					return
 				}
 				u.w.s.note("u%d plans %d extent repairs", u.n, len(plan.Extents))
+				u.planVersions = versions
 				u.repairPlan(plan, 0)
 			})
 		}
@@ -88,7 +90,7 @@ func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
 	e := uint32(x.Extent)
 	src := int(x.Source)
 	target := toExtentVersion(x.Target)
-	copyDests := func() { u.copyToDests(x, 0, next) }
+	copyDests := func() { u.copyToDests(x, src, 0, next) }
 	if !x.SourceNeedsStamp() {
 		copyDests()
 		return
@@ -171,16 +173,23 @@ func (u *upNode) takeFromDonor(x reconcile.ExtentRepair, b, d int, done func()) 
 	})
 }
 
-// copyToDests copies x's differing blocks to x.Dests[d:] and stamps them.
-func (u *upNode) copyToDests(x reconcile.ExtentRepair, d int, done func()) {
+// copyToDests copies x's differing blocks from src to x.Dests[d:] and
+// stamps them. If the destination refuses src's data as not matching its
+// hashes, a replica at src's clean version takes its place
+// (activation_reconcile.go's equalSource).
+func (u *upNode) copyToDests(x reconcile.ExtentRepair, src, d int, done func()) {
+	u.copyToDest(x, src, d, false, done)
+}
+
+func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d int, mended bool, done func()) {
 	if d == len(x.Dests) {
 		done()
 		return
 	}
 	e := uint32(x.Extent)
-	src, dst := int(x.Source), int(x.Dests[d])
+	dst := int(x.Dests[d])
 	target := toExtentVersion(x.Target)
-	next := func() { u.copyToDests(x, d+1, done) }
+	next := func() { u.copyToDest(x, src, d+1, false, done) }
 	var sh, dh *message
 	got := 0
 	compared := func() {
@@ -201,6 +210,13 @@ func (u *upNode) copyToDests(x reconcile.ExtentRepair, d int, done func()) {
 			blocks[i] = uint32(b)
 		}
 		stamp := func(m *message) {
+			if m != nil && m.kind == mError && m.code == wire.CodeHashMismatch && !mended &&
+				!sh.version.Dirty && !u.w.cfg.legacyActivationSource {
+				// activation_reconcile.go's mendCleanSource.
+				u.w.s.note("u%d: d%d served bad data for extent %d; mending it", u.n, src, e)
+				u.mendClean(x, src, sh, blocks, func() { u.copyToDest(x, src, d, true, done) })
+				return
+			}
 			if m == nil || m.kind != mAck {
 				u.activationFailed("repair write failed: " + replyText(m))
 				return
@@ -225,4 +241,82 @@ func (u *upNode) copyToDests(x reconcile.ExtentRepair, d int, done func()) {
 
 func toExtentVersion(v reconcile.Version) extent.Version {
 	return extent.Version{Gen: extent.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+}
+
+// mendClean rewrites the blocks of src's clean copy of x's extent whose
+// data fails the hash src recorded, with the intact copy of a replica
+// that recorded the same hash (activation_reconcile.go's mendCleanSource).
+func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, blocks []uint32, done func()) {
+	e := uint32(x.Extent)
+	var bad []uint32
+	left := len(blocks)
+	for _, b := range blocks {
+		u.callOn(src, &message{kind: mRepairRead, extent: e, blocks: []uint32{b}}, func(m *message) {
+			if m == nil || m.kind != mRepairData || u.w.hashBlocks(m.data)[0] != m.hashes[0] {
+				bad = append(bad, b)
+			}
+			if left--; left == 0 {
+				u.mendFrom(x, src, sh, bad, 0, &message{kind: mRepairWrite, extent: e, version: sh.version}, done)
+			}
+		})
+	}
+}
+
+// mendFrom takes the blocks in need from replica r and the ones after
+// it, then writes them to src.
+func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need []uint32, r int, w *message, done func()) {
+	e := uint32(x.Extent)
+	if r == src {
+		r++
+	}
+	if len(need) == 0 || r >= upstairs.ReplicaCount {
+		if len(need) > 0 {
+			u.activationFailed(fmt.Sprintf("extent %d block %d: no intact copy", e, need[0]))
+			return
+		}
+		u.callOn(src, w, func(m *message) {
+			if m == nil || m.kind != mAck {
+				u.activationFailed("mending the source failed: " + replyText(m))
+				return
+			}
+			done()
+		})
+		return
+	}
+	u.callOn(r, &message{kind: mExtentHashes, extent: e}, func(h *message) {
+		if h == nil || h.kind != mHashesReply {
+			u.activationFailed("reading a peer's hashes failed")
+			return
+		}
+		var same, other []uint32
+		for _, b := range need {
+			if h.hashes[b] == sh.hashes[b] {
+				same = append(same, b)
+			} else {
+				other = append(other, b)
+			}
+		}
+		if len(same) == 0 {
+			u.mendFrom(x, src, sh, other, r+1, w, done)
+			return
+		}
+		u.callOn(r, &message{kind: mRepairRead, extent: e, blocks: same}, func(m *message) {
+			bs := int(u.w.spec.BlockSize)
+			if m != nil && m.kind == mRepairData {
+				hs := u.w.hashBlocks(m.data)
+				for i, b := range same {
+					if hs[i] == m.hashes[i] {
+						w.blocks = append(w.blocks, b)
+						w.hashes = append(w.hashes, m.hashes[i])
+						w.data = append(w.data, m.data[i*bs:(i+1)*bs]...)
+					} else {
+						other = append(other, b)
+					}
+				}
+			} else {
+				other = append(other, same...)
+			}
+			u.mendFrom(x, src, sh, other, r+1, w, done)
+		})
+	})
 }

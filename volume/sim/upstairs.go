@@ -34,6 +34,8 @@ type upNode struct {
 	// onActivated, when set, runs instead of starting IO once every
 	// replica accepted the generation (a takeover reconciles first).
 	onActivated func()
+	// planVersions are the extent versions a takeover planned with.
+	planVersions []reconcile.ReplicaVersions
 	// badSource is 1 + the replica that served bad data to a replica's
 	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
 	badSource [upstairs.ReplicaCount]int

@@ -38,8 +38,9 @@ type Config struct {
 
 	// Undo, for regression tests, a fix the simulation found: they prove
 	// a kept seed still fails without it.
-	legacyRejoin       bool // replay a rejoining replica that may have lost writes
-	legacySourceChoice bool // live repair always copies from the lowest Active replica
+	legacyRejoin           bool // replay a rejoining replica that may have lost writes
+	legacySourceChoice     bool // live repair always copies from the lowest Active replica
+	legacyActivationSource bool // activation repair gives up when its source served bad data
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.
@@ -132,11 +133,11 @@ func (w *world) run() error {
 	w.up[0] = newUpNode(w, 0, 1)
 	w.up[0].start()
 	w.faulting = true
-	for t := range w.cfg.Steps {
-		w.s.after(Tick(t), "tick", w.tick)
-	}
 	end := Tick(w.cfg.Steps)
 	w.s.after(end, "faults stop", w.heal)
+	// Each tick schedules the next, so runs that differ only in Steps
+	// share their prefix (which lets Shrink cut a run short).
+	w.s.after(0, "tick", w.tick)
 	for !w.stopped && w.s.step() {
 		w.checkStep()
 		if !w.faulting && w.s.now > end && w.converged() {
@@ -210,6 +211,9 @@ func (w *world) tick() {
 	if !w.faulting {
 		return
 	}
+	if w.s.now+1 < Tick(w.cfg.Steps) {
+		w.s.after(1, "tick", w.tick)
+	}
 	w.workload()
 	r := w.s.intn(upstairs.ReplicaCount)
 	if !w.othersHealthy(r) {
@@ -267,8 +271,15 @@ func (w *world) crash(r int) {
 	})
 }
 
-// flipBit flips a bit of a random block's data on r's disk.
+// flipBit flips a bit of a random block's data on r's disk. Damage at
+// rest counts against the one-failure budget too: no replica is damaged
+// while another still holds an unrepaired flip.
 func (w *world) flipBit(r int) {
+	for s := range upstairs.ReplicaCount {
+		if s != r && len(w.flipped[s]) > 0 {
+			return
+		}
+	}
 	b := w.s.rng.Uint64N(w.spec.Blocks())
 	eb := uint64(w.spec.ExtentBlocks)
 	name := fmt.Sprintf("%06d.ext", b/eb)
