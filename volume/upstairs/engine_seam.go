@@ -190,6 +190,9 @@ func (c *Core) Privatized(id wire.JobID, same bool) { c.e.privatized(id, same) }
 // Abandon records that the caller of id gave up.
 func (c *Core) Abandon(id wire.JobID) { c.e.abandon(id) }
 
+// FlushedOn records that r's extents show flush number flush applied.
+func (c *Core) FlushedOn(r int, flush uint64) { c.e.flushedOn(r, flush) }
+
 // Connected records an activated session to r (a replay, if Offline).
 func (c *Core) Connected(r int) { c.e.connected(r) }
 

@@ -373,6 +373,9 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 		u.mu.Unlock()
 		return nil
 	}
+	if u.eng.replicas[r.id].state == ReplicaOffline {
+		u.eng.flushedOn(r.id, flushedAt(versions, u.gen))
+	}
 	if lostWrites && u.eng.replicas[r.id].state == ReplicaOffline {
 		u.log.Warn("replica restarted and may have lost writes; repairing it instead of replaying", "replica", r.id, "target", r.target)
 		u.eng.fault(r.id)
@@ -692,4 +695,16 @@ func (r *replica) jobError(m *wire.Error) {
 	}
 	u.stepLocked()
 	u.finishLocked()
+}
+
+// flushedAt returns the greatest flush number of generation gen stamped on
+// any extent in versions (0 if none): that flush has run on the replica.
+func flushedAt(versions []wire.ExtentVersion, gen wire.Generation) uint64 {
+	var f uint64
+	for _, v := range versions {
+		if v.Gen == gen {
+			f = max(f, v.Flush)
+		}
+	}
+	return f
 }
