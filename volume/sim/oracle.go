@@ -26,6 +26,8 @@ type oracle struct {
 	// an activation at a higher generation keeps what was flushed and may
 	// drop what was only acknowledged (reconcile's package doc).
 	flushedUpTo [upstairsMax]uint64
+	// current is the upstairs the workload uses.
+	current int
 }
 
 type jobKey struct {
@@ -79,7 +81,9 @@ func (o *oracle) writeDone(up int, id wire.JobID, ok bool) {
 	}
 	delete(o.byJob, jobKey{up, id})
 	w.done, w.acked = true, ok
-	if !ok {
+	if !ok || up != o.current {
+		// A fenced upstairs' late acknowledgement: the new one's
+		// reconciliation keeps only what was flushed.
 		return
 	}
 	for b := w.first; b < w.first+uint64(w.count); b++ {
@@ -163,7 +167,8 @@ func (o *oracle) durable(b uint64) uint64 {
 // takeover is told that a new upstairs starts: what the old one had
 // acknowledged but not flushed may be gone, so the floor a read is held
 // to falls back to the durable writes.
-func (o *oracle) takeover() {
+func (o *oracle) takeover(up int) {
+	o.current = up
 	for b := range o.lastAcked {
 		o.lastAcked[b] = o.durable(uint64(b))
 	}

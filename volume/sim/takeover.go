@@ -58,6 +58,10 @@ func (u *upNode) reconcileActivation() {
 				}
 				u.w.s.note("u%d plans %d extent repairs", u.n, len(plan.Extents))
 				u.planVersions = versions
+				for _, x := range plan.Extents {
+					u.w.s.note("u%d plan: extent %d source d%d (%v) dests %v target %v; versions %v %v %v", u.n, x.Extent, x.Source, x.SourceVersion, x.Dests, x.Target,
+						versions[0].Extents[x.Extent], versions[1].Extents[x.Extent], versions[2].Extents[x.Extent])
+				}
 				u.repairPlan(plan, 0)
 			})
 		}
@@ -80,7 +84,7 @@ func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
 	if i == len(plan.Extents) {
 		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
 		u.w.cur = u.n
-		u.w.oracle.takeover()
+		u.w.oracle.takeover(u.n)
 		u.w.s.note("u%d activated at gen %d", u.n, u.gen)
 		u.apply()
 		return
@@ -256,7 +260,7 @@ func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, block
 				bad = append(bad, b)
 			}
 			if left--; left == 0 {
-				u.mendFrom(x, src, sh, bad, 0, &message{kind: mRepairWrite, extent: e, version: sh.version}, done)
+				u.mendFrom(x, src, sh, bad, 0, false, &message{kind: mRepairWrite, extent: e, version: sh.version}, done)
 			}
 		})
 	}
@@ -264,10 +268,16 @@ func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, block
 
 // mendFrom takes the blocks in need from replica r and the ones after
 // it, then writes them to src.
-func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need []uint32, r int, w *message, done func()) {
+func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need []uint32, r int, anyCopy bool, w *message, done func()) {
 	e := uint32(x.Extent)
 	if r == src {
 		r++
+	}
+	if len(need) > 0 && r >= upstairs.ReplicaCount && !anyCopy {
+		// mendCleanSource's second pass: any intact copy.
+		u.w.s.note("u%d: only copy of extent %d blocks %v damaged on d%d; taking older intact copies", u.n, e, need, src)
+		u.mendFrom(x, src, sh, need, 0, true, w, done)
+		return
 	}
 	if len(need) == 0 || r >= upstairs.ReplicaCount {
 		if len(need) > 0 {
@@ -290,14 +300,14 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 		}
 		var same, other []uint32
 		for _, b := range need {
-			if h.hashes[b] == sh.hashes[b] {
+			if anyCopy || h.hashes[b] == sh.hashes[b] {
 				same = append(same, b)
 			} else {
 				other = append(other, b)
 			}
 		}
 		if len(same) == 0 {
-			u.mendFrom(x, src, sh, other, r+1, w, done)
+			u.mendFrom(x, src, sh, other, r+1, anyCopy, w, done)
 			return
 		}
 		u.callOn(r, &message{kind: mRepairRead, extent: e, blocks: same}, func(m *message) {
@@ -316,7 +326,7 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 			} else {
 				other = append(other, same...)
 			}
-			u.mendFrom(x, src, sh, other, r+1, w, done)
+			u.mendFrom(x, src, sh, other, r+1, anyCopy, w, done)
 		})
 	})
 }

@@ -229,6 +229,41 @@ func (u *upNode) activateReply(r int, m *message) {
 	if !u.core.Running() {
 		return
 	}
+	if u.core.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyReplay {
+		// replica.activated gets every session's extent versions first:
+		// the greatest flush of this generation on them ran there.
+		u.rejoinFlushed(r, c.epoch, m)
+		return
+	}
+	u.rejoin(r, m)
+}
+
+// rejoinFlushed reads r's extent versions, tells the engine which flush
+// they show applied (Core.FlushedOn), then rejoins r.
+func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
+	n := int(u.w.spec.ExtentCount)
+	left, flushed, failed := n, uint64(0), false
+	for e := range n {
+		u.callOn(r, &message{kind: mExtentHashes, extent: uint32(e)}, func(m *message) {
+			left--
+			if m == nil || m.kind != mHashesReply {
+				failed = true
+			} else if wire.Generation(m.version.Gen) == u.gen {
+				flushed = max(flushed, m.version.Flush)
+			}
+			if left > 0 || failed || u.conns[r].epoch != epoch || !u.core.Running() {
+				return
+			}
+			if u.core.State(r) == upstairs.ReplicaOffline {
+				u.core.FlushedOn(r, flushed)
+			}
+			u.rejoin(r, ack)
+		})
+	}
+}
+
+// rejoin brings r back into the activation after its session activated.
+func (u *upNode) rejoin(r int, m *message) {
 	if m.lost && u.core.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyRejoin {
 		// replica.activated: a replay cannot restore what it lost.
 		u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
@@ -589,6 +624,19 @@ func (u *upNode) finishRepair(rw *repairWalk) {
 	}
 	u.w.s.note("u%d live repair of d%d done", u.n, r)
 	u.apply()
+	u.flushAfterRepair()
+}
+
+// flushAfterRepair submits the flush that follows a live repair, waiting
+// for room like any caller (Upstairs.Flush goes through submitLocked).
+func (u *upNode) flushAfterRepair() {
+	if !u.running() {
+		return
+	}
+	if u.core.Full(0) {
+		u.w.s.after(5, fmt.Sprintf("u%d flush after repair", u.n), u.flushAfterRepair)
+		return
+	}
 	if id, err := u.core.SubmitFlush(); err == nil {
 		u.jobs[id] = &ujob{kind: upstairs.CoreFlush, background: true}
 		u.apply()
@@ -601,7 +649,10 @@ func (u *upNode) submit(kind upstairs.CoreJobKind, first wire.BlockIndex, count 
 		return 0, false
 	}
 	bytes := int(count) * int(u.w.spec.BlockSize)
-	if kind != upstairs.CoreFlush && u.core.Full(bytes) {
+	if kind == upstairs.CoreFlush {
+		bytes = 0
+	}
+	if u.core.Full(bytes) {
 		return 0, false
 	}
 	var id wire.JobID

@@ -41,6 +41,7 @@ type Config struct {
 	legacyRejoin           bool // replay a rejoining replica that may have lost writes
 	legacySourceChoice     bool // live repair always copies from the lowest Active replica
 	legacyActivationSource bool // activation repair gives up when its source served bad data
+	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.
@@ -216,9 +217,10 @@ func (w *world) tick() {
 	}
 	w.workload()
 	r := w.s.intn(upstairs.ReplicaCount)
-	if !w.othersHealthy(r) {
+	if !w.othersHealthy(r) || w.up[1] != nil && w.cur == 0 {
 		// The fault model: one replica out of service at a time (the
-		// volume promises to survive one failure, not two). Message
+		// volume promises to survive one failure, not two), and none
+		// while a takeover reconciles (it counts as the one). Message
 		// faults and bit flips are not bounded.
 		if w.fault(faultBitFlip) {
 			w.flipBit(r)
