@@ -97,13 +97,6 @@ func (d *disk) flipBit(name string, off int64, bit uint) bool {
 	return true
 }
 
-// readAt reads name's current content (for comparing replicas).
-func (d *disk) readAt(name string, p []byte, off int64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	copy(p, d.files[name].current[off:])
-}
-
 func (d *disk) OpenFile(name string, readOnly bool) (extent.File, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
