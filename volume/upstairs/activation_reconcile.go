@@ -168,8 +168,10 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 // mendCleanSource rewrites the blocks of rep's clean source, among
 // blocks, whose data no longer matches the hash the source recorded for
 // them, with the intact copy of a present replica that recorded the same
-// hash (so holds the same data). The source keeps its version srcV. A
-// block no such replica holds intact fails with a *CorruptBlockError.
+// hash (so holds the same data), or failing that, with any intact copy (a
+// block no peer recorded alike was never acknowledged by two replicas).
+// The source keeps its version srcV. A block no replica holds intact
+// fails with a *CorruptBlockError.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32) error {
@@ -206,8 +208,40 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 		slices.Sort(need)
 	}
 	if len(need) > 0 {
+		// No peer recorded the source's data for these blocks, so no
+		// two replicas acknowledged it (a write that failed, or was cut
+		// short by a fence): an intact older copy is as good an outcome
+		// for it as any.
+		u.log.Warn("activation repair: the only copy of blocks is damaged; taking an older intact copy",
+			"extent", e, "replica", src, "blocks", len(need))
+		for _, r := range newestFirst(rep, versions, src) {
+			if len(need) == 0 {
+				break
+			}
+			if need, err = u.readIntact(ctx, r, epochs[r], e, need, true, &got); err != nil {
+				return err
+			}
+		}
+	}
+	if len(need) > 0 {
 		return &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}
 	}
 	req := &wire.RepairWrite{Extent: e, Version: srcV, Blocks: got.blocks, Hashes: got.hashes, Data: got.data}
 	return u.stamp(ctx, src, epochs[src], req)
+}
+
+// newestFirst returns the present replicas other than src, greatest
+// version of rep's extent first (the lowest ID among equals): the best
+// donors of an older copy.
+func newestFirst(rep reconcile.ExtentRepair, versions map[reconcile.ReplicaID][]reconcile.Version, src int) []int {
+	var out []int
+	for r := range replicaCount {
+		if _, present := versions[reconcile.ReplicaID(r)]; r != src && present {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b int) int {
+		return versions[reconcile.ReplicaID(b)][rep.Extent].Compare(versions[reconcile.ReplicaID(a)][rep.Extent])
+	})
+	return out
 }
