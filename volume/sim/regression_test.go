@@ -34,9 +34,15 @@ var regressions = []struct {
 	},
 	{
 		name:  "a cut-short replay regresses a replica below its flushed state",
-		seeds: []uint64{776, 1422, 1652},
+		seeds: []uint64{1422},
 		undo:  func(c *Config) { c.legacyReplay = true },
 		fix:   "volume/upstairs: a rejoining replica is not replayed writes its extents show flushed",
+	},
+	{
+		name:  "a damaged only copy is replaced from a stale replica, not the newest",
+		seeds: []uint64{879},
+		undo:  func(c *Config) { c.legacyDonorOrder = true },
+		fix:   "volume/upstairs: take an older intact copy from the newest replica first",
 	},
 }
 

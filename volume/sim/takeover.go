@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"tern/volume/extent"
 	"tern/volume/reconcile"
@@ -270,16 +271,14 @@ func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, block
 // it, then writes them to src.
 func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need []uint32, r int, anyCopy bool, w *message, done func()) {
 	e := uint32(x.Extent)
-	if r == src {
-		r++
-	}
-	if len(need) > 0 && r >= upstairs.ReplicaCount && !anyCopy {
+	order := u.peerOrder(x, src, anyCopy)
+	if len(need) > 0 && r >= len(order) && !anyCopy {
 		// mendCleanSource's second pass: any intact copy.
 		u.w.s.note("u%d: only copy of extent %d blocks %v damaged on d%d; taking older intact copies", u.n, e, need, src)
 		u.mendFrom(x, src, sh, need, 0, true, w, done)
 		return
 	}
-	if len(need) == 0 || r >= upstairs.ReplicaCount {
+	if len(need) == 0 || r >= len(order) {
 		if len(need) > 0 {
 			u.activationFailed(fmt.Sprintf("extent %d block %d: no intact copy", e, need[0]))
 			return
@@ -293,7 +292,8 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 		})
 		return
 	}
-	u.callOn(r, &message{kind: mExtentHashes, extent: e}, func(h *message) {
+	peer := order[r]
+	u.callOn(peer, &message{kind: mExtentHashes, extent: e}, func(h *message) {
 		if h == nil || h.kind != mHashesReply {
 			u.activationFailed("reading a peer's hashes failed")
 			return
@@ -310,7 +310,7 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 			u.mendFrom(x, src, sh, other, r+1, anyCopy, w, done)
 			return
 		}
-		u.callOn(r, &message{kind: mRepairRead, extent: e, blocks: same}, func(m *message) {
+		u.callOn(peer, &message{kind: mRepairRead, extent: e, blocks: same}, func(m *message) {
 			bs := int(u.w.spec.BlockSize)
 			if m != nil && m.kind == mRepairData {
 				hs := u.w.hashBlocks(m.data)
@@ -329,4 +329,22 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 			u.mendFrom(x, src, sh, other, r+1, anyCopy, w, done)
 		})
 	})
+}
+
+// peerOrder lists the replicas other than src that mendFrom asks: in ID
+// order for a copy recorded alike, greatest version first for any intact
+// copy (activation_reconcile.go's newestFirst).
+func (u *upNode) peerOrder(x reconcile.ExtentRepair, src int, newest bool) []int {
+	var out []int
+	for r := range upstairs.ReplicaCount {
+		if r != src {
+			out = append(out, r)
+		}
+	}
+	if newest && !u.w.cfg.legacyDonorOrder {
+		slices.SortStableFunc(out, func(a, b int) int {
+			return u.planVersions[b].Extents[x.Extent].Compare(u.planVersions[a].Extents[x.Extent])
+		})
+	}
+	return out
 }

@@ -42,6 +42,7 @@ type Config struct {
 	legacySourceChoice     bool // live repair always copies from the lowest Active replica
 	legacyActivationSource bool // activation repair gives up when its source served bad data
 	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
+	legacyDonorOrder       bool // an older intact copy is taken in replica order, not newest first
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.
