@@ -21,6 +21,10 @@
 //     highest generation the region has ever accepted; the server stores
 //     it durably (extent.Region.SetHighestGen) before ActivateAck, makes
 //     the session the active one and fences the previous active session.
+//     The ActivateAck says whether the region may have lost writes
+//     (extent.Region.MayHaveLostWrites: opened after a crash with dirty
+//     extents, not flushed since), so a rejoining upstairs repairs the
+//     replica rather than replaying its backlog over it.
 //     Gen at or below the highest is refused with CodeGenTooLow.
 //  3. Requests run in the job engine's order and each gets one reply
 //     (Ack, ReadResponse, ExtentVersions, ExtentHashes, RepairData, Fenced

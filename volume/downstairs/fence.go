@@ -54,8 +54,7 @@ func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
 	}
 	g, holder := srv.region.GenHolder()
 	highest := wire.Generation(g)
-	rejoin := gen == highest && holder != uuid.Nil && holder == s.upstairs
-	if gen <= highest && !rejoin {
+	if !MayActivate(gen, s.upstairs, highest, holder) {
 		return activateResult{code: wire.CodeGenTooLow, msg: fmt.Sprintf("generation %d is not above %d", gen, highest)}
 	}
 	if err := srv.region.SetGenHolder(extent.Generation(gen), s.upstairs); err != nil {
@@ -70,6 +69,16 @@ func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
 	}
 	srv.log.Info("activated", "upstairs", s.upstairs, "session", s.sessionID, "gen", gen)
 	return activateResult{ok: true}
+}
+
+// MayActivate is the fencing rule: an upstairs may activate a region at
+// gen when gen exceeds the highest generation the region has accepted, or
+// when it is that generation's holder coming back (a rejoin after an
+// outage or a downstairs restart). Everything else is refused with
+// CodeGenTooLow. It is a pure decision, shared with the simulator.
+func MayActivate(gen wire.Generation, upstairs uuid.UUID, highest wire.Generation, holder uuid.UUID) bool {
+	rejoin := gen == highest && holder != uuid.Nil && holder == upstairs
+	return gen > highest || rejoin
 }
 
 // deactivate forgets s as the active session when it ends. The region

@@ -62,6 +62,7 @@ type job struct {
 	buf         *[]byte // pooled data: write payload or read result
 	versions    []wire.ExtentVersion
 	upstairs    uuid.UUID // Activate only
+	lostWrites  bool      // Activate only: the region may have lost writes
 
 	// Result, set by the worker.
 	failed  bool

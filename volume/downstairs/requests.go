@@ -115,7 +115,7 @@ func (r *replyEncoder) encode(enc *wire.Encoder, j *job, spec extent.Spec) error
 			r.ack.JobID = j.id
 			m = &r.ack
 		case kindActivate:
-			r.actAck = wire.ActivateAck{JobID: j.id, Gen: j.gen}
+			r.actAck = wire.ActivateAck{JobID: j.id, Gen: j.gen, LostWrites: j.lostWrites}
 			m = &r.actAck
 		case kindRegionInfo:
 			r.region = wire.RegionInfoReply{JobID: j.id, Region: regionInfoOf(spec)}

@@ -257,6 +257,8 @@ func (s *session) handle(j *job) {
 			j.fenced = res.fenced
 		} else if !res.ok {
 			j.fail(res.code, "%s", res.msg)
+		} else {
+			j.lostWrites = srv.region.MayHaveLostWrites()
 		}
 		s.reply(j)
 		return

@@ -102,7 +102,7 @@ func (r *Region) readRun(e *extent, off uint32, p []byte, hashes []uint64) error
 	if b, bad := e.firstCorrupt(off, uint32(len(hashes))); bad {
 		return &BlockError{Block: r.blockIndex(e.id, b), Err: ErrCorruptBlock}
 	}
-	if err := preadFull(e.fd, p, r.lay.dataOff(off)); err != nil {
+	if err := preadFull(e.file, p, r.lay.dataOff(off)); err != nil {
 		return fmt.Errorf("read extent %d data: %w", e.id, err)
 	}
 	return r.readMeta(e, off, hashes)
@@ -116,7 +116,7 @@ func (r *Region) readMeta(e *extent, off uint32, hashes []uint64) error {
 	for len(hashes) > 0 {
 		n := min(len(hashes), metaChunkBlocks)
 		buf := s[:n*metaEntrySize]
-		if err := preadFull(e.fd, buf, r.lay.metaEntryOff(off)); err != nil {
+		if err := preadFull(e.file, buf, r.lay.metaEntryOff(off)); err != nil {
 			return fmt.Errorf("read extent %d metadata: %w", e.id, err)
 		}
 		for i := range n {
@@ -153,7 +153,7 @@ func (r *Region) writeBlocksLocked(e *extent, off uint32, p []byte, hashes []uin
 	if err := r.fault(stepBeforeData); err != nil {
 		return err
 	}
-	if err := pwriteFull(e.fd, p, r.lay.dataOff(off)); err != nil {
+	if err := pwriteFull(e.file, p, r.lay.dataOff(off)); err != nil {
 		e.markCorrupt(off, n)
 		return fmt.Errorf("write extent %d data: %w", e.id, err)
 	}
@@ -180,7 +180,7 @@ func (r *Region) writeMeta(e *extent, off uint32, hashes []uint64) error {
 			seq++
 			putMeta(buf[i*metaEntrySize:], h, seq)
 		}
-		if err := pwriteFull(e.fd, buf, r.lay.metaEntryOff(off)); err != nil {
+		if err := pwriteFull(e.file, buf, r.lay.metaEntryOff(off)); err != nil {
 			return fmt.Errorf("write extent %d metadata: %w", e.id, err)
 		}
 		hashes, off = hashes[n:], off+uint32(n)

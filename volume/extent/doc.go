@@ -82,7 +82,14 @@
 // After a crash a block therefore reads back as its last flushed data, as
 // any later write to it that fully reached disk with its metadata, or
 // fails with ErrCorruptBlock; never as anything else. Close does not
-// flush.
+// flush. A region opened with a dirty extent reports MayHaveLostWrites
+// until its next Flush: writes acknowledged before the crash may be gone.
+//
+// # File system
+//
+// The region reaches its files through FS and File (file_system.go): the
+// operating system's for Create and Open, any other for CreateOn and
+// OpenOn, such as the simulated disk of package tern/volume/sim.
 //
 // # Concurrency
 //

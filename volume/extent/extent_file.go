@@ -3,19 +3,15 @@ package extent
 import (
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 )
 
 // extent is one open extent file and its in-memory state.
 type extent struct {
 	// Immutable after open.
 	id   ExtentID
-	file *os.File // owns fd
-	fd   int
+	file File // owned
 
 	// io is held shared by every write to the extent, and exclusively by
 	// Flush and RepairExtent while they fdatasync the file and rewrite its
@@ -53,10 +49,10 @@ func (e *extent) version() Version {
 func (e *extent) writeTrailerLocked(lay layout, t trailer) error {
 	var buf [trailerSize]byte
 	t.encode(&buf)
-	if err := pwriteFull(e.fd, buf[:], lay.trailerOff); err != nil {
+	if err := pwriteFull(e.file, buf[:], lay.trailerOff); err != nil {
 		return fmt.Errorf("write extent %d trailer: %w", e.id, err)
 	}
-	if err := fdatasync(e.fd); err != nil {
+	if err := fdatasync(e.file); err != nil {
 		return fmt.Errorf("sync extent %d trailer: %w", e.id, err)
 	}
 	return nil
@@ -118,15 +114,12 @@ func (e *extent) corruptList() []uint32 {
 	return out
 }
 
-// pwriteFull writes all of p at off, retrying short writes and EINTR.
-func pwriteFull(fd int, p []byte, off int64) error {
+// pwriteFull writes all of p at off, retrying short writes.
+func pwriteFull(f File, p []byte, off int64) error {
 	for len(p) > 0 {
-		n, err := unix.Pwrite(fd, p, off)
-		if err == unix.EINTR {
-			continue
-		}
+		n, err := f.WriteAt(p, off)
 		if err != nil {
-			return classify(os.NewSyscallError("pwrite", err))
+			return classify(err)
 		}
 		if n <= 0 {
 			return io.ErrShortWrite
@@ -137,35 +130,22 @@ func pwriteFull(fd int, p []byte, off int64) error {
 	return nil
 }
 
-// preadFull fills p from off, retrying short reads and EINTR.
-func preadFull(fd int, p []byte, off int64) error {
+// preadFull fills p from off, retrying short reads.
+func preadFull(f File, p []byte, off int64) error {
 	for len(p) > 0 {
-		n, err := unix.Pread(fd, p, off)
-		if err == unix.EINTR {
+		n, err := f.ReadAt(p, off)
+		if n > 0 {
+			p = p[n:]
+			off += int64(n)
 			continue
 		}
 		if err != nil {
-			return os.NewSyscallError("pread", err)
+			return err
 		}
-		if n <= 0 {
-			return io.ErrUnexpectedEOF
-		}
-		p = p[n:]
-		off += int64(n)
+		return io.ErrUnexpectedEOF
 	}
 	return nil
 }
 
-// fdatasync makes fd's data (and the metadata needed to read it) durable.
-func fdatasync(fd int) error {
-	for {
-		err := unix.Fdatasync(fd)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return classify(os.NewSyscallError("fdatasync", err))
-		}
-		return nil
-	}
-}
+// fdatasync makes f's data (and the metadata needed to read it) durable.
+func fdatasync(f File) error { return classify(f.Datasync()) }

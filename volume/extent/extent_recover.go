@@ -1,10 +1,7 @@
 package extent
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -25,27 +22,23 @@ type verifier struct {
 // recorded hash. The returned extent is non-nil whenever its file was
 // opened, so the caller can close it on error.
 func (r *Region) loadExtent(id ExtentID, v *verifier) (*extent, error) {
-	flag := os.O_RDWR
-	if r.readOnly {
-		flag = os.O_RDONLY
-	}
-	f, err := os.OpenFile(r.extentPath(id), flag, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, err := r.fsys.OpenFile(extentFileName(id), r.readOnly)
+	if isNotExist(err) {
 		return nil, fmt.Errorf("%w: extent %d: %w", ErrBadRegion, id, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open extent %d: %w", id, classify(err))
 	}
-	e := &extent{id: id, file: f, fd: int(f.Fd())}
-	st, err := f.Stat()
+	e := &extent{id: id, file: f}
+	size, err := f.Size()
 	if err != nil {
 		return e, fmt.Errorf("stat extent %d: %w", id, err)
 	}
-	if st.Size() != r.lay.fileSize {
-		return e, fmt.Errorf("%w: extent %d is %d bytes, want %d", ErrBadRegion, id, st.Size(), r.lay.fileSize)
+	if size != r.lay.fileSize {
+		return e, fmt.Errorf("%w: extent %d is %d bytes, want %d", ErrBadRegion, id, size, r.lay.fileSize)
 	}
 	var buf [trailerSize]byte
-	if err := preadFull(e.fd, buf[:], r.lay.trailerOff); err != nil {
+	if err := preadFull(e.file, buf[:], r.lay.trailerOff); err != nil {
 		return e, fmt.Errorf("read extent %d trailer: %w", id, err)
 	}
 	t, ok := decodeTrailer(buf[:], id)
@@ -86,10 +79,10 @@ func (r *Region) verifyExtent(e *extent, v *verifier) (maxSeq uint64, err error)
 		n := min(chunk, r.lay.blocks-first)
 		data := v.data[:int(n)*bs]
 		meta := v.meta[:int(n)*metaEntrySize]
-		if err := preadFull(e.fd, data, r.lay.dataOff(first)); err != nil {
+		if err := preadFull(e.file, data, r.lay.dataOff(first)); err != nil {
 			return 0, fmt.Errorf("verify extent %d data: %w", e.id, err)
 		}
-		if err := preadFull(e.fd, meta, r.lay.metaEntryOff(first)); err != nil {
+		if err := preadFull(e.file, meta, r.lay.metaEntryOff(first)); err != nil {
 			return 0, fmt.Errorf("verify extent %d metadata: %w", e.id, err)
 		}
 		for i := range n {

@@ -2,11 +2,7 @@ package extent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 
 	"github.com/google/uuid"
 )
@@ -19,10 +15,10 @@ type fence struct {
 	Holder uuid.UUID `json:"holder,omitzero"`
 }
 
-// readFence reads dir/fence.json; a missing file means generation 0.
-func readFence(dir string) (fence, error) {
-	js, err := os.ReadFile(filepath.Join(dir, fenceFileName))
-	if errors.Is(err, fs.ErrNotExist) {
+// readFence reads fence.json; a missing file means generation 0.
+func readFence(fsys FS) (fence, error) {
+	js, err := fsys.ReadFile(fenceFileName)
+	if isNotExist(err) {
 		return fence{}, nil
 	}
 	if err != nil {
@@ -84,7 +80,7 @@ func (r *Region) SetGenHolder(g Generation, holder uuid.UUID) error {
 	if err != nil {
 		return fmt.Errorf("encode fence: %w", err)
 	}
-	if err := writeFileAtomic(r.lock, r.dir, fenceFileName, append(js, '\n')); err != nil {
+	if err := r.fsys.WriteFileAtomic(fenceFileName, append(js, '\n')); err != nil {
 		return fmt.Errorf("set highest generation: %w", err)
 	}
 	r.highestGen, r.genHolder = g, holder

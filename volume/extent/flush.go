@@ -51,6 +51,7 @@ func (r *Region) Flush(flushNumber uint64, gen Generation) error {
 	if err != nil {
 		return fmt.Errorf("flush region: %w", err)
 	}
+	r.lostWrites.Store(false)
 	return nil
 }
 
@@ -96,7 +97,7 @@ func (r *Region) flushExtent(e *extent, v Version) error {
 	if !e.version().Dirty {
 		return nil // cleaned meanwhile by RepairExtent
 	}
-	if err := fdatasync(e.fd); err != nil {
+	if err := fdatasync(e.file); err != nil {
 		return fmt.Errorf("sync extent %d: %w", e.id, err)
 	}
 	if err := r.fault(stepFlushSynced); err != nil {

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
@@ -55,7 +56,8 @@ type Region struct {
 	lay      layout
 	zeroHash uint64 // xxhash64 of a zero block: the hash of a never-written block
 	readOnly bool
-	lock     *os.File // the region directory, flock'd while the Region is open
+	fsys     FS       // where the files are
+	lock     *os.File // the region directory, flock'd while the Region is open; nil on another FS
 	extents  []*extent
 	scratch  sync.Pool // *metaScratch
 	// faultHook, when set by a test, is called at each crashStep; an error
@@ -64,6 +66,10 @@ type Region struct {
 
 	flushMu   sync.Mutex // serializes Flush
 	flushList []*extent  // guarded by flushMu: scratch for the extents one Flush cleans
+
+	// lostWrites: opened with an extent dirty, and not flushed since
+	// (MayHaveLostWrites).
+	lostWrites atomic.Bool
 
 	genMu      sync.Mutex
 	highestGen Generation // guarded by genMu
@@ -89,14 +95,43 @@ func Create(dir string, spec Spec) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create region: %w", err)
 	}
-	if err := createFiles(dir, spec, lock); err != nil {
+	fsys := osFS{dir: dir, lock: lock}
+	if err := createFiles(fsys, spec); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("create region %s: %w", dir, err)
 	}
-	r, err := load(dir, lock)
+	r, err := load(fsys, dir, lock)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("create region %s: %w", dir, err)
+	}
+	return r, nil
+}
+
+// CreateOn makes a new region on fsys, as Create does in a directory, and
+// returns it open; Dir reports name. fsys must not be shared with another
+// open Region (CreateOn takes no lock).
+func CreateOn(fsys FS, name string, spec Spec) (*Region, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("create region: %w", err)
+	}
+	if err := createFiles(fsys, spec); err != nil {
+		return nil, fmt.Errorf("create region %s: %w", name, err)
+	}
+	r, err := load(fsys, name, nil)
+	if err != nil {
+		return nil, fmt.Errorf("create region %s: %w", name, err)
+	}
+	return r, nil
+}
+
+// OpenOn opens the region on fsys, as Open does a directory: dirty
+// extents are verified block by block. fsys must not be shared with
+// another open Region (OpenOn takes no lock).
+func OpenOn(fsys FS, name string) (*Region, error) {
+	r, err := load(fsys, name, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open region %s: %w", name, err)
 	}
 	return r, nil
 }
@@ -114,7 +149,7 @@ func Open(dir string) (*Region, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open region: %w", err)
 	}
-	r, err := load(dir, lock)
+	r, err := load(osFS{dir: dir, lock: lock}, dir, lock)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("open region %s: %w", dir, err)
@@ -149,14 +184,14 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // createFiles writes a fresh region's extent files and then its
-// region.json; lock is the locked directory. region.json is written last
-// and atomically, so a crash part way leaves no region (and a later Create
-// simply overwrites the leftovers).
-func createFiles(dir string, spec Spec, lock *os.File) (err error) {
-	switch _, statErr := os.Lstat(filepath.Join(dir, regionFileName)); {
+// region.json. region.json is written last and atomically, so a crash
+// part way leaves no region (and a later Create simply overwrites the
+// leftovers).
+func createFiles(fsys FS, spec Spec) (err error) {
+	switch _, statErr := fsys.ReadFile(regionFileName); {
 	case statErr == nil:
 		return ErrRegionExists
-	case !errors.Is(statErr, fs.ErrNotExist):
+	case !isNotExist(statErr):
 		return fmt.Errorf("check for region: %w", statErr)
 	}
 	lay := newLayout(spec)
@@ -164,45 +199,42 @@ func createFiles(dir string, spec Spec, lock *os.File) (err error) {
 	defer func() {
 		if err != nil {
 			for id := range created {
-				os.Remove(filepath.Join(dir, extentFileName(ExtentID(id))))
+				fsys.Remove(extentFileName(ExtentID(id)))
 			}
 		}
 	}()
 	for id := range spec.ExtentCount {
 		created++ // counted first, so a half-made file is removed too
-		if err := createExtentFile(filepath.Join(dir, extentFileName(ExtentID(id))), lay, ExtentID(id)); err != nil {
+		if err := createExtentFile(fsys, lay, ExtentID(id)); err != nil {
 			return err
 		}
 	}
-	if err := os.Remove(filepath.Join(dir, fenceFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := fsys.Remove(fenceFileName); err != nil && !isNotExist(err) {
 		return fmt.Errorf("remove old fence: %w", classify(err))
 	}
 	// One syncfs makes every extent file durable; cheaper than an fsync
 	// per file for regions of thousands of extents.
-	if err := unix.Syncfs(int(lock.Fd())); err != nil {
-		return fmt.Errorf("sync extent files: %w", classify(os.NewSyscallError("syncfs", err)))
+	if err := fsys.SyncAll(); err != nil {
+		return fmt.Errorf("sync extent files: %w", classify(err))
 	}
 	js, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode region spec: %w", err)
 	}
-	return writeFileAtomic(lock, dir, regionFileName, append(js, '\n'))
+	return fsys.WriteFileAtomic(regionFileName, append(js, '\n'))
 }
 
 // createExtentFile creates one sparse extent file with a clean trailer
 // {gen 0, flush 0}.
-func createExtentFile(path string, lay layout, id ExtentID) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+func createExtentFile(fsys FS, lay layout, id ExtentID) error {
+	f, err := fsys.CreateFile(extentFileName(id), lay.fileSize)
 	if err != nil {
 		return fmt.Errorf("create extent %d: %w", id, classify(err))
 	}
 	defer f.Close()
-	if err := f.Truncate(lay.fileSize); err != nil {
-		return fmt.Errorf("size extent %d: %w", id, classify(err))
-	}
 	var buf [trailerSize]byte
 	trailer{id: id}.encode(&buf)
-	if err := pwriteFull(int(f.Fd()), buf[:], lay.trailerOff); err != nil {
+	if err := pwriteFull(f, buf[:], lay.trailerOff); err != nil {
 		return fmt.Errorf("write extent %d trailer: %w", id, err)
 	}
 	if err := f.Close(); err != nil {
@@ -243,10 +275,10 @@ func writeFileAtomic(dirFile *os.File, dir, name string, data []byte) error {
 	return nil
 }
 
-// readSpec reads and validates dir/region.json.
-func readSpec(dir string) (Spec, error) {
-	js, err := os.ReadFile(filepath.Join(dir, regionFileName))
-	if errors.Is(err, fs.ErrNotExist) {
+// readSpec reads and validates region.json.
+func readSpec(fsys FS) (Spec, error) {
+	js, err := fsys.ReadFile(regionFileName)
+	if isNotExist(err) {
 		return Spec{}, fmt.Errorf("%w: %w", ErrNoRegion, err)
 	}
 	if err != nil {
@@ -264,14 +296,16 @@ func readSpec(dir string) (Spec, error) {
 	return spec, nil
 }
 
-// load opens the region in dir, whose directory lock is already held.
-func load(dir string, lock *os.File) (*Region, error) {
-	spec, err := readSpec(dir)
+// load opens the region on fsys, named dir; lock is its directory lock,
+// already held (nil on another FS).
+func load(fsys FS, dir string, lock *os.File) (*Region, error) {
+	spec, err := readSpec(fsys)
 	if err != nil {
 		return nil, err
 	}
 	r := &Region{
 		dir:      dir,
+		fsys:     fsys,
 		spec:     spec,
 		lay:      newLayout(spec),
 		zeroHash: xxhash.Sum64(make([]byte, spec.BlockSize)),
@@ -283,7 +317,7 @@ func load(dir string, lock *os.File) (*Region, error) {
 
 	// A read-only mount (or read-only files) opens read-only rather than
 	// failing: reads are still served.
-	if f, err := os.OpenFile(r.extentPath(0), os.O_RDWR, 0); err == nil {
+	if f, err := fsys.OpenFile(extentFileName(0), false); err == nil {
 		f.Close()
 	} else if errors.Is(classify(err), ErrReadOnly) {
 		r.readOnly = true
@@ -292,17 +326,18 @@ func load(dir string, lock *os.File) (*Region, error) {
 		r.closeExtents()
 		return nil, err
 	}
-	f, err := readFence(dir)
+	for _, e := range r.extents {
+		if e.version().Dirty {
+			r.lostWrites.Store(true)
+		}
+	}
+	f, err := readFence(fsys)
 	if err != nil {
 		r.closeExtents()
 		return nil, err
 	}
 	r.highestGen, r.genHolder = f.HighestGen, f.Holder
 	return r, nil
-}
-
-func (r *Region) extentPath(id ExtentID) string {
-	return filepath.Join(r.dir, extentFileName(id))
 }
 
 // loadExtents opens and, where dirty, verifies every extent, on up to
@@ -367,7 +402,9 @@ func (r *Region) Close() error {
 	r.closed = true
 	err := r.closeExtents()
 	// Closing the directory releases the flock.
-	if lockErr := r.lock.Close(); lockErr != nil {
+	if r.lock == nil {
+		// Another FS: nothing to unlock.
+	} else if lockErr := r.lock.Close(); lockErr != nil {
 		err = errors.Join(err, fmt.Errorf("close region directory: %w", lockErr))
 	}
 	if err != nil {
@@ -406,6 +443,14 @@ func (r *Region) Dir() string { return r.dir }
 // ReadOnly reports whether the region was opened read-only because its
 // files or file system cannot be written.
 func (r *Region) ReadOnly() bool { return r.readOnly }
+
+// MayHaveLostWrites reports whether the region was opened with an extent
+// written since its last flush (a crash or an unclean stop) and has not
+// been flushed since: writes acknowledged before the crash but never
+// flushed may be gone, so its content is not what its last writer saw.
+// A downstairs tells a rejoining upstairs (wire.ActivateAck.LostWrites),
+// which then repairs the replica instead of replaying its backlog.
+func (r *Region) MayHaveLostWrites() bool { return r.lostWrites.Load() }
 
 // Versions returns every extent's trailer, indexed by ExtentID.
 func (r *Region) Versions() []Version {

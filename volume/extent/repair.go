@@ -154,7 +154,7 @@ func (r *Region) repairLocked(ext *extent, blocks []uint32, p []byte, hashes []u
 		// of it before it stamps the final version.
 		return nil
 	}
-	if err := fdatasync(ext.fd); err != nil {
+	if err := fdatasync(ext.file); err != nil {
 		return fmt.Errorf("sync extent %d: %w", ext.id, err)
 	}
 	ext.trailerMu.Lock()

@@ -3,6 +3,7 @@ package upstairs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"tern/volume/reconcile"
@@ -141,9 +142,106 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 			srcEpoch: epochs[src], dstEpoch: epochs[dst],
 			blocks: blocks, interim: toWireVersion(interim), final: target, tracker: t,
 		})
+		if err != nil && servedBadData(err) && !srcV.Dirty && srcHashes != nil {
+			// The source's data does not match the hashes it recorded
+			// (a bit flipped at rest goes unseen in a clean extent):
+			// mend those blocks from replicas that recorded the same
+			// hashes, then copy again.
+			u.log.Warn("activation repair source served bad data; mending it from its peers",
+				"extent", e, "source", src, "err", err)
+			if merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks); merr != nil {
+				return merr
+			}
+			err = u.copyExtent(ctx, extentCopy{
+				kind: repairActivation, extent: e, src: src, dst: dst,
+				srcEpoch: epochs[src], dstEpoch: epochs[dst],
+				blocks: blocks, interim: toWireVersion(interim), final: target, tracker: t,
+			})
+		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mendCleanSource rewrites the blocks of rep's clean source, among
+// blocks, whose data no longer matches the hash the source recorded for
+// them, with the intact copy of a present replica that recorded the same
+// hash (so holds the same data), or failing that, with any intact copy (a
+// block no peer recorded alike was never acknowledged by two replicas).
+// The source keeps its version srcV. A block no replica holds intact
+// fails with a *CorruptBlockError.
+func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
+	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32) error {
+	e := wire.ExtentID(rep.Extent)
+	src := int(rep.Source)
+	need, err := u.readIntact(ctx, src, epochs[src], e, blocks, false, nil)
+	if err != nil || len(need) == 0 {
+		return err
+	}
+	asked := []int{src}
+	var got blockCopies
+	for r := range replicaCount {
+		if _, present := versions[reconcile.ReplicaID(r)]; r == src || !present || len(need) == 0 {
+			continue
+		}
+		h, err := u.extentHashes(ctx, r, epochs[r], e)
+		if err != nil {
+			return err
+		}
+		asked = append(asked, r)
+		var same, other []uint32
+		for _, b := range need {
+			if int(b) < len(h.Hashes) && h.Hashes[b] == srcHashes[b] {
+				same = append(same, b)
+			} else {
+				other = append(other, b)
+			}
+		}
+		bad, err := u.readIntact(ctx, r, epochs[r], e, same, true, &got)
+		if err != nil {
+			return err
+		}
+		need = append(other, bad...)
+		slices.Sort(need)
+	}
+	if len(need) > 0 {
+		// No peer recorded the source's data for these blocks, so no
+		// two replicas acknowledged it (a write that failed, or was cut
+		// short by a fence): an intact older copy is as good an outcome
+		// for it as any.
+		u.log.Warn("activation repair: the only copy of blocks is damaged; taking an older intact copy",
+			"extent", e, "replica", src, "blocks", len(need))
+		for _, r := range newestFirst(rep, versions, src) {
+			if len(need) == 0 {
+				break
+			}
+			if need, err = u.readIntact(ctx, r, epochs[r], e, need, true, &got); err != nil {
+				return err
+			}
+		}
+	}
+	if len(need) > 0 {
+		return &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}
+	}
+	req := &wire.RepairWrite{Extent: e, Version: srcV, Blocks: got.blocks, Hashes: got.hashes, Data: got.data}
+	return u.stamp(ctx, src, epochs[src], req)
+}
+
+// newestFirst returns the present replicas other than src, greatest
+// version of rep's extent first (the lowest ID among equals): the best
+// donors of an older copy.
+func newestFirst(rep reconcile.ExtentRepair, versions map[reconcile.ReplicaID][]reconcile.Version, src int) []int {
+	var out []int
+	for r := range replicaCount {
+		if _, present := versions[reconcile.ReplicaID(r)]; r != src && present {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b int) int {
+		return versions[reconcile.ReplicaID(b)][rep.Extent].Compare(versions[reconcile.ReplicaID(a)][rep.Extent])
+	})
+	return out
 }

@@ -53,14 +53,19 @@
 // # Limits
 //
 // Jobs are retired once every replica answered them, not kept until a flush
-// covers them. A downstairs that loses acknowledged but unflushed writes
-// (a host crash, not a process restart) therefore comes back with dirty
-// extents that only reconciliation repairs. Replay needs the downstairs to
+// covers them, so a replay cannot restore writes a downstairs lost in a
+// crash: a downstairs that may have lost some (its region opened with
+// dirty extents, not flushed since) says so in its ActivateAck, and a
+// rejoining replica that does is faulted and live-repaired instead of
+// replayed. A rejoining replica is not replayed what its extent versions
+// show flushed (engine.flushedOn): a replay cut short must not leave it
+// older than its own flushed state. Replay needs the downstairs to
 // accept an Activate from the same upstairs at the generation it already
 // holds. Live repair copies from the lowest-numbered Active replica, one
-// extent and one destination at a time, and does not take a block that
-// replica refuses as corrupt from another one: the attempt aborts and the
-// next retries.
+// extent and one destination at a time; an attempt that fails on the
+// source's data (a block it refuses as corrupt, or one whose data does not
+// match its recorded hash) aborts, and the next copies from another Active
+// replica when there is one.
 //
 // # Repair
 //
@@ -76,7 +81,11 @@
 // the first with an intact copy) and written to the source before the
 // destinations are compared with it (repair_corrupt.go); a block no
 // replica holds intact fails Activate with a *CorruptBlockError naming
-// the extent and block. The upstairs reads from the source and writes to the
+// the extent and block. A clean source whose data a destination refuses
+// as not matching the hashes it recorded (a bit flipped at rest, unseen
+// in a clean extent) has those blocks rewritten from a replica that
+// recorded the same hash, or failing that any intact copy
+// (mendCleanSource), and the copy is retried. The upstairs reads from the source and writes to the
 // destinations over their sessions (repair_copy.go, reads and writes
 // pipelined); replicas never talk to each other. A destination is stamped
 // only once its blocks are durable, so an interruption leaves every

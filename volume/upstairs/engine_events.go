@@ -184,6 +184,25 @@ func (e *engine) abandon(id wire.JobID) {
 	e.progress(j)
 }
 
+// flushedOn records that replica r's extents show flush number flush of
+// this activation applied (a reconnecting replica reports its extent
+// versions): that flush, and so every job it followed on r, is done
+// there even if the replies were lost with the connection. Without this,
+// a replay re-sends writes r applied before flushes it also applied; a
+// replay cut short (a fence, a disconnect) then leaves r with older data
+// than its flushed state, dirty, which reconciliation prefers.
+func (e *engine) flushedOn(r int, flush uint64) {
+	var best *job
+	for _, j := range e.order {
+		if j.kind == kindFlush && j.flushNumber <= flush && j.slot[r].pending() {
+			best = j
+		}
+	}
+	if best != nil && best.slot[r] == slotSent {
+		e.done(r, best.id)
+	}
+}
+
 // connected records that replica r has a new activated session. An Offline
 // replica gets its whole backlog requeued in ID order for replay.
 func (e *engine) connected(r int) {

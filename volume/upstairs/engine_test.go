@@ -667,3 +667,37 @@ func TestFaultedReplicaRepairSeam(t *testing.T) {
 		t.Fatal("repaired replica gets no IO")
 	}
 }
+
+// A replica that applied writes and a flush, then lost the replies with
+// its connection, reports the flush on its extents when it rejoins: only
+// what came after the flush is replayed, so a replay cut short cannot
+// leave it older than its flushed state (found by volume/sim).
+func TestRejoinDoesNotReplayWhatTheReplicaFlushed(t *testing.T) {
+	h := newHarness(t, engineLimits{})
+	w1 := h.write(0, 1)
+	f := mustFlush(t, h)
+	w2 := h.write(0, 1)
+	for r := range 3 {
+		h.send(r)
+	}
+	for _, id := range []wire.JobID{w1, f, w2} {
+		h.done(0, id)
+		h.done(1, id)
+	}
+	for _, id := range h.privatize {
+		h.e.privatized(id, true)
+	}
+	h.drain()
+	// Replica 2 ran all three, but its replies were lost.
+	h.e.disconnected(2)
+	h.drain()
+	flushNumber := h.e.jobs[f].flushNumber
+	h.e.flushedOn(2, flushNumber)
+	h.drain()
+	h.e.connected(2)
+	h.drain()
+	ids, _ := h.send(2)
+	if !slices.Equal(ids, []wire.JobID{w2}) {
+		t.Fatalf("replayed %v, want only [%d] (after flush %d)", ids, w2, f)
+	}
+}

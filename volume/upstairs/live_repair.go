@@ -2,6 +2,7 @@ package upstairs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,6 +45,14 @@ type liveRepairSlot struct {
 	tracker *reconcile.Tracker
 	// claimed: tracker belongs to an attempt (not just waiting for one).
 	claimed bool
+	// source is the replica the current or latest attempt copies from;
+	// badSource is 1 + the replica that served bad data (a block it
+	// refused as corrupt, or data the target refused as not matching its
+	// hashes) to the latest attempt, 0 if none: the next attempt copies
+	// from another Active replica when there is one, so a silently
+	// damaged block on one source cannot stall the repair forever.
+	source    int
+	badSource int
 }
 
 // startLiveRepairLocked starts the live repair of replica r on its session
@@ -78,6 +87,12 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	if err == nil && !u.eng.repairDone(r) {
 		err = fmt.Errorf("replica %d left repair as %v: %w", r, u.eng.replicas[r].state, ErrNoSession)
 	}
+	switch {
+	case err == nil:
+		u.live[r].badSource = 0
+	case servedBadData(err):
+		u.live[r].badSource = 1 + u.live[r].source
+	}
 	if err != nil {
 		walk.Abort()
 		// Writes held for it are skipped.
@@ -101,6 +116,31 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	t.Finish()
 }
 
+// liveSourceLocked picks the Active replica to copy r from: the lowest
+// numbered, passing over the one that served bad data to r's previous
+// attempt when another can serve; -1 when none is Active.
+func (u *Upstairs) liveSourceLocked(r int) int {
+	avoid := u.live[r].badSource - 1
+	src := -1
+	for s := range replicaCount {
+		if s == r || u.eng.replicas[s].state != ReplicaActive {
+			continue
+		}
+		if src < 0 || src == avoid {
+			src = s
+		}
+	}
+	return src
+}
+
+// servedBadData reports whether a live repair failed on the source's
+// data: a block it refused as corrupt, or blocks the target refused as
+// not matching the hashes the source recorded for them.
+func servedBadData(err error) bool {
+	var corrupt *CorruptBlockError
+	return errors.As(err, &corrupt) || errors.Is(err, wire.CodeHashMismatch)
+}
+
 // liveRepair walks every extent of replica r (see the comment at the top
 // of this file).
 func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *reconcile.LiveRepair, t *reconcile.Tracker) error {
@@ -115,13 +155,8 @@ func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *re
 			u.mu.Unlock()
 			return nil // a region without extents
 		}
-		src := -1
-		for s := range replicaCount {
-			if s != r && u.eng.replicas[s].state == ReplicaActive {
-				src = s
-				break
-			}
-		}
+		src := u.liveSourceLocked(r)
+		u.live[r].source = src
 		u.mu.Unlock()
 		if src < 0 {
 			return fmt.Errorf("live repair of replica %d: no active replica to copy from: %w", r, ErrNotEnoughReplicas)

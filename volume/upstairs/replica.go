@@ -245,8 +245,10 @@ func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec replyRea
 	if m, err = dec.Next(); err != nil {
 		return fmt.Errorf("reading activation reply from replica %d: %w", r.id, err)
 	}
+	lostWrites := false
 	switch m := m.(type) {
 	case *wire.ActivateAck:
+		lostWrites = m.LostWrites
 	case *wire.Fenced:
 		err := fmt.Errorf("replica %d was activated by generation %d: %w", r.id, m.ByGen, ErrFenced)
 		r.fenceOrFail(m.ByGen, err)
@@ -269,7 +271,7 @@ func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec replyRea
 	if err != nil {
 		return err
 	}
-	return r.activated(versions)
+	return r.activated(versions, lostWrites)
 }
 
 // await reports the negotiated region and returns the generation to
@@ -351,8 +353,11 @@ func (r *replica) extentVersions(enc *wire.Encoder, dec replyReader, region wire
 }
 
 // activated reports an activated session: to Activate during activation,
-// to the engine (which replays the backlog) on a reconnect.
-func (r *replica) activated(versions []wire.ExtentVersion) error {
+// to the engine (which replays the backlog) on a reconnect. A replica
+// that may have lost writes (it crashed with unflushed writes, which the
+// engine has retired once every replica acknowledged them) cannot be
+// brought up to date by a replay: it is faulted and live-repaired.
+func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) error {
 	u := r.u
 	u.mu.Lock()
 	a := u.act
@@ -367,6 +372,14 @@ func (r *replica) activated(versions []wire.ExtentVersion) error {
 		// engine's jobs flow once Activate starts IO.
 		u.mu.Unlock()
 		return nil
+	}
+	if u.eng.replicas[r.id].state == ReplicaOffline {
+		u.eng.flushedOn(r.id, flushedAt(versions, u.gen))
+	}
+	if lostWrites && u.eng.replicas[r.id].state == ReplicaOffline {
+		u.log.Warn("replica restarted and may have lost writes; repairing it instead of replaying", "replica", r.id, "target", r.target)
+		u.eng.fault(r.id)
+		u.eng.repairStarted(r.id)
 	}
 	u.eng.connected(r.id)
 	u.startLiveRepairLocked(r.id, r.epoch)
@@ -682,4 +695,16 @@ func (r *replica) jobError(m *wire.Error) {
 	}
 	u.stepLocked()
 	u.finishLocked()
+}
+
+// flushedAt returns the greatest flush number of generation gen stamped on
+// any extent in versions (0 if none): that flush has run on the replica.
+func flushedAt(versions []wire.ExtentVersion, gen wire.Generation) uint64 {
+	var f uint64
+	for _, v := range versions {
+		if v.Gen == gen {
+			f = max(f, v.Flush)
+		}
+	}
+	return f
 }

@@ -125,7 +125,7 @@ func maxPayloadOf(t MsgType) int {
 	case TypeActivate:
 		return 8 + 2*uuidSize + 8
 	case TypeActivateAck:
-		return 16
+		return 16 + 1
 	case TypeFenced:
 		return 16 + uuidSize
 	case TypeRegionInfoRequest, TypeAck:

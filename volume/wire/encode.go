@@ -97,6 +97,7 @@ func appendPayload(b []byte, m Message) ([]byte, []byte, error) {
 	case *ActivateAck:
 		b = le.AppendUint64(b, uint64(m.JobID))
 		b = le.AppendUint64(b, uint64(m.Gen))
+		b = appendBool(b, m.LostWrites)
 	case *Fenced:
 		b = le.AppendUint64(b, uint64(m.JobID))
 		b = le.AppendUint64(b, uint64(m.ByGen))

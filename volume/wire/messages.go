@@ -180,6 +180,12 @@ type Activate struct {
 type ActivateAck struct {
 	JobID JobID
 	Gen   Generation
+	// LostWrites: the region was opened after a crash with extents
+	// written since their last flush, and has not been flushed since, so
+	// writes it acknowledged before the crash may be gone. An upstairs
+	// rejoining at the generation it holds must not replay its backlog
+	// over such a replica: it repairs it instead.
+	LostWrites bool
 }
 
 // Fenced tells a session it is no longer active because another upstairs

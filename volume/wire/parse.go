@@ -152,7 +152,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		d.activate = Activate{JobID: JobID(c.u64()), UpstairsID: c.uuid(), SessionID: c.uuid(), Gen: Generation(c.u64())}
 		m = &d.activate
 	case TypeActivateAck:
-		d.activateAck = ActivateAck{JobID: JobID(c.u64()), Gen: Generation(c.u64())}
+		d.activateAck = ActivateAck{JobID: JobID(c.u64()), Gen: Generation(c.u64()), LostWrites: c.boolean()}
 		m = &d.activateAck
 	case TypeFenced:
 		d.fenced = Fenced{JobID: JobID(c.u64()), ByGen: Generation(c.u64()), ByUpstairs: c.uuid()}

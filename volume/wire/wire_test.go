@@ -34,6 +34,7 @@ func sampleMessages() []Message {
 		&Error{JobID: 1001, Code: CodeHashMismatch, Message: "block 3 hash mismatch"},
 		&Activate{JobID: 1, UpstairsID: upID, SessionID: sessID, Gen: 7},
 		&ActivateAck{JobID: 1, Gen: 7},
+		&ActivateAck{JobID: 1, Gen: 7, LostWrites: true},
 		&Fenced{JobID: 42, ByGen: 8, ByUpstairs: sessID},
 		&RegionInfoRequest{JobID: 2},
 		&RegionInfoReply{JobID: 2, Region: testRegion},

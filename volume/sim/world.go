@@ -1,0 +1,585 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/google/uuid"
+
+	"tern/volume/extent"
+	"tern/volume/upstairs"
+	"tern/volume/wire"
+)
+
+// upstairsMax is how many upstairs a run may have: the first, and the one
+// that takes the region over.
+const upstairsMax = 2
+
+// Config is one simulation run.
+type Config struct {
+	Seed uint64
+	// Steps is the length of the faulty phase, in ticks; the workload
+	// submits IO and faults are injected only then.
+	Steps int
+	// Faults are the chances of each fault kind.
+	Faults Probabilities
+	// BacklogJobs and InflightJobs are the upstairs' memory bounds.
+	BacklogJobs  int
+	InflightJobs int
+	// RetransmitTicks is how long a lost packet takes to be sent again.
+	RetransmitTicks Tick
+	// Skip lists fault numbers (in the order the run would inject them)
+	// not to inject: how a failing run is shrunk.
+	Skip map[int]bool
+	// KeepTrace keeps every trace line in Result.Trace.
+	KeepTrace bool
+
+	// Undo, for regression tests, a fix the simulation found: they prove
+	// a kept seed still fails without it.
+	legacyRejoin           bool // replay a rejoining replica that may have lost writes
+	legacySourceChoice     bool // live repair always copies from the lowest Active replica
+	legacyActivationSource bool // activation repair gives up when its source served bad data
+	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
+	legacyDonorOrder       bool // an older intact copy is taken in replica order, not newest first
+}
+
+// DefaultConfig is the configuration of seed for campaigns and CI.
+func DefaultConfig(seed uint64) Config {
+	return Config{
+		Seed: seed, Steps: 3000, Faults: DefaultProbabilities(),
+		BacklogJobs: 48, InflightJobs: 32, RetransmitTicks: 25,
+	}
+}
+
+// Result is what a run did and found.
+type Result struct {
+	Seed   uint64
+	Events int
+	Faults FaultCounts
+	// Injected lists the fault numbers injected, in order.
+	Injected []int
+	// TraceHash is the hash of the whole event trace.
+	TraceHash uint64
+	// Trace is every trace line, when Config.KeepTrace.
+	Trace []string
+	// Violations are the invariants broken (a run stops at the first).
+	Violations []string
+	// Lost counts blocks whose acknowledged, flushed data was lost.
+	Lost int
+	// Latent counts bit flips never read, left for a scrub to find.
+	Latent int
+}
+
+// Summary is the run's summary line.
+func (r Result) Summary() string {
+	return fmt.Sprintf("sim: seed=%d events=%d faults=%d trace=%016x violations=%d",
+		r.Seed, r.Events, r.Faults.Total(), r.TraceHash, len(r.Violations))
+}
+
+// world is one run: the scheduler, one or two upstairs, three downstairs
+// and the links between them, the workload and its oracle.
+type world struct {
+	cfg   Config
+	spec  extent.Spec
+	s     *scheduler
+	ds    [upstairs.ReplicaCount]*dsNode
+	up    [upstairsMax]*upNode
+	cur   int // the upstairs the workload uses
+	links [upstairsMax][upstairs.ReplicaCount]*link
+	// partitionUntil keeps a link down until a tick.
+	partitionUntil [upstairsMax][upstairs.ReplicaCount]Tick
+	epochs         uint64
+
+	faulting bool
+	faultNo  int
+	res      Result
+	stopped  bool
+
+	oracle oracle
+	// flipped marks blocks of a replica that a bit flip damaged.
+	flipped [upstairs.ReplicaCount]map[uint64]bool
+}
+
+// Run runs one simulation.
+func Run(cfg Config) Result {
+	w := &world{cfg: cfg, s: newScheduler(cfg.Seed, cfg.KeepTrace)}
+	w.res.Seed = cfg.Seed
+	w.spec = extent.NewSpec(512, 8, 4)
+	w.spec.UUID = uuid.UUID{0x51, 0x4d}
+	w.oracle.init(w.spec.Blocks())
+	if err := w.run(); err != nil {
+		w.violate("%v", err)
+	}
+	w.res.Events = w.s.events
+	w.res.TraceHash = w.s.hash()
+	w.res.Trace = w.s.lines
+	return w.res
+}
+
+func (w *world) run() error {
+	for r := range w.ds {
+		d := &dsNode{w: w, id: r}
+		if err := d.replace(); err != nil {
+			return err
+		}
+		w.ds[r] = d
+		w.flipped[r] = map[uint64]bool{}
+	}
+	for u := range upstairsMax {
+		for r := range w.ds {
+			w.links[u][r] = &link{w: w, up: u, ds: r}
+		}
+	}
+	w.up[0] = newUpNode(w, 0, 1)
+	w.up[0].start()
+	w.faulting = true
+	end := Tick(w.cfg.Steps)
+	w.s.after(end, "faults stop", w.heal)
+	// Each tick schedules the next, so runs that differ only in Steps
+	// share their prefix (which lets Shrink cut a run short).
+	w.s.after(0, "tick", w.tick)
+	for !w.stopped && w.s.step() {
+		w.checkStep()
+		if !w.faulting && w.s.now > end && w.converged() {
+			break
+		}
+		if w.s.now > end+50_000 {
+			w.violate("no convergence 50000 ticks after faults stopped: %s", w.describe())
+		}
+	}
+	if w.stopped {
+		return nil
+	}
+	return w.finish()
+}
+
+// violate records a broken invariant and stops the run.
+func (w *world) violate(format string, args ...any) {
+	if w.stopped {
+		return
+	}
+	msg := fmt.Sprintf("tick %d: ", w.s.now) + fmt.Sprintf(format, args...)
+	w.s.note("VIOLATION %s", msg)
+	w.res.Violations = append(w.res.Violations, msg)
+	w.stopped = true
+}
+
+// fault decides whether to inject a fault of kind now.
+func (w *world) fault(kind faultKind) bool {
+	if !w.faulting || !w.s.chance(w.cfg.Faults[kind]) {
+		return false
+	}
+	n := w.faultNo
+	w.faultNo++
+	if w.cfg.Skip[n] {
+		return false
+	}
+	w.res.Faults[kind]++
+	w.res.Injected = append(w.res.Injected, n)
+	w.s.note("fault#%d %v", n, kind)
+	return true
+}
+
+func (w *world) link(u, r int) *link { return w.links[u][r] }
+
+func (w *world) partitioned(u, r int) bool { return w.s.now < w.partitionUntil[u][r] }
+
+// sessionGone ends the downstairs side of the session of u on r.
+func (w *world) sessionGone(u, r int) {
+	if s := w.ds[r].sessions[u]; s != nil {
+		w.ds[r].endSession(s)
+	}
+}
+
+// cut severs the link of u and r: the downstairs drops the session at
+// once, the upstairs notices after a detection delay.
+func (w *world) cut(u, r int) {
+	l := w.link(u, r)
+	if !l.open {
+		return
+	}
+	epoch := l.epoch
+	l.sever()
+	w.sessionGone(u, r)
+	up := w.up[u]
+	w.s.after(w.s.between(1, 10), fmt.Sprintf("u%d notices loss of d%d", u, r), func() { up.lost(r, epoch) })
+}
+
+// tick is one step of the faulty phase: the workload, then the faults
+// that are not about single packets.
+func (w *world) tick() {
+	if !w.faulting {
+		return
+	}
+	if w.s.now+1 < Tick(w.cfg.Steps) {
+		w.s.after(1, "tick", w.tick)
+	}
+	w.workload()
+	r := w.s.intn(upstairs.ReplicaCount)
+	if !w.othersHealthy(r) || w.up[1] != nil && w.cur == 0 {
+		// The fault model: one replica out of service at a time (the
+		// volume promises to survive one failure, not two), and none
+		// while a takeover reconciles (it counts as the one). Message
+		// faults and bit flips are not bounded.
+		if w.fault(faultBitFlip) {
+			w.flipBit(r)
+		}
+		return
+	}
+	if w.fault(faultDisconnect) {
+		u := w.cur
+		w.s.note("disconnect u%d d%d", u, r)
+		w.partitionUntil[u][r] = w.s.now + w.s.between(0, 300)
+		w.cut(u, r)
+	}
+	if w.fault(faultCrash) && w.ds[r].alive() {
+		w.crash(r)
+	}
+	if w.fault(faultBitFlip) {
+		w.flipBit(r)
+	}
+	if w.up[1] == nil && w.othersHealthy(-1) && w.fault(faultTakeover) {
+		w.takeover()
+	}
+	if w.fault(faultReplace) {
+		w.replace(r)
+	}
+}
+
+// othersHealthy reports whether every replica but r is alive and Active
+// in the current upstairs.
+func (w *world) othersHealthy(r int) bool {
+	u := w.up[w.cur]
+	for s := range upstairs.ReplicaCount {
+		if s != r && (!w.ds[s].alive() || u.core.State(s) != upstairs.ReplicaActive) {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *world) crash(r int) {
+	w.ds[r].crash()
+	for u := range upstairsMax {
+		if w.up[u] != nil {
+			w.cut(u, r)
+		}
+	}
+	w.s.after(w.s.between(20, 300), fmt.Sprintf("d%d restart", r), func() {
+		if err := w.ds[r].restart(); err != nil {
+			w.violate("%v", err)
+		}
+	})
+}
+
+// flipBit flips a bit of a random block's data on r's disk. Damage at
+// rest counts against the one-failure budget too: no replica is damaged
+// while another still holds an unrepaired flip.
+func (w *world) flipBit(r int) {
+	for s := range upstairs.ReplicaCount {
+		if s != r && len(w.flipped[s]) > 0 {
+			return
+		}
+	}
+	b := w.s.rng.Uint64N(w.spec.Blocks())
+	eb := uint64(w.spec.ExtentBlocks)
+	name := fmt.Sprintf("%06d.ext", b/eb)
+	off := int64(b%eb)*int64(w.spec.BlockSize) + int64(w.s.intn(int(w.spec.BlockSize)))
+	if w.ds[r].disk.flipBit(name, off, uint(w.s.intn(8))) {
+		w.s.note("bitflip d%d block %d", r, b)
+		w.flipped[r][b] = true
+	}
+}
+
+// replace swaps r's region for an empty one, as an operator replacing a
+// failed replica does; the upstairs takes it back by live repair.
+func (w *world) replace(r int) {
+	u := w.up[w.cur]
+	if !u.running() {
+		return
+	}
+	for v := range upstairsMax {
+		if w.up[v] != nil {
+			w.cut(v, r)
+		}
+	}
+	if err := w.ds[r].replace(); err != nil {
+		w.violate("%v", err)
+		return
+	}
+	clear(w.flipped[r])
+	w.s.note("replace d%d", r)
+	u.core.Fault(r)
+	u.apply()
+}
+
+// heal ends the faulty phase: partitions end, crashed downstairs restart.
+func (w *world) heal() {
+	w.faulting = false
+	for u := range upstairsMax {
+		for r := range upstairs.ReplicaCount {
+			w.partitionUntil[u][r] = 0
+		}
+	}
+	for _, d := range w.ds {
+		if !d.alive() {
+			if err := d.restart(); err != nil {
+				w.violate("%v", err)
+			}
+		}
+	}
+}
+
+// converged reports whether the current upstairs has every replica
+// Active with nothing in flight.
+func (w *world) converged() bool {
+	if w.up[1] != nil && w.cur == 0 {
+		return false // a takeover is still reconciling
+	}
+	u := w.up[w.cur]
+	if !u.running() {
+		return true
+	}
+	for r := range upstairs.ReplicaCount {
+		if u.core.State(r) != upstairs.ReplicaActive || !u.conns[r].activated {
+			return false
+		}
+	}
+	jobs, _ := u.core.Live()
+	return jobs == 0
+}
+
+func (w *world) describe() string {
+	u := w.up[w.cur]
+	jobs, _ := u.core.Live()
+	s := fmt.Sprintf("u%d running=%v live=%d", u.n, u.running(), jobs)
+	for r := range upstairs.ReplicaCount {
+		o, _ := u.core.Owed(r)
+		s += fmt.Sprintf(" d%d=%v(owed %d, epoch %d, activated %v, alive %v)", r, u.core.State(r), o, u.conns[r].epoch, u.conns[r].activated, w.ds[r].alive())
+	}
+	return s
+}
+
+// checkStep checks the invariants that hold after every step.
+func (w *world) checkStep() {
+	for _, u := range w.up {
+		if u == nil || !u.core.Running() {
+			continue
+		}
+		jobs, _ := u.core.Live()
+		// Callers block at InflightJobs; read repairs and rewrites may
+		// add as many again (doc.go: twice the bound).
+		if jobs > 2*w.cfg.InflightJobs {
+			w.violate("u%d holds %d live jobs, bound %d", u.n, jobs, 2*w.cfg.InflightJobs)
+		}
+		for r := range upstairs.ReplicaCount {
+			if o, _ := u.core.Owed(r); u.core.State(r) == upstairs.ReplicaOffline && o > w.cfg.BacklogJobs {
+				w.violate("u%d: offline d%d owes %d jobs, backlog bound %d", u.n, r, o, w.cfg.BacklogJobs)
+			}
+		}
+	}
+}
+
+// checkNotFenced is called as a mutation from session s applies on d: no
+// upstairs fenced by a higher generation may change the region.
+func (w *world) checkNotFenced(d *dsNode, s *dsSession) {
+	if g := wire.Generation(d.region.HighestGen()); g > s.gen {
+		w.violate("d%d applies a mutation of u%d at gen %d after gen %d took over", d.id, s.up, s.gen, g)
+	}
+}
+
+// applied is told of every write a downstairs applied.
+func (w *world) applied(r, u int, m *message) {
+	for i := range m.count {
+		b := uint64(m.first) + uint64(i)
+		delete(w.flipped[r], b)
+	}
+}
+
+// workload submits the callers' IO to the current upstairs.
+func (w *world) workload() {
+	u := w.up[w.cur]
+	if !u.running() || w.s.chance(0.4) {
+		return
+	}
+	eb := w.spec.ExtentBlocks
+	e := uint32(w.s.intn(int(w.spec.ExtentCount)))
+	off := uint32(w.s.intn(int(eb)))
+	count := 1 + uint32(w.s.intn(int(min(3, eb-off))))
+	first := wire.BlockIndex(e*eb + off)
+	switch n := w.s.intn(100); {
+	case n < 50:
+		val := w.oracle.nextValue()
+		data := make([]byte, int(count)*int(w.spec.BlockSize))
+		for i := range count {
+			w.fillBlock(data[int(i)*int(w.spec.BlockSize):][:w.spec.BlockSize], val, uint64(first)+uint64(i))
+		}
+		if id, ok := u.submit(upstairs.CoreWrite, first, count, data); ok {
+			w.oracle.submitWrite(u.n, id, val, uint64(first), count)
+			w.s.note("u%d write %d [%d,+%d) value %d", u.n, id, first, count, val)
+			u.apply()
+		} else {
+			w.oracle.unused(val)
+		}
+	case n < 88:
+		if id, ok := u.submit(upstairs.CoreRead, first, count, nil); ok {
+			w.oracle.submitRead(u.n, id, uint64(first), count)
+			w.s.note("u%d read %d [%d,+%d)", u.n, id, first, count)
+			u.apply()
+		}
+	default:
+		if id, ok := u.submit(upstairs.CoreFlush, 0, 0, nil); ok {
+			w.oracle.submitFlush(u.n, id)
+			w.s.note("u%d flush %d", u.n, id)
+			u.apply()
+		}
+	}
+}
+
+// completed is told of every caller job's completion.
+func (w *world) completed(u *upNode, id wire.JobID, j *ujob, err error) {
+	w.s.note("u%d complete %v %d err=%v", u.n, j.kind, id, err)
+	switch j.kind {
+	case upstairs.CoreWrite:
+		w.oracle.writeDone(u.n, id, err == nil)
+	case upstairs.CoreFlush:
+		w.oracle.flushDone(u.n, id, err == nil)
+	case upstairs.CoreRead:
+		if err != nil {
+			w.oracle.readDone(u.n, id)
+			return
+		}
+		bs := int(w.spec.BlockSize)
+		for i := range j.count {
+			b := uint64(j.first) + uint64(i)
+			if msg := w.oracle.checkRead(u.n, id, b, w.decodeBlock(j.buf[int(i)*bs:][:bs], b)); msg != "" {
+				w.violate("u%d read %d: %s", u.n, id, msg)
+				return
+			}
+		}
+		w.oracle.readDone(u.n, id)
+	}
+}
+
+// fillBlock writes block b's content for value val: the value, the
+// block number, then bytes derived from both, so a block read back names
+// the write it came from and any damage shows.
+func (w *world) fillBlock(p []byte, val, b uint64) {
+	binary.LittleEndian.PutUint64(p[0:], val)
+	binary.LittleEndian.PutUint64(p[8:], b)
+	rng := rand.New(rand.NewPCG(val, b))
+	for i := 16; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], rng.Uint64())
+	}
+}
+
+// decodeBlock returns the value of a block read back at b: 0 for a
+// never-written block, noValue for content no write of b produced.
+func (w *world) decodeBlock(p []byte, b uint64) uint64 {
+	val := binary.LittleEndian.Uint64(p)
+	want := make([]byte, len(p))
+	if val != 0 {
+		w.fillBlock(want, val, b)
+	}
+	if string(want) != string(p) {
+		return noValue
+	}
+	return val
+}
+
+func (w *world) hashBlocks(p []byte) []uint64 {
+	bs := int(w.spec.BlockSize)
+	hs := make([]uint64, len(p)/bs)
+	for i := range hs {
+		hs[i] = xxhash.Sum64(p[i*bs : (i+1)*bs])
+	}
+	return hs
+}
+
+// finish runs after convergence: a final flush, then the replicas must be
+// identical and hold every acknowledged, flushed write.
+func (w *world) finish() error {
+	u := w.up[w.cur]
+	if u.running() {
+		id, ok := u.submit(upstairs.CoreFlush, 0, 0, nil)
+		if ok {
+			w.oracle.submitFlush(u.n, id)
+			u.apply()
+		}
+		for !w.stopped && w.s.step() {
+			w.checkStep()
+			if w.converged() && !w.oracle.pendingFlush(u.n, id) {
+				break
+			}
+		}
+	}
+	if w.stopped {
+		return nil
+	}
+	return w.compareReplicas()
+}
+
+// compareReplicas checks that the three regions hold the same blocks and
+// that none lost an acknowledged, flushed write.
+func (w *world) compareReplicas() error {
+	bs := int(w.spec.BlockSize)
+	var blocks [upstairs.ReplicaCount][]byte
+	for r, d := range w.ds {
+		if !d.alive() {
+			return fmt.Errorf("compare replicas: d%d is down", r)
+		}
+		blocks[r] = make([]byte, int(w.spec.Blocks())*bs)
+		hs := make([]uint64, w.spec.Blocks())
+		if err := d.region.ReadBlocks(0, blocks[r], hs); err != nil {
+			return fmt.Errorf("compare replicas: read d%d: %w", r, err)
+		}
+		for b, h := range hs {
+			if xxhash.Sum64(blocks[r][b*bs:(b+1)*bs]) != h {
+				if w.flipped[r][uint64(b)] {
+					w.res.Latent++ // excluded below
+					continue
+				}
+				w.violate("d%d block %d does not match its recorded hash", r, b)
+				return nil
+			}
+		}
+	}
+	for b := range w.spec.Blocks() {
+		ref := -1
+		for r := range upstairs.ReplicaCount {
+			if !w.flipped[r][b] {
+				ref = r
+				break
+			}
+		}
+		if ref < 0 {
+			continue
+		}
+		p0 := blocks[ref][int(b)*bs:][:bs]
+		for r := ref + 1; r < upstairs.ReplicaCount; r++ {
+			if w.flipped[r][b] {
+				continue
+			}
+			if string(blocks[r][int(b)*bs:][:bs]) != string(p0) {
+				w.violate("replicas differ at block %d: d%d has %d, d%d has %d", b,
+					ref, w.decodeBlock(p0, b), r, w.decodeBlock(blocks[r][int(b)*bs:][:bs], b))
+				return nil
+			}
+		}
+		for r := range upstairs.ReplicaCount {
+			if w.flipped[r][b] {
+				continue
+			}
+			v := w.decodeBlock(blocks[r][int(b)*bs:][:bs], b)
+			if msg := w.oracle.checkDurable(b, v); msg != "" {
+				w.res.Lost++
+				w.violate("d%d block %d: %s", r, b, msg)
+				return nil
+			}
+			break
+		}
+	}
+	return nil
+}
