@@ -1,8 +1,6 @@
 package chaos
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,44 +46,6 @@ func waitReplica(t *testing.T, u *upstairs.Upstairs, r int, timeout time.Duratio
 
 func isActive(s upstairs.ReplicaState) bool  { return s == upstairs.ReplicaActive }
 func notActive(s upstairs.ReplicaState) bool { return s != upstairs.ReplicaActive }
-
-// lanes runs n workload lanes on disjoint quarters… of the volume in the
-// background until stopped; stop returns the first lane error.
-type lanes struct {
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	err     error
-	stopped bool
-}
-
-func startLanes(ctx context.Context, w *Workload, u *upstairs.Upstairs, n int, spec LaneSpec) *lanes {
-	l := &lanes{stop: make(chan struct{})}
-	per := uint64(testBlocks / n)
-	for i := range n {
-		s := spec
-		s.First, s.Blocks, s.Seed = uint64(i)*per, per, spec.Seed+uint64(i)
-		l.wg.Go(func() {
-			if err := w.RunLane(ctx, u, s, l.stop, 0); err != nil {
-				l.mu.Lock()
-				if l.err == nil {
-					l.err = err
-				}
-				l.mu.Unlock()
-			}
-		})
-	}
-	return l
-}
-
-func (l *lanes) Stop() error {
-	if !l.stopped {
-		l.stopped = true
-		close(l.stop)
-	}
-	l.wg.Wait()
-	return l.err
-}
 
 // waitAcked waits until the workload acknowledged n more writes than from.
 func waitAcked(t *testing.T, w *Workload, from int64, n int64) int64 {

@@ -138,7 +138,7 @@ func TestIOContinuesThroughACutReplicaLinkAndItCatchesUp(t *testing.T) {
 	defer cancel()
 	spec := laneDefaults
 	spec.Seed = 100
-	l := startLanes(ctx, w, u, 2, spec)
+	l := w.StartLanes(ctx, u, 2, spec)
 	defer l.Stop()
 	acked := waitAcked(t, w, 0, 40)
 
@@ -156,9 +156,7 @@ func TestIOContinuesThroughACutReplicaLinkAndItCatchesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitReplica(t, u, cut.replica, 2*time.Minute, "back after healing", isActive)
-		st := u.Status().Replicas[cut.replica]
 		t.Logf("replica %d cut %v: dropped, back Active; %d writes acknowledged so far", cut.replica, cut.dir, acked)
-		_ = st
 		acked = waitAcked(t, w, acked, 20)
 	}
 	if err := l.Stop(); err != nil {
@@ -268,7 +266,7 @@ func TestWorkloadVerifiedThroughDelayAndLossOnEveryLink(t *testing.T) {
 		spec := laneDefaults
 		spec.Seed = 300 + uint64(10*i)
 		start := time.Now()
-		l := startLanes(ctx, w, u, 2, spec)
+		l := w.StartLanes(ctx, u, 2, spec)
 		waitAcked(t, w, w.Stats().WritesAcked, 80)
 		if err := l.Stop(); err != nil {
 			t.Fatal(err)

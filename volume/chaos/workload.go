@@ -290,3 +290,72 @@ func (w *Workload) classifyLocked(rep *VerifyReport, b uint64, got, want []byte)
 	}
 	bad("corrupt", &rep.Corrupt)
 }
+
+// Lanes are workload lanes running in the background on equal, disjoint
+// ranges of the volume until Stop.
+type Lanes struct {
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	err     error // guarded by mu; the first lane's error
+	stopped bool
+}
+
+// StartLanes starts n lanes of spec over the whole volume, each on its own
+// range and seed (spec.Seed+i).
+func (w *Workload) StartLanes(ctx context.Context, u *upstairs.Upstairs, n int, spec LaneSpec) *Lanes {
+	l := &Lanes{stop: make(chan struct{})}
+	per := w.blocks / uint64(n)
+	for i := range n {
+		s := spec
+		s.First, s.Blocks, s.Seed = uint64(i)*per, per, spec.Seed+uint64(i)
+		l.wg.Go(func() {
+			if err := w.RunLane(ctx, u, s, l.stop, 0); err != nil {
+				l.mu.Lock()
+				if l.err == nil {
+					l.err = err
+				}
+				l.mu.Unlock()
+			}
+		})
+	}
+	return l
+}
+
+// Stop stops the lanes, waits for them and returns the first error.
+func (l *Lanes) Stop() error {
+	if !l.stopped {
+		l.stopped = true
+		close(l.stop)
+	}
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// WaitAcked waits until at least n writes were acknowledged in all,
+// polling, for at most timeout.
+func (w *Workload) WaitAcked(ctx context.Context, n int64, timeout time.Duration) error {
+	return waitUntil(ctx, timeout, func() bool { return w.Stats().WritesAcked >= n },
+		func() string { return fmt.Sprintf("%d of %d writes acknowledged", w.Stats().WritesAcked, n) })
+}
+
+// waitUntil polls cond every few milliseconds until it holds, or fails
+// after timeout saying what it saw.
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool, saw func() string) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting: %w (%s)", ctx.Err(), saw())
+		case <-deadline.C:
+			return fmt.Errorf("waiting: not within %v: %s", timeout, saw())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
