@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
 	"tern/dataplane/tlsconf"
+	"tern/units"
 	"tern/volume/extent"
 )
 
@@ -26,9 +28,10 @@ const StartTimeout = time.Minute
 // Cluster is three `tern downstairs` processes serving one region, each
 // from its own directory, sharing development certificates.
 type Cluster struct {
-	Bin      string // the tern binary
-	Certs    string
-	Replicas [3]*Replica
+	Bin         string // the tern binary
+	Certs       string
+	Replicas    [3]*Replica
+	totalBlocks uint64
 }
 
 // ClusterSpec is the region geometry and where each replica runs.
@@ -49,7 +52,11 @@ const BlockSize = 4096
 // with bin (`tern certs init`, `tern downstairs create`). It starts
 // nothing.
 func NewCluster(bin, dir string, spec ClusterSpec) (*Cluster, error) {
-	c := &Cluster{Bin: bin, Certs: filepath.Join(dir, "certs")}
+	extentBytes, err := units.ParseBytes(spec.ExtentSize)
+	if err != nil {
+		return nil, fmt.Errorf("parsing extent size: %w", err)
+	}
+	c := &Cluster{Bin: bin, Certs: filepath.Join(dir, "certs"), totalBlocks: extentBytes / BlockSize * uint64(spec.ExtentCount)}
 	if err := runQuiet(bin, "certs", "init", "--dir", c.Certs); err != nil {
 		return nil, fmt.Errorf("creating certificates: %w", err)
 	}
@@ -112,6 +119,8 @@ type Replica struct {
 	// Dir is the region directory; Addr where it listens once started.
 	Dir  string
 	Addr string
+	// mu guards proc, which a sampler reads while the owner restarts.
+	mu   sync.Mutex
 	proc *replicaProc // nil when not running
 	// Starts and Kills count Start and Kill calls that succeeded.
 	Starts, Kills int
@@ -123,19 +132,40 @@ type replicaProc struct {
 }
 
 // Running says whether the process was started and not stopped or killed.
-func (r *Replica) Running() bool { return r.proc != nil }
+func (r *Replica) Running() bool { return r.getProc() != nil }
+
+func (r *Replica) getProc() *replicaProc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc
+}
+
+func (r *Replica) setProc(p *replicaProc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.proc = p
+}
+
+// takeProc returns the running process, if any, and forgets it.
+func (r *Replica) takeProc() *replicaProc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.proc
+	r.proc = nil
+	return p
+}
 
 // PID is the running process's id, or 0.
 func (r *Replica) PID() int {
-	if r.proc == nil {
-		return 0
+	if p := r.getProc(); p != nil {
+		return p.cmd.Process.Pid
 	}
-	return r.proc.cmd.Process.Pid
+	return 0
 }
 
 // Start runs `tern downstairs run` and waits for its "listening" record.
 func (r *Replica) Start() error {
-	if r.proc != nil {
+	if r.Running() {
 		return errors.New("starting replica: already running")
 	}
 	listen := r.listen
@@ -184,7 +214,7 @@ func (r *Replica) Start() error {
 	select {
 	case addr := <-listening:
 		r.Addr = addr
-		r.proc = p
+		r.setProc(p)
 		r.Starts++
 		return nil
 	case err := <-p.exited:
@@ -200,11 +230,10 @@ func (r *Replica) Start() error {
 // Kill ends the process with SIGKILL, the way a crash does, and waits for
 // it to exit.
 func (r *Replica) Kill() error {
-	if r.proc == nil {
+	p := r.takeProc()
+	if p == nil {
 		return nil
 	}
-	p := r.proc
-	r.proc = nil
 	if err := p.cmd.Process.Kill(); err != nil {
 		return fmt.Errorf("killing replica: %w", err)
 	}
@@ -215,11 +244,10 @@ func (r *Replica) Kill() error {
 
 // Stop ends the process with SIGTERM, or SIGKILL after 10 s.
 func (r *Replica) Stop() error {
-	if r.proc == nil {
+	p := r.takeProc()
+	if p == nil {
 		return nil
 	}
-	p := r.proc
-	r.proc = nil
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
