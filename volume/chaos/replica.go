@@ -108,6 +108,9 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
+// Blocks is the volume's size in blocks of BlockSize.
+func (c *Cluster) Blocks() uint64 { return c.totalBlocks }
+
 // Bundle loads the cluster's certificates.
 func (c *Cluster) Bundle() (*tlsconf.Bundle, error) { return tlsconf.Load(c.Certs) }
 

@@ -48,7 +48,7 @@ var Figures = []struct {
 // on; violations are in the result.
 func RunSoak(ctx context.Context, c *Cluster, spec SoakSpec, logf func(string, ...any)) (res SoakResult, err error) {
 	r := rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x94d049bb133111eb))
-	w := NewWorkload(BlockSize, c.blocks(), spec.Seed)
+	w := NewWorkload(BlockSize, c.Blocks(), spec.Seed)
 	start := time.Now()
 	sampler := startSampler(start, c, spec.SampleEvery)
 	defer func() { res.Samples = sampler.stop() }()
@@ -115,10 +115,6 @@ func soakIteration(ctx context.Context, c *Cluster, w *Workload, r *rand.Rand, g
 	}
 	return u.Close()
 }
-
-// blocks is the volume size in blocks, from the first region's spec
-// (read at creation; constant).
-func (c *Cluster) blocks() uint64 { return c.totalBlocks }
 
 type sampler struct {
 	stopCh chan struct{}
