@@ -290,3 +290,61 @@ func TestWorkloadVerifiedThroughDelayAndLossOnEveryLink(t *testing.T) {
 	verifyAll(t, w, u)
 	v.checkConverged(t, u)
 }
+
+// TestUpstairsHostCutOffWaitsAndResumes cuts the upstairs host itself,
+// first one way (nothing reaches it), then both ways: every replica is
+// dropped, a write submitted meanwhile is not acknowledged until the cut
+// heals, and then it is, with all three replicas back.
+func TestUpstairsHostCutOffWaitsAndResumes(t *testing.T) {
+	v := newHostsVolume(t)
+	u := newUpstairs(t, v.cluster, v.targets(), 1)
+	w := NewWorkload(BlockSize, testBlocks, 14)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	spec := laneDefaults
+	spec.Seed = 400
+	spec.Blocks = testBlocks
+	if err := w.RunLane(ctx, u, spec, nil, 20); err != nil {
+		t.Fatal(err)
+	}
+	for i, dir := range []Direction{Inbound, Both} {
+		if err := v.up.Cut(dir); err != nil {
+			t.Fatal(err)
+		}
+		var healed atomic.Bool
+		done := make(chan bool, 1)
+		go func() {
+			s := spec
+			s.Seed, s.FlushEvery = spec.Seed+uint64(i+1), 1
+			w.RunLane(ctx, u, s, nil, 1)
+			done <- healed.Load()
+		}()
+		for r := range 3 {
+			waitReplica(t, u, r, time.Minute, "dropped after the upstairs host was cut "+dir.String(), notActive)
+		}
+		select {
+		case <-done:
+			t.Fatalf("cut %v: the write returned with no replica reachable", dir)
+		default:
+		}
+		healed.Store(true)
+		if err := v.up.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case afterHeal := <-done:
+			if !afterHeal {
+				t.Fatalf("cut %v: acknowledged before healing", dir)
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("cut %v: the write was not acknowledged within 3 minutes of healing", dir)
+		}
+		for r := range 3 {
+			waitReplica(t, u, r, 2*time.Minute, "back after healing", isActive)
+		}
+		t.Logf("upstairs host cut %v: all three dropped, IO waited, all back after healing", dir)
+	}
+	checkWorkload(t, w)
+	verifyAll(t, w, u)
+	v.checkConverged(t, u)
+}
