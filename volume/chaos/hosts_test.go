@@ -348,3 +348,45 @@ func TestUpstairsHostCutOffWaitsAndResumes(t *testing.T) {
 	verifyAll(t, w, u)
 	v.checkConverged(t, u)
 }
+
+// TestReplicaCutPastItsBacklogIsRepairedLive keeps replica 1's host cut
+// off until it owes more than its (small) backlog, so it is Faulted, not
+// just Offline; after healing, live repair brings it back while the
+// writers go on, and the replicas converge.
+func TestReplicaCutPastItsBacklogIsRepairedLive(t *testing.T) {
+	v := newHostsVolume(t)
+	u, err := openUpstairsWith(v.cluster, v.targets(), 1, func(c *upstairs.Config) { c.BacklogJobs = 16 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	w := NewWorkload(BlockSize, testBlocks, 15)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	spec := laneDefaults
+	spec.Seed = 500
+	l := w.StartLanes(ctx, u, 2, spec)
+	defer l.Stop()
+	acked := waitAcked(t, w, 0, 20)
+	if err := v.ds[1].Cut(Both); err != nil {
+		t.Fatal(err)
+	}
+	waitReplica(t, u, 1, 2*time.Minute, "faulted past its backlog", func(s upstairs.ReplicaState) bool { return s == upstairs.ReplicaFaulted })
+	acked = waitAcked(t, w, acked, 40)
+	if err := v.ds[1].Heal(); err != nil {
+		t.Fatal(err)
+	}
+	waitReplica(t, u, 1, 2*time.Minute, "repaired live after healing", isActive)
+	st := u.Status().Replicas[1]
+	if st.Repair == nil {
+		t.Fatal("replica 1 is Active again without a live repair")
+	}
+	t.Logf("replica 1 faulted, repaired live: %+v", *st.Repair)
+	waitAcked(t, w, acked, 20)
+	if err := l.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkWorkload(t, w)
+	verifyAll(t, w, u)
+	v.checkConverged(t, u)
+}
