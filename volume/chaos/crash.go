@@ -25,6 +25,13 @@ type CrashSpec struct {
 	MaxAcksBetween int
 	// RecoverTimeout bounds each wait for the volume to recover.
 	RecoverTimeout time.Duration
+	// BacklogJobs, if set, is the upstairs' Config.BacklogJobs: small, a
+	// killed replica overflows it and comes back through live repair,
+	// which the next kill may interrupt.
+	BacklogJobs int
+	// OnStuck, if set, is called while the volume is still up when a wait
+	// for it times out (tests dump goroutines there).
+	OnStuck func()
 }
 
 // Kill kinds counted by CrashResult.KillsByKind.
@@ -60,7 +67,7 @@ func RunCrashCampaign(ctx context.Context, c *Cluster, w *Workload, spec CrashSp
 	if err := c.StartAll(); err != nil {
 		return res, err
 	}
-	u, err := openUpstairs(c, c.Addrs(), gen)
+	u, err := openUpstairsWith(c, c.Addrs(), gen, func(cfg *upstairs.Config) { cfg.BacklogJobs = spec.BacklogJobs })
 	if err != nil {
 		return res, err
 	}
@@ -72,7 +79,7 @@ func RunCrashCampaign(ctx context.Context, c *Cluster, w *Workload, spec CrashSp
 	acked := w.Stats().WritesAcked
 	for round := range spec.Rounds {
 		if acked, err = waitMoreAcks(ctx, w, acked, 1+r.IntN(spec.MaxAcksBetween), spec.RecoverTimeout); err != nil {
-			return res, fmt.Errorf("round %d, before the kill: %w", round, err)
+			return res, fmt.Errorf("round %d, before the kill: %w; %s", round, err, describeStatus(u.Status()))
 		}
 		victims, kind := pickVictims(r)
 		for _, v := range victims {
@@ -84,7 +91,10 @@ func RunCrashCampaign(ctx context.Context, c *Cluster, w *Workload, spec CrashSp
 		res.KillsByKind[kind]++
 		if len(victims) == 1 {
 			if acked, err = waitMoreAcks(ctx, w, acked, 1+r.IntN(spec.MaxAcksBetween), spec.RecoverTimeout); err != nil {
-				return res, fmt.Errorf("round %d, IO on two replicas: %w", round, err)
+				if spec.OnStuck != nil {
+					spec.OnStuck()
+				}
+				return res, fmt.Errorf("round %d, IO on two replicas after killing %d: %w; %s", round, victims[0], err, describeStatus(u.Status()))
 			}
 		}
 		for _, v := range victims {
@@ -175,4 +185,16 @@ func waitAllActive(ctx context.Context, u *upstairs.Upstairs, timeout time.Durat
 				st.Replicas[0].FaultReason, st.Replicas[1].FaultReason, st.Replicas[2].FaultReason)
 		}
 	}
+}
+
+// describeStatus is the upstairs' replicas in one line, for errors.
+func describeStatus(st upstairs.Status) string {
+	out := fmt.Sprintf("%d jobs live (%d bytes)", st.LiveJobs, st.LiveBytes)
+	for i, r := range st.Replicas {
+		out += fmt.Sprintf("; replica %d %v owes %d jobs, fault %q, last error %q", i, r.State, r.OutstandingJobs, r.FaultReason, r.LastError)
+		if r.Repair != nil {
+			out += fmt.Sprintf(" repair %s %d/%d extents", r.Repair.Phase, r.Repair.ExtentsDone, r.Repair.ExtentsTotal)
+		}
+	}
+	return out
 }

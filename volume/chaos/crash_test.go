@@ -3,13 +3,18 @@ package chaos
 import (
 	"context"
 	"flag"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 )
 
 var (
-	crashSeed   = flag.Uint64("crash.seed", 1, "crash campaign: seed of the kill schedule and workload")
-	crashRounds = flag.Int("crash.rounds", 12, "crash campaign: kill rounds")
+	crashSeed       = flag.Uint64("crash.seed", 1, "crash campaign: seed of the kill schedule and workload")
+	crashRounds     = flag.Int("crash.rounds", 12, "crash campaign: kill rounds")
+	crashRecover    = flag.Duration("crash.recover", 2*time.Minute, "crash campaign: how long the volume may take to recover")
+	crashLiveRepair = flag.Bool("crash.live-repair", false, "crash campaign: also run the small-backlog campaign that hits the open live-repair bug")
+	crashStacks     = flag.Bool("crash.stacks", false, "crash campaign: log every goroutine's stack when the campaign fails")
 )
 
 // TestCrashCampaignLosesNoFlushedWrite SIGKILLs real downstairs processes
@@ -18,6 +23,28 @@ var (
 // none covered by an acknowledged flush is lost, and the replicas hold
 // the same blocks after repair.
 func TestCrashCampaignLosesNoFlushedWrite(t *testing.T) {
+	runCrashCampaign(t, 0)
+}
+
+// TestCrashCampaignThroughLiveRepairLosesNoFlushedWrite is the campaign
+// with a backlog of 8 jobs: a killed replica is faulted within a few
+// writes and returns through live repair, which later kills interrupt.
+//
+// It finds an open bug (docs/reliability.md, "Crash campaign"): a write
+// or flush submitted while replica B is under live repair is not sent to
+// B (the copy brings the write) and so counts only A and C; when C dies
+// before answering, the job waits for C although A and B, both Active,
+// hold the data, and the writers hang (or fail with
+// ErrNotEnoughReplicas once C overflows its backlog). Seed 1 stalls in
+// round 6. It runs only with -crash.live-repair until that is fixed.
+func TestCrashCampaignThroughLiveRepairLosesNoFlushedWrite(t *testing.T) {
+	if !*crashLiveRepair {
+		t.Skip("known bug: a job skipped for a replica under live repair waits for a dead peer once the repair is done; run with -crash.live-repair")
+	}
+	runCrashCampaign(t, 8)
+}
+
+func runCrashCampaign(t *testing.T, backlogJobs int) {
 	c, err := NewCluster(ternBin, t.TempDir(), testRegion)
 	if err != nil {
 		t.Fatal(err)
@@ -27,12 +54,20 @@ func TestCrashCampaignLosesNoFlushedWrite(t *testing.T) {
 	spec := CrashSpec{
 		Seed: *crashSeed, Rounds: *crashRounds, Lanes: 2,
 		Lane:           LaneSpec{MaxIOBlocks: 8, FlushEvery: 4, IOTimeout: 3 * time.Minute},
-		MaxAcksBetween: 60, RecoverTimeout: 2 * time.Minute,
+		MaxAcksBetween: 60, RecoverTimeout: *crashRecover, BacklogJobs: backlogJobs,
+	}
+	if *crashStacks {
+		spec.OnStuck = func() {
+			var stacks strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+			t.Log(stacks.String())
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	res, err := RunCrashCampaign(ctx, c, w, spec, 1, t.Logf)
 	logCrashResult(t, spec, res)
+	t.Logf("backlog %d jobs (0: the default)", backlogJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
