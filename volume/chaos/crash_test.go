@@ -10,11 +10,10 @@ import (
 )
 
 var (
-	crashSeed       = flag.Uint64("crash.seed", 1, "crash campaign: seed of the kill schedule and workload")
-	crashRounds     = flag.Int("crash.rounds", 12, "crash campaign: kill rounds")
-	crashRecover    = flag.Duration("crash.recover", 2*time.Minute, "crash campaign: how long the volume may take to recover")
-	crashLiveRepair = flag.Bool("crash.live-repair", false, "crash campaign: also run the small-backlog campaign that hits the open live-repair bug")
-	crashStacks     = flag.Bool("crash.stacks", false, "crash campaign: log every goroutine's stack when the campaign fails")
+	crashSeed    = flag.Uint64("crash.seed", 1, "crash campaign: seed of the kill schedule and workload")
+	crashRounds  = flag.Int("crash.rounds", 12, "crash campaign: kill rounds")
+	crashRecover = flag.Duration("crash.recover", 2*time.Minute, "crash campaign: how long the volume may take to recover")
+	crashStacks  = flag.Bool("crash.stacks", false, "crash campaign: log every goroutine's stack when the campaign fails")
 )
 
 // TestCrashCampaignLosesNoFlushedWrite SIGKILLs real downstairs processes
@@ -29,18 +28,10 @@ func TestCrashCampaignLosesNoFlushedWrite(t *testing.T) {
 // TestCrashCampaignThroughLiveRepairLosesNoFlushedWrite is the campaign
 // with a backlog of 8 jobs: a killed replica is faulted within a few
 // writes and returns through live repair, which later kills interrupt.
-//
-// It finds an open bug (docs/reliability.md, "Crash campaign"): a write
-// or flush submitted while replica B is under live repair is not sent to
-// B (the copy brings the write) and so counts only A and C; when C dies
-// before answering, the job waits for C although A and B, both Active,
-// hold the data, and the writers hang (or fail with
-// ErrNotEnoughReplicas once C overflows its backlog). Seed 1 stalls in
-// round 6. It runs only with -crash.live-repair until that is fixed.
+// It found that a job skipped for a replica under repair waited for a
+// dead peer after the repair (seed 1 stalled in round 6; the engine
+// regression test is TestJobsSkippedDuringRepairCountTheRepairedReplica).
 func TestCrashCampaignThroughLiveRepairLosesNoFlushedWrite(t *testing.T) {
-	if !*crashLiveRepair {
-		t.Skip("known bug: a job skipped for a replica under live repair waits for a dead peer once the repair is done; run with -crash.live-repair")
-	}
 	runCrashCampaign(t, 8)
 }
 
