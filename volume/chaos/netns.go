@@ -82,6 +82,7 @@ func NewNetwork(names ...string) (_ *Network, err error) {
 	if err := probe(); err != nil {
 		return nil, err
 	}
+	removeStale()
 	n := &Network{prefix: fmt.Sprintf("tern-chaos-%d-%d-", os.Getpid(), networkCount.Add(1))}
 	n.sw = n.prefix + "switch"
 	defer func() {
@@ -254,6 +255,32 @@ func listenUDPIn(ns string, addr *net.UDPAddr) (c *net.UDPConn, restored bool, e
 		return nil, true, fmt.Errorf("listening in namespace %s: %w", ns, err)
 	}
 	return c, true, nil
+}
+
+// removeStale deletes the namespaces of networks whose test process died
+// without closing them (SIGKILLed, or a timeout panic): their names
+// carry the creator's PID, and only ones whose PID is gone are touched.
+func removeStale() {
+	ents, err := os.ReadDir("/var/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "tern-chaos-")
+		if !ok {
+			continue
+		}
+		rest = strings.TrimPrefix(rest, "probe-")
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pidStr); err == nil {
+			continue // its creator still runs
+		}
+		run("ip", "netns", "del", e.Name())
+	}
 }
 
 // probe says why namespaces cannot be made here, or nil.
