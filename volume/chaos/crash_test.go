@@ -36,7 +36,7 @@ func TestCrashCampaignThroughLiveRepairLosesNoFlushedWrite(t *testing.T) {
 }
 
 func runCrashCampaign(t *testing.T, backlogJobs int) {
-	c, err := NewCluster(ternBin, t.TempDir(), testRegion)
+	c, err := NewCluster(ternBinary(t), t.TempDir(), testRegion)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func newHostsVolume(t *testing.T) *hostsVolume {
 		v.ds[i] = n.Hosts()[i+1]
 		spec.Hosts[i] = v.ds[i]
 	}
-	c, err := NewCluster(ternBin, t.TempDir(), spec)
+	c, err := NewCluster(ternBinary(t), t.TempDir(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestSoakResourcesStayBounded(t *testing.T) {
 		t.Fatalf("-duration %v does not fit in the test's -timeout (%v left); raise -timeout", d, time.Until(dl).Round(time.Second))
 	}
 	before := runtime.NumGoroutine()
-	c, err := NewCluster(ternBin, t.TempDir(), testRegion)
+	c, err := NewCluster(ternBinary(t), t.TempDir(), testRegion)
 	if err != nil {
 		t.Fatal(err)
 	}
