@@ -20,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure tern beside the limits of this machine (volume IO, repair)",
 	}
-	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd())
+	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd())
 	return cmd
 }
 

@@ -101,7 +101,10 @@
 // extents reach the replica, writes to the extent under repair are held
 // in its queue until that extent is copied, later extents are skipped
 // (the copy brings them); it serves no reads and gets no flushes until
-// it is Active again. A source that refuses a block as corrupt aborts
+// it is Active again. Jobs it missed while Faulted or Repairing count it
+// once it is Active and has made a later flush durable (the copy holds
+// their data), so they do not wait for a peer that died meanwhile. A
+// source that refuses a block as corrupt aborts
 // the attempt with a *CorruptBlockError (an Active replica should hold
 // none; a guest write to the block replaces it). Repair requests are
 // calls on the sessions (replica_call.go): sent in ID order with the engine's jobs, so a call

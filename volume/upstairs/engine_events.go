@@ -34,7 +34,35 @@ func (e *engine) done(r int, id wire.JobID) {
 			e.done(r, k.id)
 		}
 	}
+	if j.kind == kindFlush && e.replicas[r].state == ReplicaActive {
+		e.creditRepaired(r, j)
+	}
 	e.progress(j)
+}
+
+// creditRepaired counts Active replica r as done for the earlier writes
+// and flushes it was never sent or had skipped, now that it made flush f
+// durable. r can have missed a job only while Faulted or Repairing (an
+// Offline replica keeps its backlog), so it is Active again through a
+// repair whose copy read each extent from a source after every write
+// submitted before it: r holds those writes' data, and f, which follows
+// everything, made it durable. Without the credit such a job counts only
+// the replicas it was sent to, and when one of them dies before answering
+// it waits for that one (or fails) although two Active replicas hold it.
+func (e *engine) creditRepaired(r int, f *job) {
+	// Completing a job can retire others: walk a snapshot.
+	for _, k := range slices.Clone(e.order) {
+		if k.id >= f.id {
+			break
+		}
+		if e.jobs[k.id] != k || k.kind == kindRead || k.completed || k.torn {
+			continue
+		}
+		if s := k.slot[r]; s == slotNone || s == slotSkipped {
+			e.markDone(k, r)
+			e.progress(k)
+		}
+	}
 }
 
 func (e *engine) markDone(j *job, r int) {

@@ -701,3 +701,48 @@ func TestRejoinDoesNotReplayWhatTheReplicaFlushed(t *testing.T) {
 		t.Fatalf("replayed %v, want only [%d] (after flush %d)", ids, w2, f)
 	}
 }
+
+// TestJobsSkippedDuringRepairCountTheRepairedReplica: a write and a flush
+// submitted while replica 1 is faulted reach only replicas 0 and 2; 1 is
+// repaired (the copy brings the write) and makes a later flush durable;
+// then 2 dies before answering. The write and the flush are held by two
+// Active replicas, 0 and 1, and must complete, not wait for 2.
+func TestJobsSkippedDuringRepairCountTheRepairedReplica(t *testing.T) {
+	h := newHarness(t, engineLimits{})
+	h.e.fault(1)
+	h.drain()
+	w := h.write(0, 4)
+	f, err := h.e.submitFlush()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.drain()
+	h.send(0)
+	h.send(2)
+	h.done(0, w)
+	h.done(0, f)
+	h.mustPend(w)
+	h.mustPend(f)
+	if !h.e.repairStarted(1) || !h.e.repairDone(1) {
+		t.Fatal("replica 1 did not go through repair")
+	}
+	h.drain()
+	p, err := h.e.submitFlush()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.drain()
+	h.send(0)
+	h.send(1)
+	h.done(0, p)
+	h.done(1, p)
+	h.e.disconnected(2)
+	h.drain()
+	for _, id := range h.privatize {
+		h.e.privatized(id, true)
+		h.drain()
+	}
+	h.mustComplete(w, nil)
+	h.mustComplete(f, nil)
+	h.mustComplete(p, nil)
+}
