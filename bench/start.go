@@ -61,7 +61,9 @@ type StartPhase struct {
 	// SlowActivationBytes is what that reconciliation copied.
 	SlowActivationBytes uint64 `json:"slow_activation_bytes_repaired"`
 	// EnsureRetries counts ensures refused with instance_exists just after
-	// the last instance was seen destroyed, repeated and not timed.
+	// the last instance was seen destroyed, repeated and not timed. The
+	// server accepts an ensure once destroyed is observable, so it should
+	// be 0: anything else is a regression.
 	EnsureRetries int `json:"ensure_retries_after_destroyed"`
 	// Ratios the targets bound.
 	EnsureToHealthz float64 `json:"ensure_return_p99_over_healthz_p99"`
@@ -103,8 +105,8 @@ type startWorker struct {
 	round uint64
 	// ids numbers the instances.
 	ids int
-	// ensureRetried counts ensures refused while the last instance was
-	// being let go (see ensure).
+	// ensureRetried counts ensures refused with instance_exists after the
+	// last instance was seen destroyed (see ensure); it should stay 0.
 	ensureRetried int
 }
 

@@ -129,9 +129,10 @@ func (w *startWorker) healthz(ctx context.Context, s *startSamples) error {
 const ensureRetries = 1000
 
 // ensure sends the ensure and returns when the accepted attempt started.
-// The server publishes destroyed a moment before it lets the old
-// instance go, so an ensure right after can be refused with
-// instance_exists: such attempts are repeated, and not timed.
+// The server accepts an ensure once the last instance is seen destroyed;
+// should it still refuse one with instance_exists (a regression; the
+// report's ensure_retries_after_destroyed, which should be 0), the attempt
+// is counted, repeated and not timed.
 func (w *startWorker) ensure(ctx context.Context, spec instance.Spec) (time.Time, api.InstanceView, error) {
 	for range ensureRetries {
 		start := time.Now()

@@ -18,8 +18,10 @@
 //     reads only file metadata; memory, devices and volume activation
 //     happen on the controller's goroutine. One live instance at a time:
 //     another id, or the same id with another spec, is 409; the same
-//     ensure again is 201; after the instance is destroyed or failed a new
-//     ensure starts a new one, its gens continuing past the old one's.
+//     ensure again is 201; once destroyed or failed is observable a new
+//     ensure starts a new one, its gens continuing past the old one's (it
+//     waits, bounded, for the old owner goroutine's last moment after
+//     publishing it, never answering instance_exists).
 //   - After the instance is gone GET /v1/instance keeps answering with its
 //     last snapshot until the next ensure; before any ensure it is 404
 //     no_instance.

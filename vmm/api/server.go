@@ -23,6 +23,10 @@ import (
 	"tern/vmm/instance"
 )
 
+// ensureWaitTimeout bounds how long an ensure waits for an instance
+// already published destroyed or failed to finish releasing what it built.
+const ensureWaitTimeout = 30 * time.Second
+
 // MonitorTimeout is the longest GET /v1/instance/state?after_gen=N waits
 // before answering with the current snapshot.
 const MonitorTimeout = 30 * time.Second
@@ -222,6 +226,37 @@ func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown, Message: "the server is shutting down"})
 		return
 	}
+	if c := s.cur; c != nil && !gone(c) && ended(c) {
+		// Destroyed or failed is published a moment before the owner
+		// goroutine ends: once a watcher can see it, a new ensure is
+		// accepted, after that moment.
+		s.mu.Unlock()
+		if !s.awaitEnd(r.Context(), c) {
+			writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown,
+				Message: fmt.Sprintf("instance %q is %s but has not finished releasing its resources", c.Spec().ID, c.Publisher().Current().State)})
+			return
+		}
+		s.ensureAgain(w, spec)
+		return
+	}
+	s.ensureLocked(w, spec)
+}
+
+// ensureAgain is the ensure's second look, once the last instance ended.
+func (s *Server) ensureAgain(w http.ResponseWriter, spec instance.Spec) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown, Message: "the server is shutting down"})
+		return
+	}
+	s.ensureLocked(w, spec)
+}
+
+// ensureLocked, called with s.mu held, answers an ensure of spec against
+// the current instance, starting a new one when the last is gone; it
+// unlocks s.mu.
+func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 	if c := s.cur; c != nil && !gone(c) {
 		s.mu.Unlock()
 		switch {
@@ -248,6 +283,28 @@ func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
 	s.metrics.GetOrCreateCounter("tern_instance_ensures_total").Inc()
 	s.log.Info("instance ensured", "id", spec.ID)
 	writeJSON(w, http.StatusCreated, view(c))
+}
+
+// awaitEnd waits, bounded, for c, published destroyed or failed, to end;
+// false if it did not.
+func (s *Server) awaitEnd(ctx context.Context, c *instance.Controller) bool {
+	s.log.Debug("ensure waits for the last instance to end", "id", c.Spec().ID)
+	t := time.NewTimer(ensureWaitTimeout)
+	defer t.Stop()
+	select {
+	case <-c.Done():
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// ended reports whether c has published destroyed or failed: nothing but
+// freeing what it built (already done) and ending its goroutine is left.
+func ended(c *instance.Controller) bool {
+	st := c.Publisher().Current().State
+	return st == instance.Destroyed || st == instance.Failed
 }
 
 // gone reports whether c is destroyed or failed with everything freed.

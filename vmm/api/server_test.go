@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"runtime"
 	"slices"
@@ -365,6 +367,86 @@ func TestSerialWebsocketReplaysTypesAndClosesWhenGone(t *testing.T) {
 				t.Fatalf("after stop: %v; want a normal close", err)
 			}
 			break
+		}
+	}
+}
+
+// destroyedGate is a log handler that holds the controller's owner
+// goroutine at its "destroyed" log line, just after destroyed is
+// published and before the goroutine ends, until the server says an
+// ensure waits for it: it widens the moment between the two to forever.
+type destroyedGate struct {
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func newDestroyedGate() *destroyedGate { return &destroyedGate{gate: make(chan struct{})} }
+
+func (g *destroyedGate) Enabled(context.Context, slog.Level) bool { return true }
+func (g *destroyedGate) WithAttrs([]slog.Attr) slog.Handler       { return g }
+func (g *destroyedGate) WithGroup(string) slog.Handler            { return g }
+func (g *destroyedGate) Handle(_ context.Context, r slog.Record) error {
+	switch r.Message {
+	case "instance state":
+		destroyed := false
+		r.Attrs(func(a slog.Attr) bool {
+			destroyed = destroyed || (a.Key == "state" && a.Value.String() == "destroyed")
+			return true
+		})
+		if destroyed {
+			g.mu.Lock()
+			gate := g.gate
+			g.mu.Unlock()
+			<-gate
+		}
+	case "ensure waits for the last instance to end":
+		g.release()
+	}
+	return nil
+}
+
+// release lets the held goroutine go and arms a fresh gate.
+func (g *destroyedGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.gate)
+	g.gate = make(chan struct{})
+}
+
+// TestEnsureIsAcceptedAsSoonAsDestroyedIsObserved ensures, stops and,
+// the moment the monitor shows destroyed (the old owner goroutine held
+// right after publishing it), ensures another instance: every ensure
+// gets 201, never instance_exists.
+func TestEnsureIsAcceptedAsSoonAsDestroyedIsObserved(t *testing.T) {
+	f := &machines{}
+	g := newDestroyedGate()
+	srv := api.NewServer(api.Config{Host: instance.Host{MaxVCPUs: 1}, NewMachine: f.new, Logger: slog.New(g)})
+	hs := httptest.NewServer(srv)
+	c, err := client.New(hs.URL, hs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		g.release() // should the ensure have been refused, the goroutine is still held
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if err := srv.Close(cctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		hs.Close()
+	})
+	for i := range 5 {
+		v, err := c.Ensure(ctx, spec(fmt.Sprintf("again-%d", i)))
+		if err != nil {
+			t.Fatalf("ensure %d, right after destroyed: %v", i, err)
+		}
+		if err := c.RequestState(ctx, instance.Stop); err != nil {
+			t.Fatalf("stop %d: %v", i, err)
+		}
+		if _, err := c.WaitFor(ctx, v.Gen-1, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+			t.Fatalf("waiting for destroyed %d: %v", i, err)
 		}
 	}
 }
