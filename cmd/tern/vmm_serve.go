@@ -36,6 +36,12 @@ func vmmParentCmd() *cobra.Command {
 // be destroyed.
 const serveShutdownTimeout = time.Minute
 
+// serveDrainTimeout bounds how long, once the instance is destroyed, the
+// API stays up for watchers between two long-polls to fetch the final
+// snapshot; a watcher that left without closing its connection costs that
+// much.
+const serveDrainTimeout = 5 * time.Second
+
 func newVMMServeCmd() *cobra.Command {
 	var listen, certs string
 	var apiTLS bool
@@ -80,7 +86,7 @@ func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
 		return fmt.Errorf("listening for the API: %w", err)
 	}
 	scheme := "http"
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState}
 	if apiTLS {
 		scheme = "https"
 		hs.TLSConfig = bundle.ServerConfig()
@@ -102,8 +108,14 @@ func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
 	log.Info("vmm shutting down", "component", "vmm")
 	sctx, cancel := context.WithTimeout(context.Background(), serveShutdownTimeout)
 	defer cancel()
-	// The instance first, so watchers see it stop; then the listener.
+	// The instance first, so watchers see it stop; then, once every
+	// watcher has the final snapshot (bounded), the listener.
 	errs := []error{srv.Close(sctx)}
+	dctx, dcancel := context.WithTimeout(sctx, serveDrainTimeout)
+	if err := srv.DrainWatchers(dctx); err != nil {
+		log.Warn("shutting down with watchers behind", "component", "vmm", "err", err)
+	}
+	dcancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		errs = append(errs, hs.Close())
 	}

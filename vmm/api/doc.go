@@ -29,5 +29,8 @@
 //   - openapi.json describes exactly the routes of Server.Routes; the tests
 //     validate real requests and responses against it.
 //   - Close stops the live instance, waits until it is destroyed, and ends
-//     every serial stream, leaving no goroutine behind.
+//     every serial stream, leaving no goroutine behind. DrainWatchers then
+//     waits, bounded by its ctx, until every connection that long-polled
+//     has been given the final snapshot, so that a watcher between two
+//     long-polls sees destroyed before the listener closes.
 package api

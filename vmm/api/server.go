@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -72,11 +74,20 @@ type Server struct {
 	closed bool
 	// streams counts websocket handlers, waited for by Close.
 	streams sync.WaitGroup
+
+	watchMu sync.Mutex
+	// watched is, per connection (remote address) that carried a
+	// monitor answer, the gen that answer gave: DrainWatchers waits for
+	// every one to reach the final gen.
+	watched map[string]uint64
+	// watchChanged is closed and replaced whenever watched changes.
+	watchChanged chan struct{}
 }
 
 // NewServer returns a server with no instance.
 func NewServer(cfg Config) *Server {
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, mux: http.NewServeMux(),
+		watched: map[string]uint64{}, watchChanged: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -403,14 +414,75 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
 	snap, err := c.Publisher().WaitAfter(ctx, after)
 	switch {
 	case errors.Is(err, instance.ErrGone):
+		s.noteWatcher(r.RemoteAddr, math.MaxUint64)
 		writeError(w, http.StatusGone, Error{ErrorCode: CodeInstanceGone,
 			Message: fmt.Sprintf("instance %q is gone; its last gen is %d", c.Spec().ID, c.Publisher().Current().Gen)})
 	case err != nil && r.Context().Err() != nil:
 		// The client left.
 	case err != nil: // the 30 s passed: the current snapshot; the client asks again
-		writeJSON(w, http.StatusOK, c.Publisher().Current())
+		cur := c.Publisher().Current()
+		s.noteWatcher(r.RemoteAddr, cur.Gen)
+		writeJSON(w, http.StatusOK, cur)
 	default:
+		s.noteWatcher(r.RemoteAddr, snap.Gen)
 		writeJSON(w, http.StatusOK, snap)
+	}
+}
+
+// noteWatcher records that the connection from addr was answered with gen.
+func (s *Server) noteWatcher(addr string, gen uint64) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	s.watched[addr] = gen
+	close(s.watchChanged)
+	s.watchChanged = make(chan struct{})
+}
+
+// ConnState is for http.Server.ConnState: it forgets the watchers of
+// connections that closed.
+func (s *Server) ConnState(c net.Conn, st http.ConnState) {
+	if st != http.StateClosed && st != http.StateHijacked {
+		return
+	}
+	addr := c.RemoteAddr().String()
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if _, ok := s.watched[addr]; ok {
+		delete(s.watched, addr)
+		close(s.watchChanged)
+		s.watchChanged = make(chan struct{})
+	}
+}
+
+// DrainWatchers waits until every open connection that carried a monitor
+// answer has been given the last instance's final snapshot (or a 410), or
+// until ctx ends. After Close, it lets a watcher that was between two
+// long-polls fetch destroyed before the listener goes; it needs
+// ConnState installed to forget connections that close.
+func (s *Server) DrainWatchers(ctx context.Context) error {
+	c := s.current()
+	if c == nil {
+		return nil
+	}
+	final := c.Publisher().Current().Gen
+	for {
+		s.watchMu.Lock()
+		behind := 0
+		for _, gen := range s.watched {
+			if gen < final {
+				behind++
+			}
+		}
+		changed := s.watchChanged
+		s.watchMu.Unlock()
+		if behind == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%d watchers still behind gen %d: %w", behind, final, ctx.Err())
+		}
 	}
 }
 
