@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"slices"
@@ -448,5 +449,53 @@ func TestEnsureIsAcceptedAsSoonAsDestroyedIsObserved(t *testing.T) {
 		if _, err := c.WaitFor(ctx, v.Gen-1, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
 			t.Fatalf("waiting for destroyed %d: %v", i, err)
 		}
+	}
+}
+
+// TestDrainWatchersWaitsForAWatcherBetweenTwoLongPolls: after Close, a
+// watcher last answered with an earlier gen holds DrainWatchers until it
+// asks again and gets destroyed; one whose connection closes no longer
+// counts.
+func TestDrainWatchersWaitsForAWatcherBetweenTwoLongPolls(t *testing.T) {
+	f := &machines{}
+	srv := api.NewServer(api.Config{Host: instance.Host{MaxVCPUs: 1}, NewMachine: f.new})
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.ConnState = srv.ConnState
+	hs.Start()
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	watcher, _ := client.New(hs.URL, hs.Client())
+	v, err := watcher.Ensure(ctx, spec("drain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := watcher.Monitor(ctx, v.Gen-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another watcher, on its own connection, that goes away behind.
+	leaverTransport := hs.Client().Transport.(*http.Transport).Clone()
+	leaver, _ := client.New(hs.URL, &http.Client{Transport: leaverTransport})
+	if _, err := leaver.Monitor(ctx, v.Gen-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- srv.DrainWatchers(ctx) }()
+	last, err := watcher.WaitFor(ctx, first.Gen, func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("DrainWatchers returned %v with a watcher behind, before it closed its connection", err)
+	default:
+	}
+	leaverTransport.CloseIdleConnections()
+	if err := <-drained; err != nil {
+		t.Fatalf("DrainWatchers after the watcher got gen %d and the other left: %v", last.Gen, err)
 	}
 }
