@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"tern/dataplane/tlsconf"
 	"tern/vmm/api"
 	"tern/vmm/instance"
+	"tern/vmm/migrate"
+	"tern/volume/transport"
 )
 
 func init() { vmmParentCmd().AddCommand(newVMMServeCmd()) }
@@ -43,7 +46,7 @@ const serveShutdownTimeout = time.Minute
 const serveDrainTimeout = 5 * time.Second
 
 func newVMMServeCmd() *cobra.Command {
-	var listen, certs string
+	var listen, migrationListen, certs string
 	var apiTLS bool
 	cmd := &cobra.Command{
 		Use:   "serve --listen ADDR --certs DIR [--api-tls]",
@@ -52,21 +55,25 @@ func newVMMServeCmd() *cobra.Command {
 GET /openapi.json) for one VM. --certs holds the certificate the volume
 upstairs presents to its downstairs. The API is plain HTTP unless --api-tls
 serves it over HTTPS, requiring client certificates from the same CA.
+It also listens for live migration on --migration-listen (QUIC with mutual
+TLS from the same certificates; by default a free UDP port on the API's
+address) and reports that address in GET /v1/instance as migration_addr.
 SIGTERM or SIGINT stops the instance cleanly and exits. The first line on
 stdout is "listening on URL".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return serveVMM(cmd, listen, certs, apiTLS)
+			return serveVMM(cmd, listen, migrationListen, certs, apiTLS)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to serve the API on (port 0 picks one)")
+	cmd.Flags().StringVar(&migrationListen, "migration-listen", "", "UDP address to listen for migration on (default: a free port on the API's address)")
 	cmd.Flags().StringVar(&certs, "certs", "", "certificate directory (tern certs): the volume upstairs' client certificate, and the API's with --api-tls")
 	cmd.Flags().BoolVar(&apiTLS, "api-tls", false, "serve the API over HTTPS, requiring client certificates from the --certs CA")
 	cmd.MarkFlagRequired("certs")
 	return cmd
 }
 
-func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
+func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS bool) error {
 	log, err := newLogger(serverLogLevel)
 	if err != nil {
 		return err
@@ -79,12 +86,28 @@ func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
 	if err != nil {
 		log.Warn("no usable /dev/kvm: instances will fail to build", "err", err)
 	}
-	set := metrics.NewSet()
-	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set})
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listening for the API: %w", err)
 	}
+	if migrationListen == "" {
+		h, _, err := net.SplitHostPort(ln.Addr().String())
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listening for migration: %w", err)
+		}
+		migrationListen = net.JoinHostPort(h, "0")
+	}
+	mln, err := listenMigration(migrationListen, bundle)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer mln.Close()
+	set := metrics.NewSet()
+	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set,
+		Build: versionString(), MigrationAddr: mln.Addr().String()})
+	go refuseMigrations(mln, log)
 	scheme := "http"
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState}
 	if apiTLS {
@@ -94,7 +117,7 @@ func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
 	}
 	url := fmt.Sprintf("%s://%s", scheme, ln.Addr())
 	fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", url)
-	log.Info("vmm serving", "component", "vmm", "url", url)
+	log.Info("vmm serving", "component", "vmm", "url", url, "migration_addr", mln.Addr().String())
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -123,4 +146,29 @@ func serveVMM(cmd *cobra.Command, listen, certs string, apiTLS bool) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// listenMigration listens for migration connections: QUIC with mutual
+// TLS from bundle's CA, ALPN migrate.NextProto.
+func listenMigration(addr string, bundle *tlsconf.Bundle) (*transport.Listener, error) {
+	conf := bundle.ServerConfig()
+	conf.NextProtos = []string{migrate.NextProto}
+	mln, err := transport.Listen(addr, conf)
+	if err != nil {
+		return nil, fmt.Errorf("listening for migration: %w", err)
+	}
+	return mln, nil
+}
+
+// refuseMigrations accepts migration connections until mln is closed and
+// closes each: this VMM does not yet serve an outgoing migration.
+func refuseMigrations(mln *transport.Listener, log *slog.Logger) {
+	for {
+		conn, err := mln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		log.Warn("refusing a migration connection: no outgoing migration is served", "component", "vmm", "peer", conn.RemoteAddr().String())
+		conn.CloseWithError(1, "no outgoing migration")
+	}
 }

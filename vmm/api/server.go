@@ -23,6 +23,7 @@ import (
 	"tern/dataplane/telemetry"
 	"tern/vmm/devices"
 	"tern/vmm/instance"
+	"tern/vmm/migrate"
 )
 
 // ensureWaitTimeout bounds how long an ensure waits for an instance
@@ -51,6 +52,11 @@ type Config struct {
 	Logger     *slog.Logger
 	// Metrics is the set /metrics serves; nil makes a private one.
 	Metrics *metrics.Set
+	// Build is what GET /v1/version reports as build.
+	Build string
+	// MigrationAddr is the migration endpoint GET /v1/instance reports;
+	// empty when the process does not listen for migration.
+	MigrationAddr string
 }
 
 // Server is the control API of one VMM process: at most one live
@@ -103,6 +109,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/instance/disks/{name}", map[string]http.HandlerFunc{"GET": s.getDisk})
 	s.route("/v1/instance/serial/history", map[string]http.HandlerFunc{"GET": s.serialHistory})
 	s.route("/v1/instance/serial", map[string]http.HandlerFunc{"GET": s.serialStream})
+	s.route("/v1/version", map[string]http.HandlerFunc{"GET": s.version})
 	s.route("/openapi.json", map[string]http.HandlerFunc{"GET": s.openAPI})
 	s.route("/metrics", map[string]http.HandlerFunc{"GET": telemetry.MetricsHandler(s.metrics).ServeHTTP})
 	s.route("/healthz", map[string]http.HandlerFunc{"GET": s.healthz})
@@ -278,7 +285,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 			writeError(w, http.StatusConflict, Error{ErrorCode: CodeSpecMismatch,
 				Message: fmt.Sprintf("instance %q exists with another spec", spec.ID)})
 		default: // the same ensure again
-			writeJSON(w, http.StatusCreated, view(c))
+			writeJSON(w, http.StatusCreated, s.view(c))
 		}
 		return
 	}
@@ -293,7 +300,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 	s.mu.Unlock()
 	s.metrics.GetOrCreateCounter("tern_instance_ensures_total").Inc()
 	s.log.Info("instance ensured", "id", spec.ID)
-	writeJSON(w, http.StatusCreated, view(c))
+	writeJSON(w, http.StatusCreated, s.view(c))
 }
 
 // awaitEnd waits, bounded, for c, published destroyed or failed, to end;
@@ -336,9 +343,10 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-func view(c *instance.Controller) InstanceView {
+func (s *Server) view(c *instance.Controller) InstanceView {
 	snap := c.Publisher().Current()
-	v := InstanceView{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.Spec(), Disks: c.Disks(), Migration: snap.Migration}
+	v := InstanceView{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.Spec(), Disks: c.Disks(),
+		Migration: snap.Migration, MigrationAddr: s.cfg.MigrationAddr}
 	if err := c.Failure(); err != nil {
 		v.Error = err.Error()
 	}
@@ -356,7 +364,7 @@ func (s *Server) instanceOr404(w http.ResponseWriter) *instance.Controller {
 
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	if c := s.instanceOr404(w); c != nil {
-		writeJSON(w, http.StatusOK, view(c))
+		writeJSON(w, http.StatusOK, s.view(c))
 	}
 }
 
@@ -532,6 +540,10 @@ func uintParam(v string, def uint64) (uint64, error) {
 		return def, nil
 	}
 	return strconv.ParseUint(v, 10, 64)
+}
+
+func (s *Server) version(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: migrate.SupportedVersions, Devices: migrate.DeviceVersions()})
 }
 
 func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"tern/vmm/instance"
+	"tern/vmm/migrate"
 )
 
 // InstanceView is GET /v1/instance (and the body of a 201 ensure).
@@ -12,8 +13,22 @@ type InstanceView struct {
 	Spec      instance.Spec         `json:"spec"`
 	Disks     []instance.DiskStatus `json:"disks"`
 	Migration instance.Migration    `json:"migration"`
+	// MigrationAddr is this VMM's migration endpoint (host:port, QUIC
+	// with mutual TLS), when it listens for migration.
+	MigrationAddr string `json:"migration_addr,omitempty"`
 	// Error is why the instance failed, when its state is failed.
 	Error string `json:"error,omitempty"`
+}
+
+// Version is GET /v1/version: what a migration peer must match.
+type Version struct {
+	// Build is tern's module version and VCS revision.
+	Build string `json:"build"`
+	// MigrationProtocols are the migration protocol versions spoken,
+	// lowest first.
+	MigrationProtocols []migrate.Version `json:"migration_protocols"`
+	// Devices maps each device state kind to the versions read.
+	Devices map[string][]uint16 `json:"devices"`
 }
 
 // StateRequest is the body of PUT /v1/instance/state.

@@ -121,6 +121,13 @@ func (c *Client) Get(ctx context.Context) (api.InstanceView, error) {
 	return v, err
 }
 
+// Version returns the VMM's build and migration versions.
+func (c *Client) Version(ctx context.Context) (api.Version, error) {
+	var v api.Version
+	_, err := c.do(ctx, http.MethodGet, "/v1/version", nil, &v)
+	return v, err
+}
+
 // RequestState asks for run, stop or reboot.
 func (c *Client) RequestState(ctx context.Context, r instance.Request) error {
 	b, err := json.Marshal(api.StateRequest{Requested: r})

@@ -47,10 +47,6 @@ var guestParams = map[string][]string{
 	"disk":  {"seed", "sectors"},
 }
 
-// componentKinds are the known component kinds; none yet (the migration
-// work adds a fault injector).
-var componentKinds = map[string]bool{}
-
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // IsBuiltinGuest reports whether path names a built-in guest rather than a
@@ -90,14 +86,26 @@ func (s *Spec) Validate(h Host) error {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	injectors := 0
 	for _, name := range names {
 		c := s.Components[name]
+		parse, known := componentKinds[c.Kind]
 		switch {
 		case c.Kind == "":
 			bad("components.%s: no kind", name)
-		case !componentKinds[c.Kind]:
+		case !known:
 			bad("components.%s: unknown kind %q", name, c.Kind)
+		default:
+			if err := parse(c.Raw); err != nil {
+				bad("components.%s (%s): %v", name, c.Kind, err)
+			}
 		}
+		if c.Kind == ComponentMigrationFailureInjector {
+			injectors++
+		}
+	}
+	if injectors > 1 {
+		bad("components: %d of kind %s; want at most one", injectors, ComponentMigrationFailureInjector)
 	}
 	switch s.Init.Method {
 	case InitSpecMethod:

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"tern/vmm/migrate"
 )
 
 func validSpec() Spec {
@@ -61,6 +63,16 @@ func TestValidateReportsEachProblem(t *testing.T) {
 			v.Path = "x"
 			s.Disks = []DiskSpec{{Name: "v", Backend: v}}
 		}, &Host{}, []string{"path: belongs", "--certs", "2 given", "missing port", "missing port", "duplicate", "block_size 1000", "extent_blocks", "gen"}},
+		{"failure injector", func(s *Spec) {
+			s.Components = map[string]ComponentSpec{"f": mustComponent(t, `{"kind":"migration_failure_injector","fail_imports":1,"phase":"device"}`)}
+		}, nil, nil},
+		{"bad failure injector", func(s *Spec) {
+			s.Components = map[string]ComponentSpec{
+				"a": mustComponent(t, `{"kind":"migration_failure_injector","fail_imports":-1,"phase":"device"}`),
+				"b": mustComponent(t, `{"kind":"migration_failure_injector","phase":"teleport"}`),
+				"c": mustComponent(t, `{"kind":"migration_failure_injector","phase":"sync","fail_at":1}`),
+			}
+		}, nil, []string{"components.a", "components.b", "components.c", "at most one"}},
 		{"unknown component", func(s *Spec) { s.Components = map[string]ComponentSpec{"c": {Kind: "teapot"}} }, nil, []string{"unknown kind"}},
 		{"init", func(s *Spec) { s.Init.Method = "migration_target" }, nil, []string{"not supported yet"}},
 	} {
@@ -114,5 +126,29 @@ func TestDecodeSpecIsStrictAndComponentsKeepTheirFields(t *testing.T) {
 	again.Name = "other"
 	if s.Equal(again) {
 		t.Fatal("specs with different names are Equal")
+	}
+}
+
+func mustComponent(t *testing.T, js string) ComponentSpec {
+	t.Helper()
+	var c ComponentSpec
+	if err := c.UnmarshalJSON([]byte(js)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestFailureInjectorIsParsedFromItsComponent(t *testing.T) {
+	s := validSpec()
+	if _, ok := s.FailureInjector(); ok {
+		t.Fatal("a spec without the component has an injector")
+	}
+	s.Components = map[string]ComponentSpec{"f": mustComponent(t, `{"kind":"migration_failure_injector","fail_exports":2,"phase":"ram_push"}`)}
+	if err := s.Validate(Host{}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := s.FailureInjector()
+	if want := (migrate.InjectorSpec{Phase: migrate.PhaseRAMPush, FailExports: 2}); !ok || got != want {
+		t.Fatalf("FailureInjector = %+v, %v; want %+v", got, ok, want)
 	}
 }

@@ -179,3 +179,17 @@ func (t *target) deviceApplier(v any) func() {
 	}
 	panic(fmt.Sprintf("migrate: no applier for %T", v)) // a codec without an applier is a bug
 }
+
+// DeviceVersions returns, for every device state kind, the versions this
+// tern reads, lowest first: the codec's own and the one before it.
+func DeviceVersions() map[string][]uint16 {
+	out := make(map[string][]uint16, len(currentDevices))
+	for kind, c := range currentDevices {
+		if c.version > 1 {
+			out[kind] = []uint16{c.version - 1, c.version}
+		} else {
+			out[kind] = []uint16{c.version}
+		}
+	}
+	return out
+}
