@@ -48,10 +48,11 @@ type badDownstairs struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	armed  atomic.Bool
-	did    atomic.Bool
-	healed chan struct{}
-	heal   func()
+	armed    atomic.Bool
+	sessions atomic.Uint64 // sessions accepted; the latest may misbehave
+	did      atomic.Bool
+	healed   chan struct{}
+	heal     func()
 }
 
 // badSession is one relayed session.
@@ -106,6 +107,7 @@ func (p *badDownstairs) accept() {
 
 func (p *badDownstairs) serve(conn *quic.Conn) {
 	defer conn.CloseWithError(0, "bad downstairs done")
+	seq := p.sessions.Add(1)
 	if p.did.Load() {
 		select {
 		case <-p.healed:
@@ -162,7 +164,11 @@ func (p *badDownstairs) serve(conn *quic.Conn) {
 			switch {
 			case dropping:
 				v = drop
-			case p.armed.Load() && !p.did.Load():
+			case p.armed.Load() && !p.did.Load() && p.sessions.Load() == seq:
+				// Only the latest session misbehaves: an older one is
+				// one the upstairs gave up on (a reply it found too
+				// slow) and reads no more, so a misbehaviour there would
+				// go unseen while the latest serves on honestly.
 				v = p.bad(s, m)
 			}
 			switch v {
@@ -338,40 +344,44 @@ func TestMisbehavingDownstairs(t *testing.T) {
 			p := newBadDownstairs(t, c.ds[badTestReplica].addr, tc.bad)
 			cfg := c.config()
 			cfg.Targets[badTestReplica] = p.addr()
-			// Short enough for the stalls to be noticed soon, long enough
-			// for honest replicas on a loaded machine.
-			cfg.ReplyTimeout = 2 * time.Second
+			if tc.reason == "unanswered for" {
+				// Short enough for the stalls to be noticed soon, long
+				// enough for honest replicas on a loaded machine. The
+				// other cases keep the default: an honest replica dropped
+				// for a slow reply just before it misbehaves would be
+				// dropped for the wrong reason.
+				cfg.ReplyTimeout = 2 * time.Second
+			}
 			u := c.open(cfg, 1)
 			m := &model{data: make([]byte, volumeBytes())}
 			rng := rand.New(rand.NewPCG(1, 2))
 			workload(t, u, m, rng, 8)
 			p.arm()
-			workload(t, u, m, rng, 24)
+			misbehave(t, u, p, m, rng, 24)
 			if tc.reason == "" {
-				if !p.did.Load() {
-					t.Fatal("the misbehaviour never ran")
-				}
 				// Not faulted: a slow honest replica may be dropped and
 				// come back (Offline), but corrupt data is no fault.
 				if st := u.Status().Replicas[badTestReplica]; st.State == ReplicaFaulted {
 					t.Fatalf("replica %d is faulted (%s), want it kept", badTestReplica, st.FaultReason)
 				}
 			} else {
-				waitFor(t, "the bad replica to be dropped", func() bool {
-					st := u.Status().Replicas[badTestReplica]
+				// The misbehaviour ran; the replica is dropped for it and
+				// stays out (its reconnects are held), so the state it is
+				// dropped to is still there when the wait looks.
+				st := waitReplica(t, u, badTestReplica, "the bad replica to be dropped", func(st ReplicaStatus) bool {
 					return st.State == ReplicaOffline || st.State == ReplicaFaulted
 				})
 				// The reason was set with the state change and stays while
 				// the reconnects fail.
-				if st := u.Status().Replicas[badTestReplica]; !strings.Contains(st.FaultReason, tc.reason) || st.FaultedAt.IsZero() {
+				if !strings.Contains(st.FaultReason, tc.reason) || st.FaultedAt.IsZero() {
 					t.Fatalf("bad replica %v with fault reason %q (at %v), want one saying %q",
 						st.State, st.FaultReason, st.FaultedAt, tc.reason)
 				}
-				t.Logf("bad replica: %+v", u.Status().Replicas[badTestReplica])
+				t.Logf("bad replica: %+v", st)
 				workload(t, u, m, rng, 16) // two replicas carry on
 			}
 			p.heal()
-			waitFor(t, "the healed replica to come back", replicaIs(u, badTestReplica, ReplicaActive))
+			waitReplica(t, u, badTestReplica, "the healed replica to come back", stateIs(ReplicaActive))
 			workload(t, u, m, rng, 8)
 			if err := u.Close(); err != nil {
 				t.Fatal(err)
@@ -383,31 +393,94 @@ func TestMisbehavingDownstairs(t *testing.T) {
 	}
 }
 
+// misbehave runs at least n steps of the workload against the armed bad
+// downstairs p, and as many more as it takes for the misbehaviour to run.
+// Until it has, each read waits for the bad replica to be Active and owe
+// nothing first, so the read is routed to it (reads go to the Active
+// replica owing least, replica 0 on a tie): behind its relay the bad
+// replica is the last to acknowledge every write, which returns once two
+// replicas have, and a read issued straight after would go to a peer, on
+// a loaded machine every time.
+func misbehave(t *testing.T, u *Upstairs, p *badDownstairs, m *model, rng *rand.Rand, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	toBad := func() {
+		if p.did.Load() {
+			return
+		}
+		waitFor(t, "the bad replica to owe nothing", func() bool {
+			st := u.Status().Replicas[badTestReplica]
+			return p.did.Load() || st.State == ReplicaActive && st.OutstandingJobs == 0
+		})
+	}
+	for i := 0; i < n || !p.did.Load(); i++ {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the misbehaviour never ran in %d steps of IO", i)
+		default:
+		}
+		step(t, ctx, u, m, rng, i, toBad)
+	}
+}
+
+// waitReplica waits, on Upstairs.ReplicaStateChanged, until the status of
+// replica r satisfies cond, and returns that status.
+func waitReplica(t *testing.T, u *Upstairs, r int, what string, cond func(ReplicaStatus) bool) ReplicaStatus {
+	t.Helper()
+	deadline := time.NewTimer(testTimeout)
+	defer deadline.Stop()
+	for {
+		changed := u.ReplicaStateChanged() // before Status: no change is missed
+		st := u.Status().Replicas[r]
+		if cond(st) {
+			return st
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s: replica %d is %+v", what, r, st)
+		}
+	}
+}
+
+func stateIs(s ReplicaState) func(ReplicaStatus) bool {
+	return func(st ReplicaStatus) bool { return st.State == s }
+}
+
 // workload writes, reads back and flushes n times at random places,
 // checking every read against the model.
 func workload(t *testing.T, u *Upstairs, m *model, rng *rand.Rand, n int) {
 	t.Helper()
 	ctx := ctxT(t)
 	for i := range n {
-		blocks := 1 + rng.IntN(16)
-		off := int64(rng.IntN(testExtentBlocks*testExtentCount-blocks)) * testBlockSize
-		p := make([]byte, blocks*testBlockSize)
-		for j := range p {
-			p[j] = byte(rng.Uint32())
-		}
-		if _, err := u.WriteAt(ctx, p, off); err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-		m.write(p, off)
-		got := make([]byte, len(p))
-		if _, err := u.ReadAt(ctx, got, off); err != nil {
-			t.Fatalf("read %d: %v", i, err)
-		}
-		m.check(t, got, off)
-		if i%4 == 3 {
-			if err := u.Flush(ctx); err != nil {
-				t.Fatalf("flush %d: %v", i, err)
-			}
+		step(t, ctx, u, m, rng, i, func() {})
+	}
+}
+
+// step is step i of a workload: a write at a random place, a read back
+// (after beforeRead) checked against the model, and every fourth step a
+// flush.
+func step(t *testing.T, ctx context.Context, u *Upstairs, m *model, rng *rand.Rand, i int, beforeRead func()) {
+	t.Helper()
+	blocks := 1 + rng.IntN(16)
+	off := int64(rng.IntN(testExtentBlocks*testExtentCount-blocks)) * testBlockSize
+	p := make([]byte, blocks*testBlockSize)
+	for j := range p {
+		p[j] = byte(rng.Uint32())
+	}
+	if _, err := u.WriteAt(ctx, p, off); err != nil {
+		t.Fatalf("write %d: %v", i, err)
+	}
+	m.write(p, off)
+	beforeRead()
+	got := make([]byte, len(p))
+	if _, err := u.ReadAt(ctx, got, off); err != nil {
+		t.Fatalf("read %d: %v", i, err)
+	}
+	m.check(t, got, off)
+	if i%4 == 3 {
+		if err := u.Flush(ctx); err != nil {
+			t.Fatalf("flush %d: %v", i, err)
 		}
 	}
 }
@@ -447,14 +520,13 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		cfg.Targets[badTestReplica] = p.addr()
 		cfg.ActivationQuorumWait = 200 * time.Millisecond
 		u := c.open(cfg, 1)
-		waitFor(t, "the bad replica to be faulted", func() bool {
-			st := u.Status().Replicas[badTestReplica]
+		waitReplica(t, u, badTestReplica, "the bad replica to be faulted", func(st ReplicaStatus) bool {
 			return st.State == ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
 		})
 		m := &model{data: make([]byte, volumeBytes())}
 		workload(t, u, m, rand.New(rand.NewPCG(3, 4)), 8)
 		p.heal()
-		waitFor(t, "the healed replica to be repaired", replicaIs(u, badTestReplica, ReplicaActive))
+		waitReplica(t, u, badTestReplica, "the healed replica to be repaired", stateIs(ReplicaActive))
 		if err := u.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -478,8 +550,7 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		rng := rand.New(rand.NewPCG(5, 6))
 		p.arm()
 		workload(t, u, m, rng, 8)
-		waitFor(t, "the bad replica to be faulted", func() bool {
-			st := u.Status().Replicas[badTestReplica]
+		waitReplica(t, u, badTestReplica, "the bad replica to be faulted", func(st ReplicaStatus) bool {
 			return st.State == ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
 		})
 		workload(t, u, m, rng, 8)
@@ -502,8 +573,10 @@ func TestFaultReasonOutlivesFailedReconnects(t *testing.T) {
 	p := newBadDownstairs(t, c.ds[badTestReplica].addr, garbage)
 	cfg := c.config()
 	cfg.Targets[badTestReplica] = p.addr()
-	// The held reconnects fail at the hello reply after this.
-	cfg.ReplyTimeout = time.Second
+	// The held reconnects fail at the hello reply after this: not so short
+	// that an honest reply on a loaded machine outlasts it, which would
+	// drop the replica for that before the garbage.
+	cfg.ReplyTimeout = 3 * time.Second
 	u := c.open(cfg, 1)
 	m := &model{data: make([]byte, volumeBytes())}
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -520,7 +593,7 @@ func TestFaultReasonOutlivesFailedReconnects(t *testing.T) {
 	}
 	t.Logf("dropped replica: fault reason %q, last error %q", st.FaultReason, st.LastError)
 	p.heal()
-	waitFor(t, "the healed replica to come back", replicaIs(u, badTestReplica, ReplicaActive))
+	waitReplica(t, u, badTestReplica, "the healed replica to come back", stateIs(ReplicaActive))
 	if st := u.Status().Replicas[badTestReplica]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
 		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
 	}
