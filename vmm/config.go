@@ -22,6 +22,10 @@ type Config struct {
 	// echo) or, when it contains a '/' or ends in ".elf", an ELF file's
 	// path.
 	Guest string
+	// Linux, when set instead of Guest, boots a Linux bzImage through its
+	// 64-bit entry (vmm/boot.LoadLinux): the serial console is the UART
+	// at 0x3f8 (console=ttyS0).
+	Linux *LinuxGuest
 	// MemoryBytes is the size of guest RAM, one region at address 0. Give
 	// it or Regions, not both.
 	MemoryBytes uint64
@@ -42,6 +46,16 @@ type Config struct {
 	SerialHistoryBytes int
 	// Logger receives tern's own log lines (default: none).
 	Logger *slog.Logger
+}
+
+// LinuxGuest is a Linux kernel to boot, with its initrd and command line.
+type LinuxGuest struct {
+	// Kernel is the bzImage's path.
+	Kernel string
+	// Initrd is the initramfs's path (may be empty).
+	Initrd string
+	// Cmdline is the kernel command line, e.g. "console=ttyS0 panic=-1".
+	Cmdline string
 }
 
 // Guest-physical layout of the devices and the boot area.
@@ -71,6 +85,29 @@ var mmioWindows = []struct {
 type guestImage struct {
 	builtin bool
 	elf     *boot.ELFImage
+	// kernel and initrd are a Linux guest's, when elf is nil.
+	kernel, initrd []byte
+}
+
+// resolveLinux reads a Linux guest's files and checks the bzImage.
+func resolveLinux(l *LinuxGuest) (*guestImage, error) {
+	if l.Kernel == "" {
+		return nil, fmt.Errorf("%w: linux: no kernel given", ErrInvalidConfig)
+	}
+	k, err := os.ReadFile(l.Kernel)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading linux kernel: %w", ErrInvalidConfig, err)
+	}
+	if _, err := boot.ParseBzImage(k); err != nil {
+		return nil, fmt.Errorf("%w: linux kernel %s: %w", ErrInvalidConfig, l.Kernel, err)
+	}
+	img := &guestImage{kernel: k}
+	if l.Initrd != "" {
+		if img.initrd, err = os.ReadFile(l.Initrd); err != nil {
+			return nil, fmt.Errorf("%w: reading linux initrd: %w", ErrInvalidConfig, err)
+		}
+	}
+	return img, nil
 }
 
 // isGuestFile reports whether name is a path rather than a built-in name.
@@ -158,6 +195,16 @@ func (c *Config) validate() (*guestImage, []error) {
 	}
 	if c.VCPUs < 0 {
 		bad("vcpus: %d is negative", c.VCPUs)
+	}
+	if c.Linux != nil {
+		if c.Guest != "" {
+			bad("guest: give Guest or Linux, not both")
+		}
+		img, err := resolveLinux(c.Linux)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return img, errs
 	}
 	img, err := resolveGuest(c.Guest)
 	if err != nil {

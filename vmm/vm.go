@@ -140,12 +140,9 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			return err
 		}
 	}
-	if err := boot.LoadELF(mem, img.elf); err != nil {
-		return fmt.Errorf("loading guest %s: %w", cfg.Guest, err)
-	}
-	st, err := boot.LongModeState(mem, img.elf.Entry)
+	st, err := loadImage(mem, cfg, img)
 	if err != nil {
-		return fmt.Errorf("preparing long mode: %w", err)
+		return err
 	}
 	n := max(cfg.VCPUs, 1)
 	if n > 1 {
@@ -205,6 +202,29 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 		}
 	}
 	return nil
+}
+
+// loadImage loads the guest into mem and returns the boot vCPU's state.
+func loadImage(mem *memory.Memory, cfg Config, img *guestImage) (boot.CPUState, error) {
+	if img.elf == nil {
+		li, err := boot.LoadLinux(mem, img.kernel, img.initrd, cfg.Linux.Cmdline)
+		if err != nil {
+			return boot.CPUState{}, fmt.Errorf("loading linux kernel %s: %w", cfg.Linux.Kernel, err)
+		}
+		st, err := boot.LinuxState(mem, li)
+		if err != nil {
+			return boot.CPUState{}, fmt.Errorf("preparing long mode for linux: %w", err)
+		}
+		return st, nil
+	}
+	if err := boot.LoadELF(mem, img.elf); err != nil {
+		return boot.CPUState{}, fmt.Errorf("loading guest %s: %w", cfg.Guest, err)
+	}
+	st, err := boot.LongModeState(mem, img.elf.Entry)
+	if err != nil {
+		return boot.CPUState{}, fmt.Errorf("preparing long mode: %w", err)
+	}
+	return st, nil
 }
 
 // writeParams writes the guests' parameter block.

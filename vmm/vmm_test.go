@@ -13,7 +13,7 @@ import (
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m) }
+func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(prepareLinux)) }
 
 // generous bounds every wait: the machines are busy and the emulated test
 // host is slow; nothing asserts on time.

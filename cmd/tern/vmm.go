@@ -34,7 +34,9 @@ type vmmRunFlags struct {
 	vcpus   int
 	disk    string
 	timeout time.Duration
-	volume  volumeFlags // --certs and --gen of a volume disk
+	// kernel, initrd and cmdline boot a Linux bzImage instead of --guest.
+	kernel, initrd, cmdline string
+	volume                  volumeFlags // --certs and --gen of a volume disk
 }
 
 // defaultGuestMemory is --memory's default.
@@ -51,7 +53,9 @@ port 0xf4 as the exit status. A guest that triple-faults, or one still
 running when --timeout expires, ends the command with a message and a
 non-zero status.
 
---guest is a built-in test guest (hello, dirty, disk, echo) or an ELF file.`,
+--guest is a built-in test guest (hello, dirty, disk, echo) or an ELF file.
+--kernel boots a Linux bzImage instead, with --initrd and --cmdline (its
+console is ttyS0).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runVM(cmd, f) },
 	}
@@ -63,7 +67,11 @@ non-zero status.
 	fs.StringVar(&f.volume.certs, "certs", "", "certificate directory, for a volume disk")
 	fs.Uint64Var(&f.volume.gen, "gen", 0, "activation generation, for a volume disk")
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the guest after this long (0: never)")
-	_ = cmd.MarkFlagRequired("guest")
+	fs.StringVar(&f.kernel, "kernel", "", "Linux bzImage to boot instead of --guest")
+	fs.StringVar(&f.initrd, "initrd", "", "initramfs for --kernel")
+	fs.StringVar(&f.cmdline, "cmdline", "console=ttyS0 panic=-1", "kernel command line for --kernel")
+	cmd.MarkFlagsMutuallyExclusive("guest", "kernel")
+	cmd.MarkFlagsOneRequired("guest", "kernel")
 	return cmd
 }
 
@@ -80,6 +88,13 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 	}
 	defer closeDisk()
 	cfg := vmm.Config{Guest: f.guest, MemoryBytes: uint64(f.memory), VCPUs: f.vcpus, Logger: log}
+	name := f.guest
+	if f.kernel != "" {
+		name = f.kernel
+		cfg.Linux = &vmm.LinuxGuest{Kernel: f.kernel, Initrd: f.initrd, Cmdline: f.cmdline}
+	} else if f.initrd != "" || cmd.Flags().Changed("cmdline") {
+		return errors.New("--initrd and --cmdline are for --kernel only")
+	}
 	if disk != nil {
 		cfg.Disk = disk
 	}
@@ -97,7 +112,7 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 		runCtx, cancel = context.WithTimeoutCause(ctx, f.timeout, errTimeout)
 		defer cancel()
 	}
-	log.Info("booting guest", "guest", f.guest, "memory", f.memory.String(), "vcpus", max(f.vcpus, 1), "disk", f.disk)
+	log.Info("booting guest", "guest", name, "memory", f.memory.String(), "vcpus", max(f.vcpus, 1), "disk", f.disk)
 	status, err := vm.Run(runCtx)
 	out.stop()
 	if up, ok := vm.BootTimer().Elapsed(); ok {
@@ -108,17 +123,17 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 	}
 	switch {
 	case errors.Is(err, errTimeout):
-		return fmt.Errorf("guest %s still running after --timeout %v; stopped it", f.guest, f.timeout)
+		return fmt.Errorf("guest %s still running after --timeout %v; stopped it", name, f.timeout)
 	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("guest %s: interrupted", f.guest)
+		return fmt.Errorf("guest %s: interrupted", name)
 	case err != nil:
-		return fmt.Errorf("running guest %s: %w", f.guest, err)
+		return fmt.Errorf("running guest %s: %w", name, err)
 	case status != 0:
 		code := int(status & 0xff)
 		if code == 0 {
 			code = 1
 		}
-		return &exitError{code: code, err: fmt.Errorf("guest %s exited with status %d", f.guest, status)}
+		return &exitError{code: code, err: fmt.Errorf("guest %s exited with status %d", name, status)}
 	}
 	return nil
 }

@@ -112,3 +112,23 @@ func (c *cpioWriter) Close() error {
 	c.header("TRAILER!!!", 0, 0)
 	return c.err
 }
+
+// CPIO writes an initramfs: a cpio archive in the kernel's "newc" format,
+// parent directories added before their first child. Errors are kept and
+// Close returns the first.
+type CPIO struct{ c *cpioWriter }
+
+// NewCPIO returns a CPIO writing to w.
+func NewCPIO(w io.Writer) *CPIO { return &CPIO{c: newCPIOWriter(w)} }
+
+// Dir adds directory p (and its parents).
+func (c *CPIO) Dir(p string) { c.c.Dir(p) }
+
+// File adds a regular file p of size bytes read from r, with permissions perm.
+func (c *CPIO) File(p string, perm uint32, size int64, r io.Reader) { c.c.File(p, perm, size, r) }
+
+// Symlink adds a symbolic link p to target.
+func (c *CPIO) Symlink(p, target string) { c.c.Symlink(p, target) }
+
+// Close writes the trailer and returns the first error met.
+func (c *CPIO) Close() error { return c.c.Close() }

@@ -200,27 +200,11 @@ func fetchKernel(ctx context.Context, cache, pkg string) (*Kernel, error) {
 		return nil, fmt.Errorf("fetching kernel: %w", err)
 	}
 	defer os.RemoveAll(scratch)
-	// apt-get drops privileges to _apt for the download when it can
-	// write to the directory as that user.
-	os.Chmod(scratch, 0o777)
-	dl := exec.CommandContext(ctx, "apt-get", "download", "-q", pkg)
-	dl.Dir = scratch
-	if out, err := dl.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("fetching kernel %s: apt-get download: %s", pkg, lastLine(out))
+	root, vmlinuz, err := unpackPackage(ctx, scratch, pkg)
+	if err != nil {
+		return nil, err
 	}
-	debs, _ := filepath.Glob(filepath.Join(scratch, "*.deb"))
-	if len(debs) != 1 {
-		return nil, fmt.Errorf("fetching kernel %s: apt-get download left %d .deb files", pkg, len(debs))
-	}
-	root := filepath.Join(scratch, "root")
-	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], root).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("unpacking kernel %s: dpkg-deb -x: %v: %s", pkg, err, lastLine(out))
-	}
-	vmlinuzes, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
-	if len(vmlinuzes) != 1 {
-		return nil, fmt.Errorf("unpacking kernel %s: want one boot/vmlinuz-*, found %d", pkg, len(vmlinuzes))
-	}
-	release := strings.TrimPrefix(filepath.Base(vmlinuzes[0]), "vmlinuz-")
+	release := strings.TrimPrefix(filepath.Base(vmlinuz), "vmlinuz-")
 	dir := filepath.Join(cache, pkg)
 	tmpDir := dir + ".tmp"
 	os.RemoveAll(tmpDir)
@@ -228,16 +212,19 @@ func fetchKernel(ctx context.Context, cache, pkg string) (*Kernel, error) {
 		return nil, fmt.Errorf("unpacking kernel %s: %w", pkg, err)
 	}
 	defer os.RemoveAll(tmpDir)
-	bz, err := os.ReadFile(vmlinuzes[0])
+	bz, err := os.ReadFile(vmlinuz)
 	if err != nil {
 		return nil, fmt.Errorf("reading kernel image: %w", err)
 	}
 	vmlinux, err := ExtractVmlinux(ctx, bz)
 	if err != nil {
-		return nil, fmt.Errorf("extracting vmlinux from %s: %w", filepath.Base(vmlinuzes[0]), err)
+		return nil, fmt.Errorf("extracting vmlinux from %s: %w", filepath.Base(vmlinuz), err)
 	}
 	if err := os.WriteFile(filepath.Join(tmpDir, "vmlinux"), vmlinux, 0o644); err != nil {
 		return nil, fmt.Errorf("writing vmlinux: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(tmpDir, "vmlinuz"), bz, 0o644); err != nil {
+		return nil, fmt.Errorf("writing vmlinuz: %w", err)
 	}
 	order, err := writeModulesCPIO(ctx, filepath.Join(root, "lib", "modules", release), filepath.Join(tmpDir, "modules.cpio"))
 	if err != nil {
@@ -254,6 +241,86 @@ func fetchKernel(ctx context.Context, cache, pkg string) (*Kernel, error) {
 	}
 	k.Dir = dir
 	return k, nil
+}
+
+// unpackPackage downloads pkg with apt-get into scratch, unpacks it there
+// with dpkg-deb, and returns the unpacked root and its boot/vmlinuz-*.
+func unpackPackage(ctx context.Context, scratch, pkg string) (root, vmlinuz string, err error) {
+	// apt-get drops privileges to _apt for the download when it can
+	// write to the directory as that user.
+	os.Chmod(scratch, 0o777)
+	dl := exec.CommandContext(ctx, "apt-get", "download", "-q", pkg)
+	dl.Dir = scratch
+	if out, err := dl.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("fetching kernel %s: apt-get download: %s", pkg, lastLine(out))
+	}
+	debs, _ := filepath.Glob(filepath.Join(scratch, "*.deb"))
+	if len(debs) != 1 {
+		return "", "", fmt.Errorf("fetching kernel %s: apt-get download left %d .deb files", pkg, len(debs))
+	}
+	root = filepath.Join(scratch, "root")
+	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], root).CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("unpacking kernel %s: dpkg-deb -x: %v: %s", pkg, err, lastLine(out))
+	}
+	vmlinuzes, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if len(vmlinuzes) != 1 {
+		return "", "", fmt.Errorf("unpacking kernel %s: want one boot/vmlinuz-*, found %d", pkg, len(vmlinuzes))
+	}
+	return root, vmlinuzes[0], nil
+}
+
+// Vmlinuz is the path of the package's compressed bzImage, which
+// EnsureBzImage keeps beside vmlinux for boot loaders that take one
+// (vmm/boot.LoadLinux). CachedKernel does not require it.
+func (k *Kernel) Vmlinuz() string { return filepath.Join(k.Dir, "vmlinuz") }
+
+// EnsureBzImage returns the path of the cached kernel's bzImage (the same
+// package the emulated host boots), fetching the kernel first when it is
+// not cached, and the package once more when the cache predates keeping
+// the bzImage. The cached vmlinux and modules are left as they are.
+func EnsureBzImage(ctx context.Context, log io.Writer) (string, error) {
+	k, err := EnsureKernel(ctx, log)
+	if err != nil {
+		return "", err
+	}
+	if isRegular(k.Vmlinuz()) {
+		return k.Vmlinuz(), nil
+	}
+	lock, err := os.OpenFile(filepath.Join(filepath.Dir(k.Dir), ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("locking kernel cache: %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking kernel cache: %w", err)
+	}
+	if isRegular(k.Vmlinuz()) { // another process fetched it
+		return k.Vmlinuz(), nil
+	}
+	start := time.Now()
+	scratch, err := os.MkdirTemp(filepath.Dir(k.Dir), "fetch-")
+	if err != nil {
+		return "", fmt.Errorf("fetching kernel bzImage: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	_, vmlinuz, err := unpackPackage(ctx, scratch, k.Package)
+	if err != nil {
+		return "", err
+	}
+	bz, err := os.ReadFile(vmlinuz)
+	if err != nil {
+		return "", fmt.Errorf("reading kernel image: %w", err)
+	}
+	tmp := k.Vmlinuz() + ".tmp"
+	if err := os.WriteFile(tmp, bz, 0o644); err != nil {
+		return "", fmt.Errorf("writing vmlinuz: %w", err)
+	}
+	if err := os.Rename(tmp, k.Vmlinuz()); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("storing vmlinuz in cache: %w", err)
+	}
+	fmt.Fprintf(log, "kvmhost: fetched %s's bzImage into %s in %.1fs (once)\n", k.Package, k.Dir, time.Since(start).Seconds())
+	return k.Vmlinuz(), nil
 }
 
 // ExtractVmlinux returns the ELF kernel inside a bzImage: the setup header

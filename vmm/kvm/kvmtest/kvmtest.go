@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,41 @@ const InsideBanner = "kvmhost: running inside the emulated test host"
 type Option func(*config)
 
 type config struct {
-	tern bool
+	tern    bool
+	prepare []func() ([]kvmhost.File, func(), error)
+}
+
+// WithPrepare runs prepare on the host before the tests run, here or in
+// the emulated host: the files it returns are carried into the emulated
+// host at the same paths, and cleanup (may be nil) runs after the tests.
+// It passes what it made to the tests through the environment
+// (os.Setenv), which the emulated host inherits. An error stops Main.
+func WithPrepare(prepare func() (files []kvmhost.File, cleanup func(), err error)) Option {
+	return func(c *config) { c.prepare = append(c.prepare, prepare) }
+}
+
+// runPrepare runs c's prepare functions and returns their files and one
+// cleanup for all.
+func (c config) runPrepare() ([]kvmhost.File, func(), error) {
+	var files []kvmhost.File
+	var cleanups []func()
+	cleanup := func() {
+		for _, f := range slices.Backward(cleanups) {
+			f()
+		}
+	}
+	for _, p := range c.prepare {
+		fs, cl, err := p()
+		if cl != nil {
+			cleanups = append(cleanups, cl)
+		}
+		if err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("preparing the tests: %w", err)
+		}
+		files = append(files, fs...)
+	}
+	return files, cleanup, nil
 }
 
 // WithTern builds tern on the host before the tests run and carries it
@@ -79,6 +114,12 @@ func Main(m *testing.M, opts ...Option) {
 
 // runHere runs the tests in this process.
 func runHere(m *testing.M, c config) int {
+	_, cleanup, err := c.runPrepare()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvmtest: %v\n", err)
+		return 1
+	}
+	defer cleanup()
 	if c.tern {
 		dir, path, err := buildTern()
 		if err != nil {
@@ -99,7 +140,13 @@ func reexec(c config) int {
 		fmt.Fprintf(os.Stderr, "kvmtest: finding the test binary: %v\n", err)
 		return 1
 	}
-	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:])}
+	files, cleanup, err := c.runPrepare()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvmtest: %v\n", err)
+		return 1
+	}
+	defer cleanup()
+	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:]), Files: files}
 	if c.tern {
 		dir, path, err := buildTern()
 		if err != nil {
