@@ -20,7 +20,8 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure tern beside the limits of this machine (volume IO, repair)",
 	}
-	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd())
+	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd(),
+		newBenchBootCmd(), newBenchStartCmd())
 	return cmd
 }
 

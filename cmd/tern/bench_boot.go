@@ -9,18 +9,6 @@ import (
 	"tern/bench"
 )
 
-// init runs after bench.go's (files initialise in name order), which
-// made `tern bench`.
-func init() {
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "bench" {
-			c.AddCommand(newBenchBootCmd())
-			return
-		}
-	}
-	panic("tern bench boot: no tern bench command")
-}
-
 func newBenchBootCmd() *cobra.Command {
 	var (
 		jsonPath string

@@ -9,18 +9,6 @@ import (
 	"tern/bench"
 )
 
-// init runs after bench.go's (files initialise in name order), which
-// made `tern bench`.
-func init() {
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "bench" {
-			c.AddCommand(newBenchStartCmd())
-			return
-		}
-	}
-	panic("tern bench start: no tern bench command")
-}
-
 func newBenchStartCmd() *cobra.Command {
 	var (
 		jsonPath    string
