@@ -63,8 +63,8 @@
 //
 // # The guests
 //
-//   - hello prints "Hello from the tern test guest", writes 123 to the boot
-//     timer and exits 0. With hello_fault it then raises an exception on
+//   - hello writes 123 to the boot timer (the guest program has started),
+//     prints "Hello from the tern test guest" and exits 0. With hello_fault it then raises an exception on
 //     purpose ([HelloFaultPage] and friends), to prove the handler.
 //   - dirty fills memory with a pattern derived from (page, generation,
 //     word), rewrites a working set each pass, and verifies every page at

@@ -1,5 +1,9 @@
 /*
- * hello: prints one line, writes the boot timer and exits with 0.
+ * hello: writes the boot timer, prints one line and exits with 0.
+ *
+ * The boot timer marks the moment the guest's program starts, as an init
+ * process's first write does under Firecracker: the line that follows costs
+ * two UART exits per byte and is output, not boot.
  *
  * With the hello_fault parameter it then raises an exception on purpose,
  * to prove the exception handler: 1 #DE (divide by zero), 2 #UD (ud2),
@@ -38,8 +42,8 @@ static void fault(u64 which)
 
 int main(void)
 {
-	puts("Hello from the tern test guest\n");
 	mmio_write8(BOOT_TIMER_ADDR, BOOT_TIMER_MAGIC);
+	puts("Hello from the tern test guest\n");
 	u64 which = param(P_HELLO_FAULT, 0);
 	if (which) {
 		fault(which);
