@@ -14,7 +14,11 @@ func (vm *VM) attachDevices(cfg Config) error {
 	if hist <= 0 {
 		hist = defaultSerialHistory
 	}
-	vm.uart = devices.NewUART(devices.NewHistory(hist), devices.NoInterrupt{})
+	var uartIRQLine devices.Interrupt = devices.NoInterrupt{}
+	if cfg.Linux != nil {
+		uartIRQLine = isaIRQ{vm: vm.kvm, line: uartIRQ}
+	}
+	vm.uart = devices.NewUART(devices.NewHistory(hist), uartIRQLine)
 	vm.debugExit = devices.NewDebugExit()
 	vm.bootTimer = devices.NewBootTimer(time.Now(), nil)
 	vm.ports, vm.mmio = &vcpu.PortBus{}, &vcpu.MMIOBus{}

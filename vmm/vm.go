@@ -140,6 +140,12 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			return err
 		}
 	}
+	linux := cfg.Linux != nil
+	if linux {
+		if err := vm.createLinuxPlatform(); err != nil {
+			return err
+		}
+	}
 	st, err := loadImage(mem, cfg, img)
 	if err != nil {
 		return err
@@ -157,6 +163,14 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 	if err != nil {
 		return err
 	}
+	tscDeadline := false
+	if linux {
+		v, err := vm.kvm.CheckExtension(kvm.CapTSCDeadlineTimer)
+		if err != nil {
+			return err
+		}
+		tscDeadline = v > 0
+	}
 	var tscKHz uint32
 	var tscErr error
 	for id := range n {
@@ -171,7 +185,11 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			if err != nil {
 				return nil, err
 			}
-			if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
+			cpuid := cpuidFor(supported, id)
+			if linux {
+				cpuid = linuxCPUID(cpuid, tscDeadline)
+			}
+			if err := cpu.SetCPUID2(cpuid); err != nil {
 				return nil, err
 			}
 			if err := setCPUState(cpu, s); err != nil {
