@@ -35,9 +35,13 @@ type Config struct {
 	// VCPUs is the number of vCPUs (0 means 1), at most what the host's
 	// KVM allows.
 	VCPUs int
-	// Disk, when set, backs a virtio-blk device at VirtioBlkBase. The
-	// caller owns it and closes it after the VM.
+	// Disk, when set, backs a virtio-blk device at VirtioBlkBase: the
+	// same as Disks with it alone. Give Disk or Disks, not both.
 	Disk devices.BlockBackend
+	// Disks back one virtio-blk device each, Disks[i] at VirtioBlkAddr(i)
+	// (vda, vdb, …), at most MaxDisks. The caller owns them and closes
+	// them after the VM.
+	Disks []devices.BlockBackend
 	// Params is the built-in guests' parameter block; nil means their
 	// defaults. TSCkHz and, with a disk, VirtioBase are filled in when 0.
 	// Given with a guest file, it is written for that guest too.
@@ -60,9 +64,12 @@ type LinuxGuest struct {
 
 // Guest-physical layout of the devices and the boot area.
 const (
-	// VirtioBlkBase is the virtio-blk device's virtio-mmio window: QEMU
-	// microvm's first slot, where the disk guest also looks by default.
+	// VirtioBlkBase is the first virtio-blk device's virtio-mmio window:
+	// QEMU microvm's first slot, where the disk guest also looks by
+	// default. Further disks follow in the next slots (VirtioBlkAddr).
 	VirtioBlkBase = 0xfeb00000
+	// MaxDisks is how many virtio-blk devices a VM may have.
+	MaxDisks = 8
 	// BootTimerSize is the MMIO window of the boot timer.
 	BootTimerSize = 0x1000
 	// BootAreaEnd bounds tern's boot data (GDT, page tables, parameter
@@ -78,7 +85,19 @@ var mmioWindows = []struct {
 	base, size uint64
 }{
 	{"boot timer", devices.BootTimerAddr, BootTimerSize},
-	{"virtio-blk", VirtioBlkBase, devices.MMIOSize},
+	{"virtio-blk", VirtioBlkBase, MaxDisks * devices.MMIOSize},
+}
+
+// VirtioBlkAddr is the base of disk i's virtio-mmio window: the slots
+// are devices.MMIOSize apart, as on QEMU's microvm.
+func VirtioBlkAddr(i int) uint64 { return VirtioBlkBase + uint64(i)*devices.MMIOSize }
+
+// disks returns the backends of the config's disks, in slot order.
+func (c *Config) disks() []devices.BlockBackend {
+	if c.Disk != nil {
+		return []devices.BlockBackend{c.Disk}
+	}
+	return c.Disks
 }
 
 // guestImage is a resolved, parsed guest.
@@ -195,6 +214,17 @@ func (c *Config) validate() (*guestImage, []error) {
 	}
 	if c.VCPUs < 0 {
 		bad("vcpus: %d is negative", c.VCPUs)
+	}
+	switch {
+	case c.Disk != nil && len(c.Disks) > 0:
+		bad("disks: give Disk or Disks, not both")
+	case len(c.Disks) > MaxDisks:
+		bad("disks: %d given, at most %d", len(c.Disks), MaxDisks)
+	}
+	for i, d := range c.Disks {
+		if d == nil {
+			bad("disks[%d]: no backend", i)
+		}
 	}
 	if c.Linux != nil {
 		if c.Guest != "" {

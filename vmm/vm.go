@@ -254,7 +254,7 @@ func (vm *VM) writeParams(cfg Config, tscKHz uint32) error {
 	if p.TSCkHz == 0 {
 		p.TSCkHz = uint64(tscKHz)
 	}
-	if cfg.Disk != nil && p.VirtioBase == 0 {
+	if len(cfg.disks()) > 0 && p.VirtioBase == 0 {
 		p.VirtioBase = VirtioBlkBase
 	}
 	if err := vm.mem.Write(guests.ParamsAddr, p.Encode()); err != nil {
