@@ -13,6 +13,8 @@ import (
 	"syscall"
 )
 
+// The lines it prints; package linuxtest, which the tests read them from,
+// has the same.
 const (
 	initLine   = "tern-linux-init: hello"
 	echoPrefix = "tern-linux-init: echo "
