@@ -3,7 +3,6 @@ package vmm_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -156,14 +155,5 @@ func TestEachDiskIsItsOwnDevice(t *testing.T) {
 		if zero := bytes.Count(got, []byte{0}) == len(got); written == (i != 1) || !written && !zero {
 			t.Errorf("disk %d: pattern written %v, all zero %v; want the pattern on disk 1 only", i, written, zero)
 		}
-	}
-}
-
-func TestTooManyDisksIsAConfigError(t *testing.T) {
-	kvmtest.Require(t)
-	disks := make([]devices.BlockBackend, vmm.MaxDisks+1)
-	_, err := vmm.New(vmm.Config{Guest: "hello", MemoryBytes: 16 << 20, Disks: disks})
-	if !errors.Is(err, vmm.ErrInvalidConfig) || !strings.Contains(err.Error(), "at most") {
-		t.Fatalf("New with %d disks: %v; want a config error", len(disks), err)
 	}
 }
