@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,7 +56,8 @@ type Config struct {
 
 // LinuxGuest is a Linux kernel to boot, with its initrd and command line.
 type LinuxGuest struct {
-	// Kernel is the bzImage's path.
+	// Kernel is the path of a bzImage, or of an uncompressed ELF vmlinux
+	// (entered at its ELF entry, which skips the bzImage's decompressor).
 	Kernel string
 	// Initrd is the initramfs's path (may be empty).
 	Initrd string
@@ -105,8 +107,10 @@ func (c *Config) disks() []devices.BlockBackend {
 type guestImage struct {
 	builtin bool
 	elf     *boot.ELFImage
-	// kernel and initrd are a Linux guest's, when elf is nil.
+	// kernel and initrd are a Linux guest's, when elf is nil; vmlinux is
+	// its kernel parsed when it is an ELF file rather than a bzImage.
 	kernel, initrd []byte
+	vmlinux        *boot.ELFImage
 }
 
 // resolveLinux reads a Linux guest's files and checks the bzImage.
@@ -118,10 +122,14 @@ func resolveLinux(l *LinuxGuest) (*guestImage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading linux kernel: %w", ErrInvalidConfig, err)
 	}
-	if _, err := boot.ParseBzImage(k); err != nil {
+	img := &guestImage{kernel: k}
+	if bytes.HasPrefix(k, []byte("\x7fELF")) {
+		if img.vmlinux, err = boot.ParseELF(k); err != nil {
+			return nil, fmt.Errorf("%w: linux kernel %s (ELF): %w", ErrInvalidConfig, l.Kernel, err)
+		}
+	} else if _, err := boot.ParseBzImage(k); err != nil {
 		return nil, fmt.Errorf("%w: linux kernel %s: %w", ErrInvalidConfig, l.Kernel, err)
 	}
-	img := &guestImage{kernel: k}
 	if l.Initrd != "" {
 		if img.initrd, err = os.ReadFile(l.Initrd); err != nil {
 			return nil, fmt.Errorf("%w: reading linux initrd: %w", ErrInvalidConfig, err)

@@ -284,8 +284,8 @@ type unusedDisk struct{ devices.BlockBackend }
 
 func TestLinuxGuestWithADiskIsAConfigError(t *testing.T) {
 	kvmtest.Require(t)
-	kernel, initrd := linuxtest.Files(t)
-	_, err := vmm.New(vmm.Config{Linux: &vmm.LinuxGuest{Kernel: kernel, Initrd: initrd}, MemoryBytes: 512 << 20, Disks: disks(1)})
+	g := linuxtest.Files(t)
+	_, err := vmm.New(vmm.Config{Linux: &vmm.LinuxGuest{Kernel: g.BzImage, Initrd: g.Initrd}, MemoryBytes: 512 << 20, Disks: disks(1)})
 	if !errors.Is(err, vmm.ErrInvalidConfig) || !strings.Contains(err.Error(), "a Linux guest gets no disks yet") {
 		t.Fatalf("New: %v; want the one error about disks", err)
 	}

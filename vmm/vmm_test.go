@@ -14,7 +14,7 @@ import (
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(linuxtest.Prepare)) }
+func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(linuxtest.PrepareWithVmlinux)) }
 
 // generous bounds every wait: the machines are busy and the emulated test
 // host is slow; nothing asserts on time.

@@ -90,7 +90,7 @@ func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
 // each listed. Under nested PVM it runs in the emulated test host.
 func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	kvmtest.Require(t)
-	kernel, initrd := linuxtest.Files(t)
+	g := linuxtest.Files(t)
 	if linuxtest.UnderNestedPVM() {
 		linuxtest.RunInEmulatedHost(t)
 		return
@@ -98,7 +98,7 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	p := startVMM(t, "")
 	c, ctx := p.client, ctx(t)
 	bad := instance.Spec{ID: "linux", VCPUs: 1, MemoryMiB: 512,
-		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: filepath.Dir(initrd)},
+		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: filepath.Dir(g.Initrd)},
 		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
 	_, err := c.Ensure(ctx, bad)
 	e := wantCode(t, err, 400, api.CodeInvalidSpec)
@@ -106,7 +106,7 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 		t.Fatalf("problems %q; want one about the kernel and one about the initrd", e.Body.Problems)
 	}
 	is := bad
-	is.Guest = instance.GuestSpec{Kind: instance.GuestLinux, Kernel: kernel, Initrd: initrd, Cmdline: linuxtest.Cmdline}
+	is.Guest = instance.GuestSpec{Kind: instance.GuestLinux, Kernel: g.BzImage, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline}
 	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
 		t.Fatalf("ensure: %+v, %v", v, err)
 	}

@@ -1,9 +1,10 @@
 // Package linuxtest prepares the Linux guest the tests boot: Debian's
 // kernel (the package the emulated test host boots, from kvmhost's cache)
-// and an initramfs whose /init is linuxinit, which prints InitLine on the
-// console, echoes one line typed there after EchoPrefix and exits with
-// status 0 through port 0xf4. Test packages pass Prepare to kvmtest.Main
-// and call Files in their tests.
+// as its bzImage and, with PrepareWithVmlinux, as the uncompressed ELF
+// vmlinux, and an initramfs whose /init is linuxinit, which prints
+// InitLine on the console, echoes one line typed there after EchoPrefix
+// and exits with status 0 through port 0xf4. Test packages pass Prepare
+// or PrepareWithVmlinux to kvmtest.Main and call Files in their tests.
 //
 // Under nested PVM guest code at CPL0 is emulated instruction by
 // instruction, far too slow for a stock kernel (its bzImage printed
@@ -41,7 +42,8 @@ const Cmdline = "console=ttyS0 panic=-1 no_timer_check"
 // Environment through which Prepare hands the tests their files (or why
 // there are none), here and in the emulated host, which inherits it.
 const (
-	kernelEnv = "TERN_LINUXTEST_KERNEL"
+	kernelEnv  = "TERN_LINUXTEST_KERNEL"
+	vmlinuxEnv = "TERN_LINUXTEST_VMLINUX"
 	initrdEnv = "TERN_LINUXTEST_INITRD"
 	skipEnv   = "TERN_LINUXTEST_SKIP"
 )
@@ -49,7 +51,13 @@ const (
 // Prepare is a kvmtest.WithPrepare function: it finds the kernel's
 // bzImage and builds the initramfs. What cannot be had (no apt, no go)
 // becomes the tests' skip reason (Files), not a failure of the package.
-func Prepare() ([]kvmhost.File, func(), error) {
+func Prepare() ([]kvmhost.File, func(), error) { return prepare(false) }
+
+// PrepareWithVmlinux is Prepare with the vmlinux too, which is carried
+// into the emulated host as well (66 MB for Debian's 6.1).
+func PrepareWithVmlinux() ([]kvmhost.File, func(), error) { return prepare(true) }
+
+func prepare(vmlinux bool) ([]kvmhost.File, func(), error) {
 	skip := func(err error) ([]kvmhost.File, func(), error) {
 		os.Setenv(skipEnv, err.Error())
 		return nil, nil, nil
@@ -80,7 +88,17 @@ func Prepare() ([]kvmhost.File, func(), error) {
 	os.Setenv(kernelEnv, kernel)
 	os.Setenv(initrdEnv, initrd)
 	os.Unsetenv(skipEnv)
-	return []kvmhost.File{{Host: kernel}, {Host: initrd}}, cleanup, nil
+	files := []kvmhost.File{{Host: kernel}, {Host: initrd}}
+	if vmlinux {
+		k, err := kvmhost.EnsureKernel(ctx, os.Stderr) // cached by EnsureBzImage
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		os.Setenv(vmlinuxEnv, k.Vmlinux())
+		files = append(files, kvmhost.File{Host: k.Vmlinux()})
+	}
+	return files, cleanup, nil
 }
 
 // writeInitramfs writes an initramfs with an empty /dev and init as /init.
@@ -103,18 +121,26 @@ func writeInitramfs(dst, init string) error {
 	return f.Close()
 }
 
-// Files returns the kernel and initrd Prepare made, or skips t with the
-// reason there are none.
-func Files(t testing.TB) (kernel, initrd string) {
+// Guest is what Prepare made: the paths of the kernel and the initramfs.
+type Guest struct {
+	// BzImage is Debian's vmlinuz; Vmlinux the ELF kernel inside it,
+	// empty unless PrepareWithVmlinux made it.
+	BzImage, Vmlinux string
+	Initrd           string
+}
+
+// Files returns what Prepare made, or skips t with the reason there is
+// nothing.
+func Files(t testing.TB) Guest {
 	t.Helper()
 	if why := os.Getenv(skipEnv); why != "" {
 		t.Skip(why)
 	}
-	kernel, initrd = os.Getenv(kernelEnv), os.Getenv(initrdEnv)
-	if kernel == "" || initrd == "" {
+	g := Guest{BzImage: os.Getenv(kernelEnv), Vmlinux: os.Getenv(vmlinuxEnv), Initrd: os.Getenv(initrdEnv)}
+	if g.BzImage == "" || g.Initrd == "" {
 		t.Skip("no Linux kernel prepared: run the tests through kvmtest.Main with linuxtest.Prepare, without go test -exec")
 	}
-	return kernel, initrd
+	return g
 }
 
 // UnderNestedPVM reports whether /dev/kvm is kvm-pvm's (see
