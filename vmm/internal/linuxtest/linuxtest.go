@@ -44,8 +44,8 @@ const Cmdline = "console=ttyS0 panic=-1 no_timer_check"
 const (
 	kernelEnv  = "TERN_LINUXTEST_KERNEL"
 	vmlinuxEnv = "TERN_LINUXTEST_VMLINUX"
-	initrdEnv = "TERN_LINUXTEST_INITRD"
-	skipEnv   = "TERN_LINUXTEST_SKIP"
+	initrdEnv  = "TERN_LINUXTEST_INITRD"
+	skipEnv    = "TERN_LINUXTEST_SKIP"
 )
 
 // Prepare is a kvmtest.WithPrepare function: it finds the kernel's
