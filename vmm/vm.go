@@ -225,15 +225,13 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 // loadImage loads the guest into mem and returns the boot vCPU's state.
 func loadImage(mem *memory.Memory, cfg Config, img *guestImage) (boot.CPUState, error) {
 	if img.elf == nil {
-		load := func() (*boot.LinuxImage, error) {
-			return boot.LoadLinux(mem, img.kernel, img.initrd, cfg.Linux.Cmdline)
-		}
+		var li *boot.LinuxImage
+		var err error
 		if img.vmlinux != nil {
-			load = func() (*boot.LinuxImage, error) {
-				return boot.LoadVmlinux(mem, img.vmlinux, img.initrd, cfg.Linux.Cmdline)
-			}
+			li, err = boot.LoadVmlinux(mem, img.vmlinux, img.initrd, cfg.Linux.Cmdline)
+		} else {
+			li, err = boot.LoadLinux(mem, img.kernel, img.initrd, cfg.Linux.Cmdline)
 		}
-		li, err := load()
 		if err != nil {
 			return boot.CPUState{}, fmt.Errorf("loading linux kernel %s: %w", cfg.Linux.Kernel, err)
 		}
