@@ -33,7 +33,7 @@ func TestLinuxBootsToInit(t *testing.T) {
 			}
 			vm := newVM(t, vmm.Config{
 				Linux:       &vmm.LinuxGuest{Kernel: c.kernel, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline},
-				MemoryBytes: 512 << 20,
+				MemoryBytes: 256 << 20,
 			})
 			con := newConsole(t, vm)
 			done := start(t, vm)
