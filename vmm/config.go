@@ -23,10 +23,10 @@ type Config struct {
 	// echo) or, when it contains a '/' or ends in ".elf", an ELF file's
 	// path.
 	Guest string
-	// Linux, when set instead of Guest, boots a Linux bzImage through its
-	// 64-bit entry (vmm/boot.LoadLinux): the serial console is the UART
-	// at 0x3f8 (console=ttyS0), and the VM gets what linux_platform.go
-	// describes. A Linux guest takes no disks yet.
+	// Linux, when set instead of Guest, boots a Linux kernel through its
+	// 64-bit entry (vmm/boot.LoadLinux, LoadVmlinux): the serial console
+	// is the UART at 0x3f8 (console=ttyS0), and the VM gets what
+	// linux_platform.go describes. A Linux guest takes no disks yet.
 	Linux *LinuxGuest
 	// MemoryBytes is the size of guest RAM, one region at address 0. Give
 	// it or Regions, not both.
@@ -113,7 +113,8 @@ type guestImage struct {
 	vmlinux        *boot.ELFImage
 }
 
-// resolveLinux reads a Linux guest's files and checks the bzImage.
+// resolveLinux reads a Linux guest's files and parses the kernel, a
+// bzImage or an ELF vmlinux.
 func resolveLinux(l *LinuxGuest) (*guestImage, error) {
 	if l.Kernel == "" {
 		return nil, fmt.Errorf("%w: linux: no kernel given", ErrInvalidConfig)
