@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,9 +23,10 @@ type Config struct {
 	// echo) or, when it contains a '/' or ends in ".elf", an ELF file's
 	// path.
 	Guest string
-	// Linux, when set instead of Guest, boots a Linux bzImage through its
-	// 64-bit entry (vmm/boot.LoadLinux): the serial console is the UART
-	// at 0x3f8 (console=ttyS0).
+	// Linux, when set instead of Guest, boots a Linux kernel through its
+	// 64-bit entry (vmm/boot.LoadLinux, LoadVmlinux): the serial console
+	// is the UART at 0x3f8 (console=ttyS0), and the VM gets what
+	// linux_platform.go describes. A Linux guest takes no disks yet.
 	Linux *LinuxGuest
 	// MemoryBytes is the size of guest RAM, one region at address 0. Give
 	// it or Regions, not both.
@@ -35,9 +37,13 @@ type Config struct {
 	// VCPUs is the number of vCPUs (0 means 1), at most what the host's
 	// KVM allows.
 	VCPUs int
-	// Disk, when set, backs a virtio-blk device at VirtioBlkBase. The
-	// caller owns it and closes it after the VM.
+	// Disk, when set, backs a virtio-blk device at VirtioBlkBase: the
+	// same as Disks with it alone. Give Disk or Disks, not both.
 	Disk devices.BlockBackend
+	// Disks back one virtio-blk device each, Disks[i] at VirtioBlkAddr(i)
+	// (vda, vdb, …), at most MaxDisks. The caller owns them and closes
+	// them after the VM.
+	Disks []devices.BlockBackend
 	// Params is the built-in guests' parameter block; nil means their
 	// defaults. TSCkHz and, with a disk, VirtioBase are filled in when 0.
 	// Given with a guest file, it is written for that guest too.
@@ -50,7 +56,8 @@ type Config struct {
 
 // LinuxGuest is a Linux kernel to boot, with its initrd and command line.
 type LinuxGuest struct {
-	// Kernel is the bzImage's path.
+	// Kernel is the path of a bzImage, or of an uncompressed ELF vmlinux
+	// (entered at its ELF entry, which skips the bzImage's decompressor).
 	Kernel string
 	// Initrd is the initramfs's path (may be empty).
 	Initrd string
@@ -60,9 +67,12 @@ type LinuxGuest struct {
 
 // Guest-physical layout of the devices and the boot area.
 const (
-	// VirtioBlkBase is the virtio-blk device's virtio-mmio window: QEMU
-	// microvm's first slot, where the disk guest also looks by default.
+	// VirtioBlkBase is the first virtio-blk device's virtio-mmio window:
+	// QEMU microvm's first slot, where the disk guest also looks by
+	// default. Further disks follow in the next slots (VirtioBlkAddr).
 	VirtioBlkBase = 0xfeb00000
+	// MaxDisks is how many virtio-blk devices a VM may have.
+	MaxDisks = 8
 	// BootTimerSize is the MMIO window of the boot timer.
 	BootTimerSize = 0x1000
 	// BootAreaEnd bounds tern's boot data (GDT, page tables, parameter
@@ -78,18 +88,33 @@ var mmioWindows = []struct {
 	base, size uint64
 }{
 	{"boot timer", devices.BootTimerAddr, BootTimerSize},
-	{"virtio-blk", VirtioBlkBase, devices.MMIOSize},
+	{"virtio-blk", VirtioBlkBase, MaxDisks * devices.MMIOSize},
+}
+
+// VirtioBlkAddr is the base of disk i's virtio-mmio window: the slots
+// are devices.MMIOSize apart, as on QEMU's microvm.
+func VirtioBlkAddr(i int) uint64 { return VirtioBlkBase + uint64(i)*devices.MMIOSize }
+
+// disks returns the backends of the config's disks, in slot order.
+func (c *Config) disks() []devices.BlockBackend {
+	if c.Disk != nil {
+		return []devices.BlockBackend{c.Disk}
+	}
+	return c.Disks
 }
 
 // guestImage is a resolved, parsed guest.
 type guestImage struct {
 	builtin bool
 	elf     *boot.ELFImage
-	// kernel and initrd are a Linux guest's, when elf is nil.
+	// kernel and initrd are a Linux guest's, when elf is nil; vmlinux is
+	// its kernel parsed when it is an ELF file rather than a bzImage.
 	kernel, initrd []byte
+	vmlinux        *boot.ELFImage
 }
 
-// resolveLinux reads a Linux guest's files and checks the bzImage.
+// resolveLinux reads a Linux guest's files and parses the kernel, a
+// bzImage or an ELF vmlinux.
 func resolveLinux(l *LinuxGuest) (*guestImage, error) {
 	if l.Kernel == "" {
 		return nil, fmt.Errorf("%w: linux: no kernel given", ErrInvalidConfig)
@@ -98,10 +123,14 @@ func resolveLinux(l *LinuxGuest) (*guestImage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading linux kernel: %w", ErrInvalidConfig, err)
 	}
-	if _, err := boot.ParseBzImage(k); err != nil {
+	img := &guestImage{kernel: k}
+	if bytes.HasPrefix(k, []byte("\x7fELF")) {
+		if img.vmlinux, err = boot.ParseELF(k); err != nil {
+			return nil, fmt.Errorf("%w: linux kernel %s (ELF): %w", ErrInvalidConfig, l.Kernel, err)
+		}
+	} else if _, err := boot.ParseBzImage(k); err != nil {
 		return nil, fmt.Errorf("%w: linux kernel %s: %w", ErrInvalidConfig, l.Kernel, err)
 	}
-	img := &guestImage{kernel: k}
 	if l.Initrd != "" {
 		if img.initrd, err = os.ReadFile(l.Initrd); err != nil {
 			return nil, fmt.Errorf("%w: reading linux initrd: %w", ErrInvalidConfig, err)
@@ -196,9 +225,25 @@ func (c *Config) validate() (*guestImage, []error) {
 	if c.VCPUs < 0 {
 		bad("vcpus: %d is negative", c.VCPUs)
 	}
+	switch {
+	case c.Disk != nil && len(c.Disks) > 0:
+		bad("disks: give Disk or Disks, not both")
+	case len(c.Disks) > MaxDisks:
+		bad("disks: %d given, at most %d", len(c.Disks), MaxDisks)
+	}
+	for i, d := range c.Disks {
+		if d == nil {
+			bad("disks[%d]: no backend", i)
+		}
+	}
 	if c.Linux != nil {
 		if c.Guest != "" {
 			bad("guest: give Guest or Linux, not both")
+		}
+		if len(c.disks()) > 0 {
+			// Debian builds virtio-mmio and virtio-blk as modules, and the
+			// devices raise no interrupt yet: a disk would be unusable.
+			bad("disks: a Linux guest gets no disks yet")
 		}
 		img, err := resolveLinux(c.Linux)
 		if err != nil {

@@ -14,7 +14,11 @@ func (vm *VM) attachDevices(cfg Config) error {
 	if hist <= 0 {
 		hist = defaultSerialHistory
 	}
-	vm.uart = devices.NewUART(devices.NewHistory(hist), devices.NoInterrupt{})
+	var uartIRQLine devices.Interrupt = devices.NoInterrupt{}
+	if cfg.Linux != nil {
+		uartIRQLine = isaIRQ{vm: vm.kvm, line: uartIRQ}
+	}
+	vm.uart = devices.NewUART(devices.NewHistory(hist), uartIRQLine)
 	vm.debugExit = devices.NewDebugExit()
 	vm.bootTimer = devices.NewBootTimer(time.Now(), nil)
 	vm.ports, vm.mmio = &vcpu.PortBus{}, &vcpu.MMIOBus{}
@@ -23,13 +27,17 @@ func (vm *VM) attachDevices(cfg Config) error {
 		vm.ports.Register("debug exit", devices.DebugExitPort, 1, exitPort{vm}),
 		vm.mmio.Register("boot timer", devices.BootTimerAddr, BootTimerSize, vm.bootTimer),
 	}
-	if cfg.Disk != nil {
-		blk := devices.NewVirtioBlk(cfg.Disk, "vda", vm.mem)
-		errs = append(errs, vm.mmio.Register("virtio-blk", VirtioBlkBase, devices.MMIOSize,
+	for i, d := range cfg.disks() {
+		name := diskName(i)
+		blk := devices.NewVirtioBlk(d, name, vm.mem)
+		errs = append(errs, vm.mmio.Register("virtio-blk "+name, VirtioBlkAddr(i), devices.MMIOSize,
 			devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})))
 	}
 	return errors.Join(errs...)
 }
+
+// diskName is disk i's device name, as Linux would call it: vda, vdb, ….
+func diskName(i int) string { return "vd" + string(rune('a'+i)) }
 
 // exitPort is the debug-exit port: it records the status and stops every
 // vCPU, the writer included, before the writer runs another instruction.

@@ -115,3 +115,45 @@ func TestEchoGuestEchoesWhatIsTypedToTheUART(t *testing.T) {
 		t.Errorf("the guest took an exception: %q", con.seen)
 	}
 }
+
+// TestEachDiskIsItsOwnDevice gives the VM three disks and points the disk
+// guest at the second (its parameter block's VirtioBase): the guest
+// passes on it, which only its pattern in the second file and nothing in
+// the others proves went to the right device.
+func TestEachDiskIsItsOwnDevice(t *testing.T) {
+	kvmtest.Require(t)
+	const sectors = 64
+	dir := t.TempDir()
+	var paths []string
+	var disks []devices.BlockBackend
+	for i := range 3 {
+		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
+		if err := os.WriteFile(p, make([]byte, 256<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := devices.OpenFileBackend(p, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		paths, disks = append(paths, p), append(disks, f)
+	}
+	vm := newVM(t, vmm.Config{Guest: "disk", Disks: disks,
+		Params: &guests.Params{Sectors: sectors, VirtioBase: vmm.VirtioBlkAddr(1)}})
+	con := newConsole(t, vm)
+	r := wait(t, start(t, vm))
+	if r.err != nil || r.status != 0 {
+		t.Fatalf("Run = %d, %v; want 0, nil; console %q", r.status, r.err, con.seen)
+	}
+	con.waitLine(fmt.Sprintf("disk: PASS %d sectors", sectors))
+	for i, p := range paths {
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written := bytes.Equal(got[:512], guests.DiskPattern(guests.DefaultDiskSeed, 0))
+		if zero := bytes.Count(got, []byte{0}) == len(got); written == (i != 1) || !written && !zero {
+			t.Errorf("disk %d: pattern written %v, all zero %v; want the pattern on disk 1 only", i, written, zero)
+		}
+	}
+}

@@ -16,7 +16,7 @@
 //     fd and kvm_run mapping, the guest RAM memfds and mappings, and the
 //     vCPU goroutines. Close stops and waits for the goroutines first, then
 //     closes the vCPUs and VM, then unmaps RAM. The disk backend is the
-//     caller's and is not closed.
+//     caller's and is not closed; so are the disk backends.
 //   - Run ends with the status the guest wrote to the debug-exit port
 //     0xf4 (err nil); with ErrStopped after Stop; with the context's error;
 //     or with the error that ended a vCPU (vcpu.ErrShutdown for a triple
@@ -25,10 +25,14 @@
 //     executes another guest instruction.
 //   - Devices: the 8250 UART on 0x3f8 (output into a bounded History,
 //     input through UART.Input), debug exit on 0xf4, the boot timer at
-//     0xC0000000 and, with a disk, virtio-blk over virtio-mmio at
-//     VirtioBlkBase, served on the vCPU thread straight from and into
-//     guest memory, FLUSH mapped to the backend's Flush. The guests poll;
-//     no interrupts are delivered (no irqchip yet).
+//     0xC0000000 and, per disk, virtio-blk over virtio-mmio at
+//     VirtioBlkAddr(i) (VirtioBlkBase for the first), served on the vCPU
+//     thread straight from and into guest memory, FLUSH mapped to the
+//     backend's Flush. tern's guests poll; no interrupt reaches them.
+//   - A Linux guest (Config.Linux) also gets KVM's in-kernel irqchip and
+//     PIT, CPUID with the hypervisor and TSC-deadline bits, and the
+//     UART's interrupt on IRQ 4 (linux_platform.go); it gets no disks
+//     yet (its virtio would need interrupts too).
 //   - New starts one vmm/vcpu goroutine per vCPU, which creates its vCPU
 //     on its own locked thread and parks before the first instruction;
 //     Run lets them go. vCPU 0 starts at the ELF entry; further vCPUs

@@ -13,6 +13,8 @@ import (
 
 	"tern/tools/guests"
 	"tern/vmm"
+	"tern/vmm/devices"
+	"tern/vmm/internal/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
 	"tern/vmm/vcpu"
@@ -244,6 +246,8 @@ func TestNewRejectsEachBadConfigWithOneError(t *testing.T) {
 		{"RAM below the boot area", vmm.Config{Guest: hello, Regions: []memory.RegionSpec{
 			{Name: "high", Base: 1 << 20, Size: 64 << 20}}}, "boot area"},
 		{"too many vCPUs", vmm.Config{Guest: hello, MemoryBytes: 64 << 20, VCPUs: 1 << 20}, "more than this host's KVM allows"},
+		{"too many disks", vmm.Config{Guest: hello, MemoryBytes: 64 << 20, Disks: disks(vmm.MaxDisks + 1)}, "at most 8"},
+		{"Disk and Disks", vmm.Config{Guest: hello, MemoryBytes: 64 << 20, Disk: disks(1)[0], Disks: disks(1)}, "not both"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			vm, err := vmm.New(c.cfg)
@@ -262,6 +266,31 @@ func TestNewRejectsEachBadConfigWithOneError(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, c.want)
 			}
 		})
+	}
+}
+
+// disks returns n backends that serve nothing: the configs that use them
+// are rejected before any IO.
+func disks(n int) []devices.BlockBackend {
+	out := make([]devices.BlockBackend, n)
+	for i := range out {
+		out[i] = unusedDisk{}
+	}
+	return out
+}
+
+// unusedDisk is a backend no test reaches.
+type unusedDisk struct{ devices.BlockBackend }
+
+func TestLinuxGuestWithADiskIsAConfigError(t *testing.T) {
+	kvmtest.Require(t)
+	g := linuxtest.Files(t)
+	_, err := vmm.New(vmm.Config{Linux: &vmm.LinuxGuest{Kernel: g.BzImage, Initrd: g.Initrd}, MemoryBytes: 512 << 20, Disks: disks(1)})
+	if !errors.Is(err, vmm.ErrInvalidConfig) || !strings.Contains(err.Error(), "a Linux guest gets no disks yet") {
+		t.Fatalf("New: %v; want the one error about disks", err)
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); !ok || len(joined.Unwrap()) != 1 {
+		t.Errorf("want one error, got %q", err)
 	}
 }
 

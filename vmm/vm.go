@@ -140,6 +140,12 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			return err
 		}
 	}
+	linux := cfg.Linux != nil
+	if linux {
+		if err := vm.createLinuxPlatform(); err != nil {
+			return err
+		}
+	}
 	st, err := loadImage(mem, cfg, img)
 	if err != nil {
 		return err
@@ -157,6 +163,14 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 	if err != nil {
 		return err
 	}
+	tscDeadline := false
+	if linux {
+		v, err := vm.kvm.CheckExtension(kvm.CapTSCDeadlineTimer)
+		if err != nil {
+			return err
+		}
+		tscDeadline = v > 0
+	}
 	var tscKHz uint32
 	var tscErr error
 	for id := range n {
@@ -171,7 +185,11 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			if err != nil {
 				return nil, err
 			}
-			if err := cpu.SetCPUID2(cpuidFor(supported, id)); err != nil {
+			cpuid := cpuidFor(supported, id)
+			if linux {
+				cpuid = linuxCPUID(cpuid, tscDeadline)
+			}
+			if err := cpu.SetCPUID2(cpuid); err != nil {
 				return nil, err
 			}
 			if err := setCPUState(cpu, s); err != nil {
@@ -207,7 +225,13 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 // loadImage loads the guest into mem and returns the boot vCPU's state.
 func loadImage(mem *memory.Memory, cfg Config, img *guestImage) (boot.CPUState, error) {
 	if img.elf == nil {
-		li, err := boot.LoadLinux(mem, img.kernel, img.initrd, cfg.Linux.Cmdline)
+		var li *boot.LinuxImage
+		var err error
+		if img.vmlinux != nil {
+			li, err = boot.LoadVmlinux(mem, img.vmlinux, img.initrd, cfg.Linux.Cmdline)
+		} else {
+			li, err = boot.LoadLinux(mem, img.kernel, img.initrd, cfg.Linux.Cmdline)
+		}
 		if err != nil {
 			return boot.CPUState{}, fmt.Errorf("loading linux kernel %s: %w", cfg.Linux.Kernel, err)
 		}
@@ -236,7 +260,7 @@ func (vm *VM) writeParams(cfg Config, tscKHz uint32) error {
 	if p.TSCkHz == 0 {
 		p.TSCkHz = uint64(tscKHz)
 	}
-	if cfg.Disk != nil && p.VirtioBase == 0 {
+	if len(cfg.disks()) > 0 && p.VirtioBase == 0 {
 		p.VirtioBase = VirtioBlkBase
 	}
 	if err := vm.mem.Write(guests.ParamsAddr, p.Encode()); err != nil {

@@ -10,10 +10,11 @@ import (
 	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/internal/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(prepareLinux)) }
+func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(linuxtest.PrepareWithVmlinux)) }
 
 // generous bounds every wait: the machines are busy and the emulated test
 // host is slow; nothing asserts on time.

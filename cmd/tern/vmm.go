@@ -54,8 +54,9 @@ running when --timeout expires, ends the command with a message and a
 non-zero status.
 
 --guest is a built-in test guest (hello, dirty, disk, echo) or an ELF file.
---kernel boots a Linux bzImage instead, with --initrd and --cmdline (its
-console is ttyS0).`,
+--kernel boots a Linux kernel instead (a bzImage, or an uncompressed ELF
+vmlinux, which skips the decompressor), with --initrd and --cmdline (its
+console is ttyS0; it gets no disk yet).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runVM(cmd, f) },
 	}
@@ -67,7 +68,7 @@ console is ttyS0).`,
 	fs.StringVar(&f.volume.certs, "certs", "", "certificate directory, for a volume disk")
 	fs.Uint64Var(&f.volume.gen, "gen", 0, "activation generation, for a volume disk")
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the guest after this long (0: never)")
-	fs.StringVar(&f.kernel, "kernel", "", "Linux bzImage to boot instead of --guest")
+	fs.StringVar(&f.kernel, "kernel", "", "Linux bzImage or ELF vmlinux to boot instead of --guest")
 	fs.StringVar(&f.initrd, "initrd", "", "initramfs for --kernel")
 	fs.StringVar(&f.cmdline, "cmdline", "console=ttyS0 panic=-1", "kernel command line for --kernel")
 	cmd.MarkFlagsMutuallyExclusive("guest", "kernel")

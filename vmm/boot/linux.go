@@ -234,28 +234,93 @@ func LoadLinux(m *memory.Memory, bz []byte, initrd []byte, cmdline string) (*Lin
 	if err := m.Write(KernelLoadAddr, h.Kernel); err != nil {
 		return nil, fmt.Errorf("loading kernel: %w", err)
 	}
-	if err := m.Write(CmdlineAddr, append([]byte(cmdline), 0)); err != nil {
-		return nil, fmt.Errorf("placing command line: %w", err)
+	img := &LinuxImage{Header: h, Entry64: uint64(KernelLoadAddr) + 0x200}
+	return img, placeBootData(m, img, uint64(KernelLoadAddr)+need, initrd, cmdline)
+}
+
+// vmlinuxHeaderEnd is where the setup header tern writes for a vmlinux
+// ends: past init_size, the last field LoadLinux reads.
+const vmlinuxHeaderEnd = offInitSize + 4
+
+// vmlinuxCmdlineSize is the longest command line x86 Linux keeps
+// (COMMAND_LINE_SIZE, 2048, with its NUL).
+const vmlinuxCmdlineSize = 2047
+
+// VmlinuxHeader is the setup header tern gives an uncompressed kernel,
+// which has none of its own: boot protocol 2.15, loaded high, the 64-bit
+// entry, relocatable at 16 MiB alignment, the initrd below 2 GiB.
+func VmlinuxHeader() *SetupHeader {
+	raw := make([]byte, vmlinuxHeaderEnd-offSetupSects)
+	at := func(off int) []byte { return raw[off-offSetupSects:] }
+	le := binary.LittleEndian
+	h := &SetupHeader{
+		Version: 0x020f, Loadflags: LoadedHigh, XLoadflags: XLFKernel64,
+		KernelAlignment: 16 << 20, Relocatable: true,
+		InitrdAddrMax: 0x7fffffff, CmdlineSize: vmlinuxCmdlineSize, Raw: raw,
 	}
-	img := &LinuxImage{Header: h, Entry64: uint64(KernelLoadAddr) + 0x200, E820: E820Map(m)}
+	le.PutUint16(at(offBootFlag), 0xaa55)
+	at(offJump)[0], at(offJump)[1] = 0xeb, vmlinuxHeaderEnd-offHeader // jmp past the header, as a bzImage has
+	copy(at(offHeader), "HdrS")
+	le.PutUint16(at(offVersion), h.Version)
+	at(offLoadflags)[0] = h.Loadflags
+	le.PutUint32(at(offInitrdAddrMax), h.InitrdAddrMax)
+	le.PutUint32(at(offKernelAlignment), h.KernelAlignment)
+	at(offRelocatable)[0] = 1
+	le.PutUint16(at(offXLoadflags), h.XLoadflags)
+	le.PutUint32(at(offCmdlineSize), h.CmdlineSize)
+	return h
+}
+
+// LoadVmlinux places an uncompressed ELF kernel (vmlinux, e.g. what
+// tools/kvmhost extracts from a bzImage) at its segments' physical
+// addresses, then the command line, initrd and zero page as LoadLinux
+// does, with VmlinuxHeader as the setup header. Its 64-bit entry is the
+// ELF entry (startup_64), which takes RSI pointing at the zero page as a
+// bzImage's does; it skips the bzImage's decompressor. Start the vCPU
+// with LinuxState.
+func LoadVmlinux(m *memory.Memory, elf *ELFImage, initrd []byte, cmdline string) (*LinuxImage, error) {
+	h := VmlinuxHeader()
+	if len(cmdline) > int(h.CmdlineSize) {
+		return nil, fmt.Errorf("%w: %d bytes, kernel takes %d", ErrCmdlineTooLong, len(cmdline), h.CmdlineSize)
+	}
+	if err := LoadELF(m, elf); err != nil {
+		return nil, fmt.Errorf("loading vmlinux: %w", err)
+	}
+	var end uint64
+	for _, s := range elf.Segments {
+		end = max(end, uint64(s.Addr)+s.MemSize)
+	}
+	img := &LinuxImage{Header: h, Entry64: elf.Entry}
+	return img, placeBootData(m, img, end, initrd, cmdline)
+}
+
+// placeBootData writes the command line, the initrd above floor (the
+// kernel's end) and the zero page, and fills in img's E820 and
+// InitrdAddr.
+func placeBootData(m *memory.Memory, img *LinuxImage, floor uint64, initrd []byte, cmdline string) error {
+	h := img.Header
+	if err := m.Write(CmdlineAddr, append([]byte(cmdline), 0)); err != nil {
+		return fmt.Errorf("placing command line: %w", err)
+	}
+	img.E820 = E820Map(m)
 	if len(initrd) > 0 {
-		addr, err := placeInitrd(m, h, uint64(len(initrd)), uint64(KernelLoadAddr)+need)
+		addr, err := placeInitrd(m, h, uint64(len(initrd)), floor)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := m.Write(addr, initrd); err != nil {
-			return nil, fmt.Errorf("loading initrd: %w", err)
+			return fmt.Errorf("loading initrd: %w", err)
 		}
 		img.InitrdAddr = addr
 	}
 	zp, err := BootParams(h, uint64(CmdlineAddr), uint32(img.InitrdAddr), uint32(len(initrd)), img.E820)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := m.Write(ZeroPageAddr, zp); err != nil {
-		return nil, fmt.Errorf("placing boot_params: %w", err)
+		return fmt.Errorf("placing boot_params: %w", err)
 	}
-	return img, nil
+	return nil
 }
 
 // placeInitrd picks the highest page-aligned address at which size bytes

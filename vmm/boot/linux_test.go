@@ -198,3 +198,54 @@ func TestLoadLinuxAcceptsDebiansKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestLoadVmlinuxPlacesSegmentsAndAHeaderOfItsOwn(t *testing.T) {
+	m := newRAM(t, 64<<20)
+	text, data := bytes.Repeat([]byte{0x90}, 8192), bytes.Repeat([]byte("data"), 1024)
+	elf := &ELFImage{Entry: 16 << 20, Segments: []ELFSegment{
+		{Addr: 16 << 20, Data: text, MemSize: uint64(len(text)), Executable: true},
+		{Addr: 17 << 20, Data: data, MemSize: 1 << 20}, // with bss
+	}}
+	initrd := bytes.Repeat([]byte("initrd!!"), 1000)
+	img, err := LoadVmlinux(m, elf, initrd, "console=ttyS0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.Slice(16<<20, uint64(len(text))); !bytes.Equal(got, text) {
+		t.Error("text segment not at its physical address")
+	}
+	if got, _ := m.Slice(17<<20, uint64(len(data))); !bytes.Equal(got, data) {
+		t.Error("data segment not at its physical address")
+	}
+	if img.InitrdAddr < 18<<20 {
+		t.Errorf("initrd at %#x overlaps the kernel, which ends at %#x", uint64(img.InitrdAddr), 18<<20)
+	}
+	if r, _ := m.Slice(img.InitrdAddr, uint64(len(initrd))); !bytes.Equal(r, initrd) {
+		t.Error("initrd bytes not placed")
+	}
+	zp, _ := m.Slice(ZeroPageAddr, 4096)
+	h, err := ParseBzImage(zp) // the zero page's header reads as a bzImage's
+	if err != nil {
+		t.Fatalf("parsing the zero page's header: %v", err)
+	}
+	le := binary.LittleEndian
+	if h.Version != 0x020f || h.XLoadflags&XLFKernel64 == 0 || !h.Relocatable || h.KernelAlignment != 16<<20 ||
+		h.CmdlineSize != 2047 || le.Uint16(zp[offBootFlag:]) != 0xaa55 || zp[offTypeOfLoader] != 0xff ||
+		le.Uint32(zp[offCmdLinePtr:]) != uint32(CmdlineAddr) || le.Uint32(zp[offRamdiskImage:]) != uint32(img.InitrdAddr) ||
+		le.Uint32(zp[offRamdiskSize:]) != uint32(len(initrd)) || zp[offE820Entries] != 3 {
+		t.Errorf("zero page header %+v", *h)
+	}
+	st, err := LinuxState(m, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RIP != 16<<20 || st.RSI != uint64(ZeroPageAddr) {
+		t.Errorf("RIP %#x RSI %#x; want the ELF entry and the zero page", st.RIP, st.RSI)
+	}
+	if _, err := LoadVmlinux(newRAM(t, 64<<20), elf, nil, strings.Repeat("x", 2048)); !errors.Is(err, ErrCmdlineTooLong) {
+		t.Errorf("a 2048-byte command line: %v; want ErrCmdlineTooLong", err)
+	}
+	if _, err := LoadVmlinux(newRAM(t, 16<<20), elf, nil, ""); !errors.Is(err, ErrOutsideRAM) {
+		t.Errorf("a kernel above RAM: %v; want ErrOutsideRAM", err)
+	}
+}

@@ -24,10 +24,13 @@ import (
 	"tern/dataplane/tlsconf"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/internal/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithTern()) }
+func TestMain(m *testing.M) {
+	kvmtest.Main(m, kvmtest.WithTern(), kvmtest.WithPrepare(linuxtest.Prepare))
+}
 
 // generous bounds every wait; nothing asserts on time.
 const generous = 2 * time.Minute

@@ -1,6 +1,8 @@
 package client_test
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,6 +121,80 @@ func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.
 		r.Close()
 		if string(buf) != string(guests.DiskPattern(42, 5)) {
 			t.Fatalf("replica %d sector 5 does not hold the guest's pattern", i)
+		}
+	}
+}
+
+// TestAFileDiskAndAVolumeDiskEachGetTheirOwnDevice ensures an instance
+// with a file disk and a volume disk and runs the disk guest on the
+// volume (params.device 1): the volume is activated on its own while the
+// file is ready at once, both are listed and answer on their routes, the
+// pattern reaches the three replicas and the file stays untouched.
+func TestAFileDiskAndAVolumeDiskEachGetTheirOwnDevice(t *testing.T) {
+	spec := extent.Spec{UUID: uuid.New(), BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4, FormatVersion: extent.FormatVersion1}
+	cluster, err := volumetest.NewCluster(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	file := filepath.Join(t.TempDir(), "scratch.img")
+	if err := os.WriteFile(file, make([]byte, 128<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
+	c, ctx := p.client, ctx(t)
+	is := instance.Spec{ID: "file-and-volume", VCPUs: 1, MemoryMiB: 64,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 9, "sectors": 16, "device": 1}},
+		Disks: []instance.DiskSpec{
+			{Name: "scratch", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}},
+			{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: cluster.Targets(),
+				Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 1}},
+		},
+		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	if _, err := c.Ensure(ctx, is); err != nil {
+		t.Fatalf("ensure: %v", err)
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+		t.Fatalf("waiting for the guest to finish: %v", err)
+	}
+	h, err := c.SerialHistory(ctx, 0, 0)
+	if err != nil || !strings.Contains(h.Data, "disk: PASS 16 sectors") {
+		t.Fatalf("console %q, %v; want the disk guest's PASS", h.Data, err)
+	}
+	v, err := c.Get(ctx)
+	if err != nil || len(v.Disks) != 2 {
+		t.Fatalf("instance %+v, %v; want two disks", v, err)
+	}
+	if d := v.Disks[0]; d.Name != "scratch" || d.Kind != instance.BackendFile || d.Activation != nil {
+		t.Errorf("disks[0] %+v; want the file disk, without activation", d)
+	}
+	if d := v.Disks[1]; d.Name != "vol" || d.Kind != instance.BackendVolume || d.Activation == nil || d.Activation.Phase != "done" {
+		t.Errorf("disks[1] %+v; want the volume, its activation done", d)
+	}
+	if d, err := c.Disk(ctx, "vol"); err != nil || len(d.Replicas) != 3 {
+		t.Errorf("GET disks/vol: %+v, %v; want its three replicas", d, err)
+	}
+	if got, err := os.ReadFile(file); err != nil || bytes.Count(got, []byte{0}) != len(got) {
+		t.Errorf("the file disk was written (%v): the guest used the wrong device", err)
+	}
+	cluster.Close()
+	for i := range 3 {
+		r, err := extent.Open(cluster.RegionDir(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf, hash := make([]byte, 512), make([]uint64, 1)
+		err = r.ReadBlocks(3, buf, hash)
+		r.Close()
+		if err != nil || !bytes.Equal(buf, guests.DiskPattern(9, 3)) {
+			t.Fatalf("replica %d sector 3: %v; want the guest's pattern", i, err)
 		}
 	}
 }

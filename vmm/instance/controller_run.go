@@ -107,8 +107,8 @@ func (d *driver) create() error {
 // buildMachine creates a VM over the disks.
 func (d *driver) buildMachine() error {
 	cfg := MachineConfig{Spec: d.c.spec, Logger: d.c.log}
-	if len(d.disks) > 0 {
-		cfg.Disk = d.disks[0].backend
+	for _, dk := range d.disks {
+		cfg.Disks = append(cfg.Disks, dk.backend)
 	}
 	m, err := d.c.newMachine(cfg)
 	if err != nil {

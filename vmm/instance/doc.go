@@ -57,7 +57,9 @@
 //  1. opens each disk (a file, or a volume's upstairs) and starts each
 //     volume's Activate on a goroutine of its own, in the background;
 //  2. builds the VM through the Machine interface (machine.go: the one
-//     place that knows package vmm's API) over the first disk;
+//     place that knows package vmm's API) over every disk, one
+//     virtio-blk device each in spec order, booting the ELF or Linux
+//     guest the spec names;
 //  3. on run, publishes starting, waits for every activation to end, then
 //     starts the vCPUs and publishes running;
 //  4. on reboot, publishes rebooting, replaces the VM with a fresh one over

@@ -32,9 +32,9 @@ type Machine interface {
 // MachineConfig is what a Machine is built from.
 type MachineConfig struct {
 	Spec Spec
-	// Disk backs the virtio-blk device when the spec has a disk; nil
-	// otherwise. The caller owns it.
-	Disk   devices.BlockBackend
+	// Disks back the virtio-blk devices, one per disk of the spec, in
+	// its order. The caller owns them.
+	Disks  []devices.BlockBackend
 	Logger *slog.Logger
 }
 
@@ -44,16 +44,18 @@ type NewMachineFunc func(MachineConfig) (Machine, error)
 // NewVMMachine builds a KVM VM with package vmm.
 func NewVMMachine(cfg MachineConfig) (Machine, error) {
 	vcfg := vmm.Config{
-		Guest:       cfg.Spec.Guest.Path,
 		MemoryBytes: cfg.Spec.MemoryMiB << 20,
 		VCPUs:       cfg.Spec.VCPUs,
+		Disks:       cfg.Disks,
 		Logger:      cfg.Logger,
 	}
-	if cfg.Disk != nil {
-		vcfg.Disk = cfg.Disk
+	var rate uint64
+	if g := cfg.Spec.Guest; g.Kind == GuestLinux {
+		vcfg.Linux = &vmm.LinuxGuest{Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: g.Cmdline}
+	} else {
+		vcfg.Guest = g.Path
+		vcfg.Params, rate = guestParamsFor(cfg.Spec)
 	}
-	params, rate := guestParamsFor(cfg.Spec)
-	vcfg.Params = params
 	vm, err := vmm.New(vcfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating VM: %w", err)
@@ -99,6 +101,7 @@ func guestParamsFor(s Spec) (*guests.Params, uint64) {
 		rate = g.Params["dirty_mib_per_sec"]
 	case "disk":
 		p.Seed, p.Sectors = g.Params["seed"], g.Params["sectors"]
+		p.VirtioBase = vmm.VirtioBlkAddr(int(g.Params["device"]))
 	}
 	return p, rate
 }

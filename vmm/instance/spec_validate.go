@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"tern/tools/guests"
+	"tern/vmm"
 )
 
 // ErrInvalidSpec is wrapped by every problem Validate finds.
@@ -28,9 +29,9 @@ type Host struct {
 	VolumeTLS bool
 }
 
-// MaxDisks is how many disks one instance may have: the VM has one
-// virtio-blk slot (vmm.VirtioBlkBase).
-const MaxDisks = 1
+// MaxDisks is how many disks one instance may have: one virtio-blk
+// device each, disks[i] in the VM's slot i (vmm.VirtioBlkAddr).
+const MaxDisks = vmm.MaxDisks
 
 // minMemoryMiB is the least guest RAM: the guests load at 1 MiB and the
 // boot area sits below.
@@ -44,7 +45,7 @@ const dirtyMemStartMiB = 4
 // API; a guest missing here takes none.
 var guestParams = map[string][]string{
 	"dirty": {"mem_mib", "working_set_mib", "dirty_mib_per_sec", "verify_every_sec"},
-	"disk":  {"seed", "sectors"},
+	"disk":  {"seed", "sectors", "device"},
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -153,7 +154,12 @@ func (s *Spec) validateGuest(bad func(string, ...any)) {
 		if g.Initrd != "" {
 			checkFile(bad, "guest.initrd", g.Initrd)
 		}
-		bad("guest.kind %q: booting a Linux kernel is not supported by this VMM yet", GuestLinux)
+		if len(s.Disks) > 0 {
+			// The kernel would need them announced (virtio_mmio.device=)
+			// and their interrupts wired to the irqchip; tern does neither
+			// yet, so a disk would be there but unusable.
+			bad("disks: a guest of kind %q gets no disks yet", GuestLinux)
+		}
 	case "":
 		bad(`guest.kind: missing; want "elf" or "linux"`)
 	default:
@@ -193,6 +199,8 @@ func (s *Spec) validateParams(bad func(string, ...any)) {
 	case "disk":
 		if len(s.Disks) == 0 {
 			bad("guest disk: needs a disk")
+		} else if dev, ok := g.Params["device"]; ok && dev >= uint64(len(s.Disks)) {
+			bad("guest.params.device: %d, but the spec has %d disks (device counts from 0)", dev, len(s.Disks))
 		}
 	}
 }

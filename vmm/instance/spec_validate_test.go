@@ -2,6 +2,7 @@ package instance
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,7 +43,17 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		{"memory 0", func(s *Spec) { s.MemoryMiB = 0 }, nil, []string{"memory_mib: 0"}},
 		{"memory beyond host", func(s *Spec) { s.MemoryMiB = 1 << 20 }, &Host{MemoryMiB: 1024}, []string{"host's RAM"}},
 		{"no guest kind", func(s *Spec) { s.Guest.Kind = "" }, nil, []string{"guest.kind: missing"}},
-		{"linux not yet", func(s *Spec) { s.Guest = GuestSpec{Kind: GuestLinux, Kernel: file} }, nil, []string{"not supported"}},
+		{"valid linux", func(s *Spec) {
+			s.Guest = GuestSpec{Kind: GuestLinux, Kernel: file, Initrd: file, Cmdline: "console=ttyS0"}
+		}, nil, nil},
+		{"linux problems", func(s *Spec) {
+			s.Guest = GuestSpec{Kind: GuestLinux, Initrd: filepath.Dir(file), Path: "hello"}
+			s.Disks = []DiskSpec{{Name: "d", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
+		}, nil, []string{"path and params belong", "guest.kernel: missing", "guest.initrd", "no disks yet"}},
+		{"linux kernel not there", func(s *Spec) {
+			s.Guest = GuestSpec{Kind: GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: "/no/such/initrd"}
+		}, nil, []string{"guest.kernel \"/no/such/vmlinuz\": no such file", "guest.initrd \"/no/such/initrd\": no such file"}},
+		{"elf with linux fields", func(s *Spec) { s.Guest.Cmdline = "quiet" }, nil, []string{"belong to kind \"linux\""}},
 		{"missing guest file", func(s *Spec) { s.Guest.Path = "/no/such.elf" }, nil, []string{"no such file"}},
 		{"params on a file", func(s *Spec) { s.Guest.Path = file; s.Guest.Params = map[string]uint64{"seed": 1} }, nil,
 			[]string{"only built-in guests"}},
@@ -54,7 +65,22 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		{"disk guest without disk", func(s *Spec) { s.Guest.Path = "disk" }, nil, []string{"needs a disk"}},
 		{"duplicate disks", func(s *Spec) {
 			s.Disks = []DiskSpec{{Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}, {Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
-		}, nil, []string{"at most 1", "duplicate"}},
+		}, nil, []string{"duplicate"}},
+		{"valid two disks, the guest on the second", func(s *Spec) {
+			s.Guest.Path = "disk"
+			s.Guest.Params = map[string]uint64{"device": 1}
+			s.Disks = []DiskSpec{{Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}, {Name: "b", Backend: volume}}
+		}, nil, nil},
+		{"disk guest device beyond the disks", func(s *Spec) {
+			s.Guest.Path = "disk"
+			s.Guest.Params = map[string]uint64{"device": 2}
+			s.Disks = []DiskSpec{{Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}, {Name: "b", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
+		}, nil, []string{"guest.params.device: 2"}},
+		{"too many disks", func(s *Spec) {
+			for i := range MaxDisks + 1 {
+				s.Disks = append(s.Disks, DiskSpec{Name: fmt.Sprintf("d%d", i), Backend: BackendSpec{Kind: BackendFile, Path: file}})
+			}
+		}, nil, []string{fmt.Sprintf("at most %d", MaxDisks)}},
 		{"volume problems", func(s *Spec) {
 			v := volume
 			v.Targets = []string{"nope", "nope"}

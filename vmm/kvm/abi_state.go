@@ -55,6 +55,7 @@ const (
 	CapXCRs                   Capability = 56  // KVM_CAP_XCRS
 	CapTSCControl             Capability = 60  // KVM_CAP_TSC_CONTROL
 	CapGetTSCKHz              Capability = 61  // KVM_CAP_GET_TSC_KHZ
+	CapTSCDeadlineTimer       Capability = 72  // KVM_CAP_TSC_DEADLINE_TIMER
 	CapEnableCapVM            Capability = 98  // KVM_CAP_ENABLE_CAP_VM
 	CapManualDirtyLogProtect2 Capability = 168 // KVM_CAP_MANUAL_DIRTY_LOG_PROTECT2
 	CapDirtyLogRing           Capability = 192 // KVM_CAP_DIRTY_LOG_RING

@@ -30,7 +30,7 @@ var capNames = map[Capability]string{
 	CapNrVCPUs: "NR_VCPUS", CapMPState: "MP_STATE", CapIRQFD: "IRQFD", CapPIT2: "PIT2",
 	CapIOEventFD: "IOEVENTFD", CapAdjustClock: "ADJUST_CLOCK", CapVCPUEvents: "VCPU_EVENTS",
 	CapEnableCap: "ENABLE_CAP", CapXSAVE: "XSAVE", CapXCRs: "XCRS", CapDebugRegs: "DEBUGREGS",
-	CapTSCControl: "TSC_CONTROL", CapGetTSCKHz: "GET_TSC_KHZ", CapMaxVCPUs: "MAX_VCPUS",
+	CapTSCControl: "TSC_CONTROL", CapGetTSCKHz: "GET_TSC_KHZ", CapTSCDeadlineTimer: "TSC_DEADLINE_TIMER", CapMaxVCPUs: "MAX_VCPUS",
 	CapEnableCapVM: "ENABLE_CAP_VM", CapImmediateExit: "IMMEDIATE_EXIT",
 	CapManualDirtyLogProtect2: "MANUAL_DIRTY_LOG_PROTECT2", CapDirtyLogRing: "DIRTY_LOG_RING",
 	CapXSAVE2: "XSAVE2", CapDirtyLogRingAcqRel: "DIRTY_LOG_RING_ACQ_REL",

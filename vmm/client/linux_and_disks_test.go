@@ -1,0 +1,150 @@
+package client_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"tern/tools/guests"
+	"tern/vmm/api"
+	"tern/vmm/instance"
+	"tern/vmm/internal/linuxtest"
+	"tern/vmm/kvm/kvmtest"
+)
+
+// TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames ensures an
+// instance with two file disks and the disk guest pointed at the second
+// (params.device 1): both are listed with their state, each answers on
+// its own disk route, the guest passes, and only the second file holds
+// its pattern.
+func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
+	p := startVMM(t, "")
+	c, ctx := p.client, ctx(t)
+	dir := t.TempDir()
+	names := []string{"boot", "data"}
+	var disks []instance.DiskSpec
+	for _, n := range names {
+		path := filepath.Join(dir, n+".img")
+		if err := os.WriteFile(path, make([]byte, 256<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		disks = append(disks, instance.DiskSpec{Name: n, Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: path}})
+	}
+	const seed, sectors = 7, 32
+	is := instance.Spec{ID: "two-disks", VCPUs: 1, MemoryMiB: 64,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": seed, "sectors": sectors, "device": 1}},
+		Disks: disks, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	v, err := c.Ensure(ctx, is)
+	if err != nil {
+		t.Fatalf("ensure: %v", err)
+	}
+	if len(v.Disks) != 2 || v.Disks[0].Name != "boot" || v.Disks[1].Name != "data" {
+		t.Fatalf("ensure answered disks %+v; want boot and data", v.Disks)
+	}
+	for _, n := range names {
+		d, err := c.Disk(ctx, n)
+		if err != nil || d.Name != n || d.Kind != instance.BackendFile || d.State != instance.DiskReady || d.Activation != nil {
+			t.Fatalf("disk %s: %+v, %v; want a ready file disk without activation", n, d, err)
+		}
+	}
+	if _, err := c.Disk(ctx, "nosuch"); err == nil {
+		t.Fatal("GET /v1/instance/disks/nosuch answered")
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+		t.Fatalf("waiting for the guest to finish: %v", err)
+	}
+	h, err := c.SerialHistory(ctx, 0, 0)
+	if want := fmt.Sprintf("disk: PASS %d sectors", sectors); err != nil || !strings.Contains(h.Data, want) {
+		t.Fatalf("console %q, %v; want %q", h.Data, err, want)
+	}
+	v, err = c.Get(ctx)
+	if err != nil || len(v.Disks) != 2 {
+		t.Fatalf("after the guest: %+v, %v", v, err)
+	}
+	for i, d := range v.Disks {
+		if d.Name != names[i] || d.State != instance.DiskClosed {
+			t.Errorf("disk %d: %+v; want %s closed", i, d, names[i])
+		}
+		got, err := os.ReadFile(disks[i].Backend.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written := bytes.Equal(got[:512], guests.DiskPattern(seed, 0))
+		if zero := bytes.Count(got, []byte{0}) == len(got); written != (i == 1) || !written && !zero {
+			t.Errorf("disk %s: pattern written %v, all zero %v; want the pattern on data only", d.Name, written, zero)
+		}
+	}
+}
+
+// TestLinuxGuestBootsToInitThroughTheAPI ensures an instance of kind
+// linux with Debian's kernel and the test initramfs and sees the init's
+// line in the serial history. Its problems are answered synchronously,
+// each listed. Under nested PVM it runs in the emulated test host.
+func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
+	kvmtest.Require(t)
+	g := linuxtest.Files(t)
+	if linuxtest.UnderNestedPVM() {
+		linuxtest.RunInEmulatedHost(t)
+		return
+	}
+	p := startVMM(t, "")
+	c, ctx := p.client, ctx(t)
+	bad := instance.Spec{ID: "linux", VCPUs: 1, MemoryMiB: 512,
+		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: filepath.Dir(g.Initrd)},
+		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+	_, err := c.Ensure(ctx, bad)
+	e := wantCode(t, err, 400, api.CodeInvalidSpec)
+	if got := strings.Join(e.Body.Problems, "\n"); len(e.Body.Problems) != 2 || !strings.Contains(got, "guest.kernel") || !strings.Contains(got, "guest.initrd") {
+		t.Fatalf("problems %q; want one about the kernel and one about the initrd", e.Body.Problems)
+	}
+	is := bad
+	is.Guest = instance.GuestSpec{Kind: instance.GuestLinux, Kernel: g.BzImage, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline}
+	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
+		t.Fatalf("ensure: %+v, %v", v, err)
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := c.Serial(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	var console strings.Builder
+	readUntil := func(want string) {
+		for !strings.Contains(console.String(), want) {
+			_, msg, err := conn.Read(ctx)
+			if err != nil {
+				t.Fatalf("reading the console for %q: %v; it printed:\n%s", want, err, console.String())
+			}
+			console.Write(msg)
+		}
+	}
+	readUntil(linuxtest.InitLine)
+	if err := conn.Write(ctx, websocket.MessageBinary, []byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(linuxtest.EchoPrefix + "ping")
+	// The init exits with status 0 through port 0xf4: the instance halts.
+	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.SerialHistory(ctx, 0, 0)
+	if err != nil || !strings.Contains(h.Data, "Linux version") || !strings.Contains(h.Data, linuxtest.InitLine) {
+		t.Fatalf("serial history %+v, %v; want the kernel's banner and the init's line", h, err)
+	}
+	if v, err := c.Get(ctx); err != nil || v.Error != "" {
+		t.Fatalf("after the guest exited: %+v, %v; want destroyed without an error", v, err)
+	}
+}

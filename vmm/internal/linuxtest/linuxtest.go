@@ -1,0 +1,183 @@
+// Package linuxtest prepares the Linux guest the tests boot: Debian's
+// kernel (the package the emulated test host boots, from kvmhost's cache)
+// as its bzImage and, with PrepareWithVmlinux, as the uncompressed ELF
+// vmlinux, and an initramfs whose /init is linuxinit, which prints
+// InitLine on the console, echoes one line typed there after EchoPrefix
+// and exits with status 0 through port 0xf4. Test packages pass Prepare
+// or PrepareWithVmlinux to kvmtest.Main and call Files in their tests.
+//
+// Under nested PVM guest code at CPL0 is emulated instruction by
+// instruction, far too slow for a stock kernel (its bzImage printed
+// nothing in 60-90 s); there RunInEmulatedHost runs the test again inside
+// the emulated test host, so the test runs on both kinds of machine.
+package linuxtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"tern/tools/kvmhost"
+	"tern/vmm/kvm/kvmtest"
+)
+
+// What linuxinit prints.
+const (
+	InitLine   = "tern-linux-init: hello"
+	EchoPrefix = "tern-linux-init: echo "
+)
+
+// Cmdline is the tests' kernel command line. tern gives the kernel
+// kvmclock and a TSC-deadline timer (vmm/linux_platform.go), so it needs
+// no tsc_early_khz; no_timer_check skips a check of the PIT's interrupt
+// through an IOAPIC the kernel finds no table for.
+const Cmdline = "console=ttyS0 panic=-1 no_timer_check"
+
+// Environment through which Prepare hands the tests their files (or why
+// there are none), here and in the emulated host, which inherits it.
+const (
+	kernelEnv  = "TERN_LINUXTEST_KERNEL"
+	vmlinuxEnv = "TERN_LINUXTEST_VMLINUX"
+	initrdEnv  = "TERN_LINUXTEST_INITRD"
+	skipEnv    = "TERN_LINUXTEST_SKIP"
+)
+
+// Prepare is a kvmtest.WithPrepare function: it finds the kernel's
+// bzImage and builds the initramfs. What cannot be had (no apt, no go)
+// becomes the tests' skip reason (Files), not a failure of the package.
+func Prepare() ([]kvmhost.File, func(), error) { return prepare(false) }
+
+// PrepareWithVmlinux is Prepare with the vmlinux too, which is carried
+// into the emulated host as well (66 MB for Debian's 6.1).
+func PrepareWithVmlinux() ([]kvmhost.File, func(), error) { return prepare(true) }
+
+func prepare(vmlinux bool) ([]kvmhost.File, func(), error) {
+	skip := func(err error) ([]kvmhost.File, func(), error) {
+		os.Setenv(skipEnv, err.Error())
+		return nil, nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	kernel, err := kvmhost.EnsureBzImage(ctx, os.Stderr)
+	if err != nil {
+		return skip(fmt.Errorf("no Debian kernel: %w", err))
+	}
+	dir, err := os.MkdirTemp("", "tern-linuxtest-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	initBin := filepath.Join(dir, "init")
+	build := exec.CommandContext(ctx, "go", "build", "-o", initBin, "tern/vmm/internal/linuxtest/linuxinit")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		cleanup()
+		return skip(fmt.Errorf("building the test init: %v: %s", err, out))
+	}
+	initrd := filepath.Join(dir, "initrd.cpio")
+	if err := writeInitramfs(initrd, initBin); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	os.Setenv(kernelEnv, kernel)
+	os.Setenv(initrdEnv, initrd)
+	os.Unsetenv(skipEnv)
+	files := []kvmhost.File{{Host: kernel}, {Host: initrd}}
+	if vmlinux {
+		k, err := kvmhost.EnsureKernel(ctx, os.Stderr) // cached by EnsureBzImage
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		os.Setenv(vmlinuxEnv, k.Vmlinux())
+		files = append(files, kvmhost.File{Host: k.Vmlinux()})
+	}
+	return files, cleanup, nil
+}
+
+// writeInitramfs writes an initramfs with an empty /dev and init as /init.
+func writeInitramfs(dst, init string) error {
+	b, err := os.ReadFile(init)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	c := kvmhost.NewCPIO(f)
+	c.Dir("dev")
+	c.File("init", 0o755, int64(len(b)), bytes.NewReader(b))
+	if err := c.Close(); err != nil {
+		f.Close()
+		return fmt.Errorf("writing initramfs: %w", err)
+	}
+	return f.Close()
+}
+
+// Guest is what Prepare made: the paths of the kernel and the initramfs.
+type Guest struct {
+	// BzImage is Debian's vmlinuz; Vmlinux the ELF kernel inside it,
+	// empty unless PrepareWithVmlinux made it.
+	BzImage, Vmlinux string
+	Initrd           string
+}
+
+// Files returns what Prepare made, or skips t with the reason there is
+// nothing.
+func Files(t testing.TB) Guest {
+	t.Helper()
+	if why := os.Getenv(skipEnv); why != "" {
+		t.Skip(why)
+	}
+	g := Guest{BzImage: os.Getenv(kernelEnv), Vmlinux: os.Getenv(vmlinuxEnv), Initrd: os.Getenv(initrdEnv)}
+	if g.BzImage == "" || g.Initrd == "" {
+		t.Skip("no Linux kernel prepared: run the tests through kvmtest.Main with linuxtest.Prepare, without go test -exec")
+	}
+	return g
+}
+
+// UnderNestedPVM reports whether /dev/kvm is kvm-pvm's (see
+// /sys/module/kvm_pvm) and the tests run on it, not in the emulated host.
+func UnderNestedPVM() bool {
+	_, err := os.Stat("/sys/module/kvm_pvm")
+	return err == nil && !kvmtest.Inside()
+}
+
+// RunInEmulatedHost runs t's test again, alone, from this test binary with
+// TERN_KVMHOST=always, and fails t unless it ran inside the emulated host
+// and passed. t must be a top-level test.
+func RunInEmulatedHost(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Fatalf("nested PVM: %s runs in the emulated test host, which needs qemu-system-x86_64 (apt-get install qemu-system-x86): %v", t.Name(), err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), kvmtest.ModeEnv+"=always")
+	t.Logf("nested PVM: guest CPL0 code is emulated in software here, too slow for a stock kernel; running %s in the emulated test host", t.Name())
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := strings.Join(lines[max(0, len(lines)-60):], "\n")
+	switch {
+	case err != nil:
+		t.Fatalf("%s in the emulated host: %v; it printed:\n%s", t.Name(), err, last)
+	case !strings.Contains(string(out), kvmtest.InsideBanner):
+		t.Fatalf("%s did not run inside the emulated host; it printed:\n%s", t.Name(), last)
+	case !strings.Contains(string(out), "--- PASS: "+t.Name()+" "):
+		t.Fatalf("%s did not pass in the emulated host; it printed:\n%s", t.Name(), last)
+	}
+	t.Logf("passed in the emulated host, %.1fs in all; the last lines:\n%s", time.Since(start).Seconds(), strings.Join(lines[max(0, len(lines)-6):], "\n"))
+}

@@ -1,0 +1,83 @@
+package vmm
+
+import (
+	"fmt"
+
+	"tern/vmm/devices"
+	"tern/vmm/kvm"
+)
+
+// A Linux guest gets more of a PC than tern's own guests, which poll and
+// never take an interrupt:
+//
+//   - KVM's in-kernel irqchip (PIC pair, IOAPIC, a local APIC per vCPU)
+//     and PIT. Without a local APIC the kernel has no timer to tick with
+//     and no reference to calibrate the TSC against; it was seen to stall
+//     there ("tsc: Unable to calibrate against PIT") short of /init.
+//   - CPUID that says "hypervisor" (leaf 1 ECX bit 31), so the kernel
+//     reads KVM's leaves at 0x40000000 and uses kvmclock, which gives it
+//     the TSC frequency without calibrating; and, where KVM emulates it,
+//     the TSC-deadline timer (leaf 1 ECX bit 24), which needs no
+//     calibration of the local APIC timer either. KVM_GET_SUPPORTED_CPUID
+//     leaves both bits to the VMM.
+//   - The UART's interrupt on IRQ 4 (COM1's), so that user space can
+//     write to and read from the serial console, not only printk.
+//
+// No MP or ACPI table is written: the kernel finds one CPU and runs its
+// local APIC in virtual-wire mode, which routes the PIC's interrupts.
+
+// CPUID bits tern sets for a Linux guest (leaf 1 ECX).
+const (
+	cpuidTSCDeadline = 1 << 24
+	cpuidHypervisor  = 1 << 31
+)
+
+// uartIRQ is COM1's ISA interrupt line.
+const uartIRQ = 4
+
+// pitSpeakerDummy is KVM_PIT_SPEAKER_DUMMY: port 0x61 reads as a speaker
+// that is not there, which the kernel's PIT code probes.
+const pitSpeakerDummy = 1
+
+// createLinuxPlatform creates the in-kernel irqchip and PIT; before any
+// vCPU exists.
+func (vm *VM) createLinuxPlatform() error {
+	if err := vm.kvm.CreateIRQChip(); err != nil {
+		return fmt.Errorf("creating a Linux guest's interrupt controllers: %w", err)
+	}
+	if err := vm.kvm.CreatePIT2(pitSpeakerDummy); err != nil {
+		return fmt.Errorf("creating a Linux guest's timer: %w", err)
+	}
+	return nil
+}
+
+// linuxCPUID returns entries with the hypervisor bit, and the
+// TSC-deadline bit when tscDeadline, set in leaf 1.
+func linuxCPUID(entries []kvm.CPUIDEntry2, tscDeadline bool) []kvm.CPUIDEntry2 {
+	for i := range entries {
+		if entries[i].Function == 1 {
+			entries[i].ECX |= cpuidHypervisor
+			if tscDeadline {
+				entries[i].ECX |= cpuidTSCDeadline
+			}
+		}
+	}
+	return entries
+}
+
+// isaIRQ pulses one interrupt line of the in-kernel irqchip: an
+// edge-triggered ISA interrupt, as the UART raises it.
+type isaIRQ struct {
+	vm   *kvm.VM
+	line uint32
+}
+
+var _ devices.Interrupt = isaIRQ{}
+
+// Trigger raises and lowers the line.
+func (q isaIRQ) Trigger() error {
+	if err := q.vm.IRQLine(q.line, true); err != nil {
+		return err
+	}
+	return q.vm.IRQLine(q.line, false)
+}
