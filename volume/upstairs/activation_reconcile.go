@@ -66,7 +66,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 		versions[p.Replica] = p.Extents
 	}
 	for _, rep := range plan.Extents {
-		if err := u.repairPlannedExtent(ctx, rep, versions, epochs); err != nil {
+		if err := u.repairPlannedExtent(ctx, t, rep, versions, epochs); err != nil {
 			return fmt.Errorf("repairing extent %d: %w", rep.Extent, err)
 		}
 		t.ExtentDone()
@@ -83,10 +83,10 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 	return nil
 }
 
-// repairPlannedExtent carries out one extent of the activation plan.
-func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.ExtentRepair,
+// repairPlannedExtent carries out one extent of an activation (or
+// restart) plan, publishing its progress on t.
+func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64) error {
-	t := u.actTracker
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
@@ -116,7 +116,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 		srcV = v
 	}
 	if srcV.Dirty {
-		if err := u.mendSource(ctx, rep, epochs, srcV, srcHashes); err != nil {
+		if err := u.mendSource(ctx, t, rep, epochs, srcV, srcHashes); err != nil {
 			return err
 		}
 	}

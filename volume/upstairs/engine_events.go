@@ -313,8 +313,17 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 	if next == rc.state {
 		return false
 	}
+	prev := rc.state
 	rc.state = next
 	e.emit(action{kind: actState, replica: r, state: next, event: ev})
+	if prev == ReplicaRepairing && next != ReplicaActive {
+		// Jobs that waited for the repair (possible) may fail now.
+		defer func() {
+			for _, j := range slices.Clone(e.order) {
+				e.progress(j)
+			}
+		}()
+	}
 	if !next.takesIO() {
 		// Skip what r owes, except requests its driver is busy with; the
 		// driver reports those (sent, readResult) and they settle then.
@@ -341,6 +350,22 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		}
 	}
 	return true
+}
+
+// possible counts replicas that applied write or flush j or may still:
+// it is pending there, or the replica is under repair, which brings what
+// it skipped (creditRepaired counts it once the replica is Active and
+// flushed). So a job a replica skipped while it was repaired does not
+// fail when a peer drops meanwhile; it waits for the repair.
+func (e *engine) possible(j *job) int {
+	n := 0
+	for r, x := range j.slot {
+		repairing := e.replicas[r].state == ReplicaRepairing && (x == slotSkipped || x == slotNone)
+		if x == slotDone || x.pending() || repairing {
+			n++
+		}
+	}
+	return n
 }
 
 // failErr is the error of a job that can no longer reach quorum.
@@ -376,7 +401,7 @@ func (e *engine) progress(j *job) {
 				e.complete(j, errAbandoned)
 			case int(j.done) >= quorum:
 				e.complete(j, nil)
-			case j.possible() < quorum || e.stopErr != nil:
+			case e.possible(j) < quorum || e.stopErr != nil:
 				e.complete(j, e.failErr())
 			}
 		}
@@ -401,7 +426,7 @@ func (e *engine) progressWrite(j *job) {
 		if j.anySending() {
 			return
 		}
-		settled := j.torn || j.abandoned || int(j.done) >= quorum || j.possible() < quorum || e.stopErr != nil
+		settled := j.torn || j.abandoned || int(j.done) >= quorum || e.possible(j) < quorum || e.stopErr != nil
 		if !settled {
 			return
 		}
@@ -427,7 +452,7 @@ func (e *engine) progressWrite(j *job) {
 		}
 	case int(j.done) >= quorum:
 		e.complete(j, nil)
-	case j.possible() < quorum:
+	case e.possible(j) < quorum:
 		e.complete(j, ErrNotEnoughReplicas)
 	}
 }

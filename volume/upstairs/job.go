@@ -136,16 +136,6 @@ func (j *job) anyPending() bool {
 	return false
 }
 
-// possible counts replicas that applied j or may still apply it.
-func (j *job) possible() int {
-	n := 0
-	for _, x := range j.slot {
-		if x == slotDone || x.pending() {
-			n++
-		}
-	}
-	return n
-}
 
 // overlaps reports whether j and k touch a common block.
 func (j *job) overlaps(k *job) bool {

@@ -129,7 +129,7 @@ func (u *Upstairs) readIntact(ctx context.Context, r int, epoch uint64, e wire.E
 // only once no corrupt block remains. srcHashes, when not nil, is the
 // source's hash list and is updated to the blocks written, so the
 // destinations are then compared with what the source now holds.
-func (u *Upstairs) mendSource(ctx context.Context, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
+func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64) error {
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
@@ -160,12 +160,12 @@ func (u *Upstairs) mendSource(ctx context.Context, rep reconcile.ExtentRepair, e
 		if len(bad) == 0 {
 			v = toWireVersion(rep.Target)
 		}
-		u.actTracker.GrowTotals(0, uint64(n)*uint64(u.blockSize))
+		t.GrowTotals(0, uint64(n)*uint64(u.blockSize))
 		req := &wire.RepairWrite{Extent: e, Version: v, Blocks: got.blocks, Hashes: got.hashes, Data: got.data}
 		if err := u.stamp(ctx, src, epochs[src], req); err != nil {
 			return err
 		}
-		u.countCopied(repairActivation, u.actTracker, n)
+		u.countCopied(repairActivation, t, n)
 		for i, b := range got.blocks {
 			if srcHashes != nil {
 				srcHashes[b] = got.hashes[i]
