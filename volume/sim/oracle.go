@@ -173,3 +173,17 @@ func (o *oracle) takeover(up int) {
 		o.lastAcked[b] = o.durable(uint64(b))
 	}
 }
+
+// crashAll is told that every downstairs crashed at once: acknowledged,
+// unflushed writes may be lost, so the floors of the blocks and of the
+// reads in flight fall back to the durable writes.
+func (o *oracle) crashAll() {
+	for b := range o.lastAcked {
+		o.lastAcked[b] = o.durable(uint64(b))
+	}
+	for _, rs := range o.reads {
+		for i := range rs.floors {
+			rs.floors[i] = min(rs.floors[i], o.durable(rs.first+uint64(i)))
+		}
+	}
+}

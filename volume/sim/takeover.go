@@ -82,16 +82,23 @@ func (u *upNode) activationFailed(why string) {
 
 // repairPlan repairs plan.Extents[i:], then starts IO.
 func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
-	if i == len(plan.Extents) {
+	u.repairPlanThen(plan, i, func() {
 		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
 		u.w.cur = u.n
 		u.w.oracle.takeover(u.n)
 		u.w.s.note("u%d activated at gen %d", u.n, u.gen)
 		u.apply()
+	})
+}
+
+// repairPlanThen repairs plan.Extents[i:], then calls done.
+func (u *upNode) repairPlanThen(plan reconcile.Plan, i int, done func()) {
+	if i == len(plan.Extents) {
+		done()
 		return
 	}
 	x := plan.Extents[i]
-	next := func() { u.repairPlan(plan, i+1) }
+	next := func() { u.repairPlanThen(plan, i+1, done) }
 	e := uint32(x.Extent)
 	src := int(x.Source)
 	target := toExtentVersion(x.Target)

@@ -246,6 +246,21 @@ func (w *world) tick() {
 	if w.fault(faultReplace) {
 		w.replace(r)
 	}
+	if w.up[1] == nil && w.othersHealthy(-1) && w.fault(faultCrashAll) {
+		w.crashAll()
+	}
+}
+
+// crashAll crashes every downstairs at once. What the upstairs had
+// acknowledged but not flushed may be gone (if no replica kept it, or
+// the reconciliation's source for its extent did not), so the floor a
+// read is held to falls back to the durable writes.
+func (w *world) crashAll() {
+	w.s.note("crash every downstairs")
+	for r := range w.ds {
+		w.crash(r)
+	}
+	w.oracle.crashAll()
 }
 
 // othersHealthy reports whether every replica but r is alive and Active

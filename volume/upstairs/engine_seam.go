@@ -231,7 +231,9 @@ func (k CoreRejoin) String() string { return rejoinKind(k).String() }
 
 // Rejoin decides what becomes of r, whose new session activated;
 // lostWrites is its downstairs' ActivateAck.LostWrites.
-func (c *Core) Rejoin(r int, lostWrites bool) CoreRejoin { return CoreRejoin(c.e.rejoin(r, lostWrites)) }
+func (c *Core) Rejoin(r int, lostWrites bool) CoreRejoin {
+	return CoreRejoin(c.e.rejoin(r, lostWrites))
+}
 
 // AnyActive reports whether a replica is Active.
 func (c *Core) AnyActive() bool { return c.e.anyActive() }

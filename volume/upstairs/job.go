@@ -136,7 +136,6 @@ func (j *job) anyPending() bool {
 	return false
 }
 
-
 // overlaps reports whether j and k touch a common block.
 func (j *job) overlaps(k *job) bool {
 	return j.first < k.first+wire.BlockIndex(k.count) && k.first < j.first+wire.BlockIndex(j.count)
