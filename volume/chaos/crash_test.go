@@ -66,7 +66,8 @@ func runCrashCampaign(t *testing.T, backlogJobs int) {
 		t.Fatalf("%d violations; first bad block: %s", res.Violations(), res.Verify.First)
 	}
 	if res.Workload.WritesFailed != 0 || res.Workload.FlushesFailed != 0 {
-		t.Errorf("%d writes and %d flushes failed", res.Workload.WritesFailed, res.Workload.FlushesFailed)
+		t.Errorf("%d writes and %d flushes failed; the first: %s (then %s)", res.Workload.WritesFailed, res.Workload.FlushesFailed,
+			res.Workload.FirstIOError, res.Workload.FirstFailStatus)
 	}
 }
 

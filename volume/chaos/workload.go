@@ -49,6 +49,9 @@ type WorkloadStats struct {
 	// Mismatches are reads, during the workload, that did not return the
 	// version just acknowledged.
 	Mismatches int64
+	// FirstIOError is why the first failed write or flush failed, and
+	// FirstFailStatus the upstairs' replicas after the first failed write.
+	FirstIOError, FirstFailStatus string
 }
 
 // VerifyReport classifies every block of the volume after a Verify.
@@ -126,6 +129,7 @@ func (w *Workload) RunLane(ctx context.Context, u *upstairs.Upstairs, spec LaneS
 			return err
 		}); err != nil {
 			w.recordFailed(first, count, v)
+			w.noteStatus(u)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -175,7 +179,15 @@ func (w *Workload) io(ctx context.Context, timeout time.Duration, f func(context
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return f(ctx)
+	err := f(ctx)
+	if err != nil {
+		w.mu.Lock()
+		if w.counts.FirstIOError == "" {
+			w.counts.FirstIOError = err.Error()
+		}
+		w.mu.Unlock()
+	}
+	return err
 }
 
 func (w *Workload) recordAcked(first uint64, count int, v uint64) {
@@ -189,6 +201,15 @@ func (w *Workload) recordAcked(first uint64, count int, v uint64) {
 		}
 		s.acked = append(s.acked, v)
 		s.failed = s.failed[:0]
+	}
+}
+
+// noteStatus records u's status after the first failed write.
+func (w *Workload) noteStatus(u *upstairs.Upstairs) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.counts.FirstFailStatus == "" {
+		w.counts.FirstFailStatus = describeStatus(u.Status())
 	}
 }
 

@@ -28,6 +28,10 @@ type ReplicaVersions struct {
 	Replica ReplicaID
 	// Extents holds one version per extent of the region.
 	Extents []Version
+	// Behind (PlanRestart only) marks a replica that missed writes its
+	// peers took (it was faulted or under repair when the volume went
+	// down): it is a source only when every present replica is behind.
+	Behind bool
 }
 
 // ExtentRepair is the repair of one extent: copy from Source to each of
@@ -131,7 +135,8 @@ func PlanActivation(gen uint64, replicas []ReplicaVersions) (Plan, error) {
 // every flush number present if need be, and Plan.NextFlush is then above
 // it. Otherwise the plan is PlanActivation's: the same sources,
 // destinations, donors and errors, except that gen may equal the greatest
-// generation present (ErrStaleGeneration only when it is below).
+// generation present (ErrStaleGeneration only when it is below), and a
+// replica marked Behind is a source only when every present one is.
 func PlanRestart(gen, flush uint64, replicas []ReplicaVersions) (Plan, error) {
 	if err := validateReplicaVersions(replicas); err != nil {
 		return Plan{}, fmt.Errorf("planning restart repair: %w", err)
@@ -178,15 +183,19 @@ func planExtents(plan Plan, byID []ReplicaVersions, fresh Version) Plan {
 // planExtent decides the repair of extent e across byID (sorted by
 // replica); fresh is the Target for a dirty source.
 func planExtent(e ExtentID, byID []ReplicaVersions, fresh Version) (ExtentRepair, bool) {
-	src := 0
+	src := -1
 	needs := false
+	allBehind := !slices.ContainsFunc(byID, func(r ReplicaVersions) bool { return !r.Behind })
 	for i, r := range byID {
 		v := r.Extents[e]
 		if v.Dirty || v != byID[0].Extents[e] {
 			needs = true
 		}
+		if r.Behind && !allBehind {
+			continue
+		}
 		// Strictly greater: on a tie the lower replica, seen first, stays.
-		if v.Compare(byID[src].Extents[e]) > 0 {
+		if src < 0 || v.Compare(byID[src].Extents[e]) > 0 {
 			src = i
 		}
 	}

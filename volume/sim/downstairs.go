@@ -235,8 +235,8 @@ func errReply(id wire.JobID, err error) *message {
 }
 
 // crash stops the node at once: what the disk had not synced may be lost
-// or torn, jobs in flight never finish, connections drop.
-func (d *dsNode) crash() {
+// or (with tear) torn, jobs in flight never finish, connections drop.
+func (d *dsNode) crash(tear bool) {
 	if !d.alive() {
 		return
 	}
@@ -248,7 +248,7 @@ func (d *dsNode) crash() {
 			d.endSession(s)
 		}
 	}
-	lost, torn := d.disk.crash(d.w.s.intn)
+	lost, torn := d.disk.crash(d.w.s.intn, tear)
 	d.w.s.note("d%d crash: %d files lost writes, %d torn", d.id, lost, torn)
 }
 

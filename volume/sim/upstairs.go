@@ -282,7 +282,6 @@ func (u *upNode) rejoin(r int, m *message) {
 		if u.core.State(r) == upstairs.ReplicaOffline {
 			// A replay cannot restore what it lost.
 			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
-			u.core.Fault(r)
 			u.core.RepairStarted(r)
 		}
 		u.startRepair(r)
@@ -645,14 +644,11 @@ func (u *upNode) finishRepair(rw *repairWalk) {
 	u.flushAfterRepair()
 }
 
-// flushAfterRepair submits the flush that follows a live repair, waiting
-// for room like any caller (Upstairs.Flush goes through submitLocked).
+// flushAfterRepair submits the flush that follows a repair without
+// waiting for room (Upstairs.backgroundFlush): jobs held for the repaired
+// replica wait for it.
 func (u *upNode) flushAfterRepair() {
 	if !u.running() {
-		return
-	}
-	if u.core.Full(0) {
-		u.w.s.after(5, fmt.Sprintf("u%d flush after repair", u.n), u.flushAfterRepair)
 		return
 	}
 	if id, err := u.core.SubmitFlush(); err == nil {

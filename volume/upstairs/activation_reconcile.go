@@ -66,7 +66,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 		versions[p.Replica] = p.Extents
 	}
 	for _, rep := range plan.Extents {
-		if err := u.repairPlannedExtent(ctx, t, rep, versions, epochs); err != nil {
+		if err := u.repairPlannedExtent(ctx, t, rep, versions, epochs, false); err != nil {
 			return fmt.Errorf("repairing extent %d: %w", rep.Extent, err)
 		}
 		t.ExtentDone()
@@ -84,9 +84,10 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 }
 
 // repairPlannedExtent carries out one extent of an activation (or
-// restart) plan, publishing its progress on t.
+// restart) plan, publishing its progress on t. With zeroLost, a torn
+// block no replica holds intact is zeroed instead of failing (mendSource).
 func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64) error {
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64, zeroLost bool) error {
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
@@ -116,7 +117,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 		srcV = v
 	}
 	if srcV.Dirty {
-		if err := u.mendSource(ctx, t, rep, epochs, srcV, srcHashes); err != nil {
+		if err := u.mendSource(ctx, t, rep, epochs, srcV, srcHashes, zeroLost); err != nil {
 			return err
 		}
 	}

@@ -199,7 +199,16 @@ func (e *engine) submitErr(kind jobKind) error {
 		}
 		return ErrNotEnoughReplicas
 	default:
-		if e.takers() < quorum {
+		// A Repairing replica will hold the job too (routed to it, or
+		// brought by the copy and counted by creditRepaired, or replayed
+		// after a restart reconciliation): the job waits for it.
+		n := e.takers()
+		for r := range e.replicas {
+			if e.replicas[r].state == ReplicaRepairing {
+				n++
+			}
+		}
+		if n < quorum {
 			return ErrNotEnoughReplicas
 		}
 	}

@@ -288,15 +288,22 @@ func (e *engine) requeueReads(r int) {
 func (e *engine) fault(r int) { e.transition(r, evFault) }
 
 // repairStarted and repairDone are the seam for the repair engine: a
-// Faulted replica moves to Repairing, and after repair to Active, taking IO
-// again from then on.
+// Faulted replica (or an Offline one that may have lost writes, so is
+// repaired rather than replayed) moves to Repairing, and after repair to
+// Active, taking IO again from then on.
 func (e *engine) repairStarted(r int) bool { return e.transition(r, evRepairStart) }
 
 func (e *engine) repairDone(r int) bool { return e.transition(r, evRepairDone) }
 
 // checkBacklogs faults Offline replicas that owe more than the backlog
-// bounds.
+// bounds, while a replica is Active: jobs can then retire without them.
+// With none Active (every replica away, or held for a restart
+// reconciliation) faulting one frees nothing, as the others owe the same
+// jobs; the in-flight bound holds callers back instead (backpressure).
 func (e *engine) checkBacklogs() {
+	if !e.anyActive() {
+		return
+	}
 	for r := range e.replicas {
 		rc := &e.replicas[r]
 		if rc.state == ReplicaOffline && (rc.owedJobs > e.limits.backlogJobs || rc.owedBytes > e.limits.backlogBytes) {
@@ -353,15 +360,17 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 }
 
 // possible counts replicas that applied write or flush j or may still:
-// it is pending there, or the replica is under repair, which brings what
-// it skipped (creditRepaired counts it once the replica is Active and
-// flushed). So a job a replica skipped while it was repaired does not
+// it is pending there, or the replica is under repair or back from one,
+// which brings what it skipped (creditRepaired counts it at the
+// replica's next flush once Active; the driver flushes after every
+// repair). So a job a replica skipped while it was repaired does not
 // fail when a peer drops meanwhile; it waits for the repair.
 func (e *engine) possible(j *job) int {
 	n := 0
 	for r, x := range j.slot {
-		repairing := e.replicas[r].state == ReplicaRepairing && (x == slotSkipped || x == slotNone)
-		if x == slotDone || x.pending() || repairing {
+		st := e.replicas[r].state
+		credit := (st == ReplicaRepairing || st == ReplicaActive) && (x == slotSkipped || x == slotNone)
+		if x == slotDone || x.pending() || credit {
 			n++
 		}
 	}
@@ -491,6 +500,14 @@ func (e *engine) retire(j *job) {
 	if i, ok := slices.BinarySearchFunc(e.order, j.id, func(k *job, id wire.JobID) int {
 		return compareIDs(k.id, id)
 	}); ok {
+		if j.kind == kindWrite {
+			// Jobs mostly retire in order, so few older ones are live.
+			for _, k := range e.order[:i] {
+				if k.kind == kindWrite && k.overlaps(j) {
+					k.superseded = true
+				}
+			}
+		}
 		e.order = slices.Delete(e.order, i, i+1)
 	}
 	e.liveJobs--

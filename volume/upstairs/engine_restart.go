@@ -12,7 +12,8 @@ import "slices"
 // activation (reconcile.PlanRestart) while their IO waits in the
 // backlogs, and then calls restarted: every live write and flush is
 // replayed to each of them, so they end with the same blocks and no live
-// job is lost.
+// job is lost. A write a later one overwrote on every replica (it retired)
+// is not replayed: it would put its older data back over the newer.
 
 // rejoinKind is what becomes of a replica whose new session activated
 // while the volume runs.
@@ -143,7 +144,7 @@ func (e *engine) replayAll(r int) {
 	rc.queue.clear()
 	var replayed []*job
 	for _, j := range e.order {
-		if j.kind == kindRead || j.sending[r] || j.torn && !j.slot[r].pending() {
+		if j.kind == kindRead || j.sending[r] || j.superseded || j.torn && !j.slot[r].pending() {
 			continue
 		}
 		switch s := j.slot[r]; {

@@ -202,7 +202,8 @@ func (c *Core) Disconnected(r int) { c.e.disconnected(r) }
 // Fault marks r as needing repair.
 func (c *Core) Fault(r int) { c.e.fault(r) }
 
-// RepairStarted moves Faulted r to Repairing.
+// RepairStarted moves Faulted r, or Offline r that may have lost writes,
+// to Repairing.
 func (c *Core) RepairStarted(r int) bool { return c.e.repairStarted(r) }
 
 // RepairDone moves Repairing r to Active.

@@ -93,6 +93,10 @@ type job struct {
 	// torn: a replica saw data that did not match the hashes, so the caller
 	// changed the buffer in flight; the job completes with its rewrite.
 	torn bool
+	// superseded: a later write overlapping this one retired (every
+	// replica applied it), so replaying this one would put older data
+	// over it (engine.restarted skips it).
+	superseded bool
 	// abandoned: the caller gave up (context done) and must be released as
 	// soon as its memory is no longer touched.
 	abandoned bool

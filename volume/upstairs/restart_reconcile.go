@@ -100,13 +100,11 @@ func (u *Upstairs) releaseHeldLocked() {
 }
 
 // faultForRepairLocked takes replica r, whose session serves, to
-// Repairing (through Faulted if it was Offline) without ending its
-// session: the sender never sees it Faulted, since mu is held throughout.
+// Repairing (straight from Offline: were it Faulted first, the jobs it
+// skips would fail before the repair counts for them) without ending its
+// session.
 func (u *Upstairs) faultForRepairLocked(r int, why error) {
-	if u.eng.replicas[r].state == ReplicaOffline {
-		u.replicas[r].cause = why
-		u.eng.fault(r)
-	}
+	u.replicas[r].cause = why
 	u.eng.repairStarted(r)
 	u.stepLocked()
 	u.replicas[r].cause = nil
@@ -217,7 +215,12 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 		if err != nil {
 			return err
 		}
-		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs})
+		// A replica held Faulted or Repairing missed jobs its peers
+		// took: it is no source while one of them is present.
+		u.mu.Lock()
+		behind := u.eng.replicas[r].state != ReplicaOffline
+		u.mu.Unlock()
+		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs, Behind: behind})
 	}
 	plan, err := reconcile.PlanRestart(uint64(u.gen), flush, present)
 	if err != nil {
@@ -232,7 +235,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 		versions[p.Replica] = p.Extents
 	}
 	for _, rep := range plan.Extents {
-		if err := u.repairPlannedExtent(ctx, t, rep, versions, epochs); err != nil {
+		if err := u.repairPlannedExtent(ctx, t, rep, versions, epochs, true); err != nil {
 			return fmt.Errorf("restart reconciliation: repairing extent %d: %w", rep.Extent, err)
 		}
 		t.ExtentDone()
@@ -268,7 +271,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 	t.Finish()
 	u.log.Info("restart reconciliation done; IO resumes", "replicas", plan.Replicas, "extents", len(plan.Extents),
 		"seconds", time.Since(start).Seconds())
-	if ferr := u.Flush(ctx); ferr != nil {
+	if ferr := u.backgroundFlush(ctx); ferr != nil {
 		u.log.Warn("flush after restart reconciliation failed", "err", ferr)
 	}
 	return nil
