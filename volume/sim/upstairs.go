@@ -275,7 +275,11 @@ func (u *upNode) rejoin(r int, m *message) {
 		u.core.RepairStarted(r)
 	}
 	lost := m.lost && !u.w.cfg.legacyRejoin
-	switch k := u.core.Rejoin(r, lost); k {
+	k := u.core.Rejoin(r, lost)
+	if k == upstairs.RejoinHold && u.w.cfg.legacyRepairNoSource {
+		k = upstairs.RejoinRepair
+	}
+	switch k {
 	case upstairs.RejoinReplay:
 		u.core.Connected(r)
 	case upstairs.RejoinRepair:

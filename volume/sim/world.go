@@ -43,6 +43,7 @@ type Config struct {
 	legacyActivationSource bool // activation repair gives up when its source served bad data
 	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
 	legacyDonorOrder       bool // an older intact copy is taken in replica order, not newest first
+	legacyRepairNoSource   bool // with no Active replica, a rejoining one is live-repaired (8f08ee2), not held
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.

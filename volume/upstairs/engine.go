@@ -202,9 +202,13 @@ func (e *engine) submitErr(kind jobKind) error {
 		// A Repairing replica will hold the job too (routed to it, or
 		// brought by the copy and counted by creditRepaired, or replayed
 		// after a restart reconciliation): the job waits for it.
+		// With no replica Active, a Faulted one counts too: it comes
+		// back through a restart reconciliation, which replays it every
+		// live job (engine.possible).
 		n := e.takers()
 		for r := range e.replicas {
-			if e.replicas[r].state == ReplicaRepairing {
+			st := e.replicas[r].state
+			if st == ReplicaRepairing || st == ReplicaFaulted && !e.anyActive() {
 				n++
 			}
 		}

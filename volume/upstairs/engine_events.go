@@ -321,10 +321,12 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		return false
 	}
 	prev := rc.state
+	hadActive := e.anyActive()
 	rc.state = next
 	e.emit(action{kind: actState, replica: r, state: next, event: ev})
-	if prev == ReplicaRepairing && next != ReplicaActive {
-		// Jobs that waited for the repair (possible) may fail now.
+	if prev == ReplicaRepairing && next != ReplicaActive || !hadActive && next == ReplicaActive {
+		// Jobs that waited for the repair, or for any replica while
+		// none was Active (possible), may fail now.
 		defer func() {
 			for _, j := range slices.Clone(e.order) {
 				e.progress(j)
@@ -366,6 +368,19 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 // repair). So a job a replica skipped while it was repaired does not
 // fail when a peer drops meanwhile; it waits for the repair.
 func (e *engine) possible(j *job) int {
+	if !e.anyActive() {
+		// Every replica is away or faulted: none can be repaired from a
+		// peer, so whichever come back are reconciled with each other
+		// and replayed every live job (engine.restarted). The job waits
+		// for them.
+		n := 0
+		for r := range e.replicas {
+			if e.replicas[r].state != ReplicaStopped {
+				n++
+			}
+		}
+		return n
+	}
 	n := 0
 	for r, x := range j.slot {
 		st := e.replicas[r].state
