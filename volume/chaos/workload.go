@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -45,7 +46,11 @@ type blockState struct {
 type WorkloadStats struct {
 	WritesAcked, WritesFailed   int64
 	FlushesAcked, FlushesFailed int64
-	ReadsVerified               int64
+	// FlushesRestarted are the failed flushes that were in flight when
+	// every replica restarted (upstairs.ErrRestarted): they promise
+	// nothing, so their writes stay uncovered.
+	FlushesRestarted int64
+	ReadsVerified    int64
 	// Mismatches are reads, during the workload, that did not return the
 	// version just acknowledged.
 	Mismatches int64
@@ -157,6 +162,9 @@ func (w *Workload) RunLane(ctx context.Context, u *upstairs.Upstairs, spec LaneS
 			if err := w.io(ctx, spec.IOTimeout, u.Flush); err != nil {
 				w.mu.Lock()
 				w.counts.FlushesFailed++
+				if errors.Is(err, upstairs.ErrRestarted) {
+					w.counts.FlushesRestarted++
+				}
 				w.mu.Unlock()
 				continue // the writes stay uncovered until a later flush
 			}

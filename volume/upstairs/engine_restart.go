@@ -82,18 +82,23 @@ func (e *engine) anyActive() bool {
 // once that is queued; the others are faulted (live repair brings them
 // back). Live flushes are renumbered from nextFlush in ID order, so no
 // replica stamps an extent with a number it may already carry with other
-// blocks. Torn writes that no participant still owes are left to their
+// blocks, and those not yet acknowledged fail with ErrRestarted: a write
+// they cover may be lost. Torn writes that no participant still owes are left to their
 // rewrites.
 func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 	if !e.running {
 		return
 	}
 	e.nextFlush = max(e.nextFlush, nextFlush)
-	for _, j := range e.order {
-		if j.kind == kindFlush {
-			j.flushNumber = e.nextFlush
-			e.nextFlush++
+	for _, j := range slices.Clone(e.order) {
+		if j.kind != kindFlush || e.jobs[j.id] != j {
+			continue
 		}
+		j.flushNumber = e.nextFlush
+		e.nextFlush++
+		// A write it covers may be gone: one every replica had
+		// acknowledged (so retired) and the reconciliation's source lost.
+		e.complete(j, ErrRestarted)
 	}
 	for r := range e.replicas {
 		if part[r] && e.replicas[r].state == ReplicaFaulted {
