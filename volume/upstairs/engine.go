@@ -21,6 +21,12 @@ type engine struct {
 	nextFlush uint64
 	running   bool // activated and not stopped
 	stopErr   error
+	// allAway: since no replica was Active, not all three are Active
+	// again. Meanwhile a job counts every replica that can come back
+	// (possible): each returns by replay, by restart reconciliation
+	// (which replays every live job) or by live repair from the first one
+	// back (which credits it), so none fails for the wait.
+	allAway bool
 
 	jobs  map[wire.JobID]*job
 	order []*job // live jobs in increasing ID order
@@ -202,13 +208,12 @@ func (e *engine) submitErr(kind jobKind) error {
 		// A Repairing replica will hold the job too (routed to it, or
 		// brought by the copy and counted by creditRepaired, or replayed
 		// after a restart reconciliation): the job waits for it.
-		// With no replica Active, a Faulted one counts too: it comes
-		// back through a restart reconciliation, which replays it every
-		// live job (engine.possible).
+		// While every replica is away or coming back (allAway), a
+		// Faulted one counts too.
 		n := e.takers()
 		for r := range e.replicas {
 			st := e.replicas[r].state
-			if st == ReplicaRepairing || st == ReplicaFaulted && !e.anyActive() {
+			if st == ReplicaRepairing || st == ReplicaFaulted && e.allAway {
 				n++
 			}
 		}

@@ -324,6 +324,13 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 	hadActive := e.anyActive()
 	rc.state = next
 	e.emit(action{kind: actState, replica: r, state: next, event: ev})
+	switch {
+	case !e.running:
+	case !e.anyActive():
+		e.allAway = true
+	case e.replicas[0].state == ReplicaActive && e.replicas[1].state == ReplicaActive && e.replicas[2].state == ReplicaActive:
+		e.allAway = false
+	}
 	if prev == ReplicaRepairing && next != ReplicaActive || !hadActive && next == ReplicaActive {
 		// Jobs that waited for the repair, or for any replica while
 		// none was Active (possible), may fail now.
@@ -368,11 +375,11 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 // repair). So a job a replica skipped while it was repaired does not
 // fail when a peer drops meanwhile; it waits for the repair.
 func (e *engine) possible(j *job) int {
-	if !e.anyActive() {
-		// Every replica is away or faulted: none can be repaired from a
-		// peer, so whichever come back are reconciled with each other
-		// and replayed every live job (engine.restarted). The job waits
-		// for them.
+	if e.allAway {
+		// Every replica went away: whichever come back are replayed,
+		// reconciled with each other and replayed every live job
+		// (engine.restarted), or repaired from the first one back and
+		// credited. The job waits for them.
 		n := 0
 		for r := range e.replicas {
 			if e.replicas[r].state != ReplicaStopped {
