@@ -181,6 +181,14 @@ func (o *oracle) takeover(up int) {
 // unflushed writes may be lost, so the floors of the blocks and of the
 // reads in flight fall back to the durable writes.
 func (o *oracle) crashAll() {
+	// An acknowledged write not covered by an acknowledged flush may be
+	// gone, so a later flush does not cover it either: it counts as if it
+	// had failed (whatever it left is allowed, nothing is required).
+	for val, w := range o.writes {
+		if w.acked && val > o.flushedUpTo[w.up] {
+			w.acked = false
+		}
+	}
 	for b := range o.lastAcked {
 		o.lastAcked[b] = o.durable(uint64(b))
 	}

@@ -309,6 +309,18 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 		u.mendFrom(x, src, sh, need, 0, true, w, done)
 		return
 	}
+	if len(need) > 0 && r >= len(order) && u.restarting {
+		// restart reconciliation: addZeroedBlocks.
+		u.w.s.note("u%d: extent %d blocks %v damaged on every replica: zeroed", u.n, e, need)
+		zero := make([]byte, u.w.spec.BlockSize)
+		for _, b := range need {
+			u.w.lostEverywhere(uint64(e)*uint64(u.w.spec.ExtentBlocks) + uint64(b))
+			w.blocks = append(w.blocks, b)
+			w.hashes = append(w.hashes, u.w.hashBlocks(zero)[0])
+			w.data = append(w.data, zero...)
+		}
+		need = nil
+	}
 	if len(need) == 0 || r >= len(order) {
 		if len(need) > 0 {
 			u.activationFailed(fmt.Sprintf("extent %d block %d: no intact copy", e, need[0]))

@@ -98,7 +98,12 @@ type world struct {
 	epochs         uint64
 
 	faulting bool
-	faultNo  int
+	// recovering: every downstairs crashed at once (crashAll) and not all
+	// are Active again. No bit flips meanwhile: the crash leaves blocks
+	// damaged on several replicas, and a flip on top would be a further
+	// failure (on the only Active source, say, it stalls live repair).
+	recovering bool
+	faultNo    int
 	res      Result
 	stopped  bool
 
@@ -228,10 +233,13 @@ func (w *world) tick() {
 		// volume promises to survive one failure, not two), and none
 		// while a takeover reconciles (it counts as the one). Message
 		// faults and bit flips are not bounded.
-		if w.fault(faultBitFlip) {
+		if !w.recovering && w.fault(faultBitFlip) {
 			w.flipBit(r)
 		}
 		return
+	}
+	if w.othersHealthy(-1) {
+		w.recovering = false
 	}
 	if w.fault(faultDisconnect) {
 		u := w.cur
@@ -242,7 +250,7 @@ func (w *world) tick() {
 	if w.fault(faultCrash) && w.ds[r].alive() {
 		w.crash(r)
 	}
-	if w.fault(faultBitFlip) {
+	if !w.recovering && w.fault(faultBitFlip) {
 		w.flipBit(r)
 	}
 	if w.up[1] == nil && w.othersHealthy(-1) && w.fault(faultTakeover) {
@@ -277,6 +285,7 @@ func (w *world) lostEverywhere(b uint64) {
 // writes.
 func (w *world) crashAll() {
 	w.s.note("crash every downstairs")
+	w.recovering = true
 	for r := range w.ds {
 		w.crashOne(r, false)
 	}

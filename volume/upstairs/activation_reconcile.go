@@ -150,7 +150,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 			// hashes, then copy again.
 			u.log.Warn("activation repair source served bad data; mending it from its peers",
 				"extent", e, "source", src, "err", err)
-			if merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks); merr != nil {
+			if merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks, zeroLost); merr != nil {
 				return merr
 			}
 			err = u.copyExtent(ctx, extentCopy{
@@ -172,10 +172,10 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 // hash (so holds the same data), or failing that, with any intact copy (a
 // block no peer recorded alike was never acknowledged by two replicas).
 // The source keeps its version srcV. A block no replica holds intact
-// fails with a *CorruptBlockError.
+// fails with a *CorruptBlockError, or with zeroLost is zeroed.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
-	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32) error {
+	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	need, err := u.readIntact(ctx, src, epochs[src], e, blocks, false, nil)
@@ -223,6 +223,10 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 				return err
 			}
 		}
+	}
+	if len(need) > 0 && zeroLost {
+		u.addZeroedBlocks(&got, e, need, asked)
+		need = nil
 	}
 	if len(need) > 0 {
 		return &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}

@@ -199,14 +199,7 @@ func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepai
 		}
 	}
 	if len(need) > 0 && zeroLost {
-		u.log.Error("blocks torn on every replica by the restart are lost; zeroing them", "extent", e, "blocks", need, "replicas", asked)
-		zero := make([]byte, u.blockSize)
-		h := xxhash.Sum64(zero)
-		for _, b := range need {
-			got.blocks = append(got.blocks, b)
-			got.hashes = append(got.hashes, h)
-			got.data = append(got.data, zero...)
-		}
+		u.addZeroedBlocks(&got, e, need, asked)
 		need = nil
 	}
 	if len(need) > 0 {
@@ -238,4 +231,18 @@ func (u *Upstairs) corruptSourceError(ctx context.Context, c extentCopy, batch [
 	}
 	return fmt.Errorf("reading repair blocks from replica %d: %w", c.src,
 		&CorruptBlockError{Extent: c.extent, Block: bad[0], Replicas: []int{c.src}})
+}
+
+// addZeroedBlocks adds zeroed copies of blocks (of extent e) to got: no
+// replica asked holds them intact after every replica restarted, and the
+// volume must not stall for them (a live write of them is replayed).
+func (u *Upstairs) addZeroedBlocks(got *blockCopies, e wire.ExtentID, blocks []uint32, asked []int) {
+	u.log.Error("blocks damaged on every replica by the restart are lost; zeroing them", "extent", e, "blocks", blocks, "replicas", asked)
+	zero := make([]byte, u.blockSize)
+	h := xxhash.Sum64(zero)
+	for _, b := range blocks {
+		got.blocks = append(got.blocks, b)
+		got.hashes = append(got.hashes, h)
+		got.data = append(got.data, zero...)
+	}
 }
