@@ -104,8 +104,8 @@ type world struct {
 	// failure (on the only Active source, say, it stalls live repair).
 	recovering bool
 	faultNo    int
-	res      Result
-	stopped  bool
+	res        Result
+	stopped    bool
 
 	oracle oracle
 	// flipped marks blocks of a replica that a bit flip damaged.
