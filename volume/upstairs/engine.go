@@ -27,6 +27,10 @@ type engine struct {
 	// (which replays every live job) or by live repair from the first one
 	// back (which credits it), so none fails for the wait.
 	allAway bool
+	// flushedThrough is the newest flush acknowledged to its caller:
+	// every write before it is durable on two replicas, so a restart
+	// reconciliation's sources hold it (engine.restarted).
+	flushedThrough wire.JobID
 
 	jobs  map[wire.JobID]*job
 	order []*job // live jobs in increasing ID order

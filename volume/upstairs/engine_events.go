@@ -495,6 +495,9 @@ func (e *engine) complete(j *job, err error) {
 		return
 	}
 	j.completed = true
+	if j.kind == kindFlush && err == nil {
+		e.flushedThrough = max(e.flushedThrough, j.id)
+	}
 	if j.hasCaller {
 		e.emit(action{kind: actComplete, id: j.id, err: err})
 	}

@@ -13,7 +13,8 @@ import "slices"
 // backlogs, and then calls restarted: every live write and flush is
 // replayed to each of them, so they end with the same blocks and no live
 // job is lost. A write a later one overwrote on every replica (it retired)
-// is not replayed: it would put its older data back over the newer.
+// is not replayed: it would put its older data back over the newer; nor
+// is one an acknowledged flush covers (the reconciled blocks hold it).
 
 // rejoinKind is what becomes of a replica whose new session activated
 // while the volume runs.
@@ -149,7 +150,20 @@ func (e *engine) replayAll(r int) {
 	rc.queue.clear()
 	var replayed []*job
 	for _, j := range e.order {
-		if j.kind == kindRead || j.sending[r] || j.superseded || j.torn && !j.slot[r].pending() {
+		if j.kind == kindRead || j.sending[r] {
+			continue
+		}
+		if j.id < e.flushedThrough {
+			// Durable, so the reconciled blocks hold it (or newer data):
+			// replaying it could only, if cut short (a fence), put its
+			// older data back over a newer write.
+			if j.slot[r].pending() {
+				e.settle(j, r, slotDone)
+				j.done++
+			}
+			continue
+		}
+		if j.superseded || j.torn && !j.slot[r].pending() {
 			continue
 		}
 		switch s := j.slot[r]; {
