@@ -84,8 +84,8 @@ func (e *engine) anyActive() bool {
 // back). Live flushes are renumbered from nextFlush in ID order, so no
 // replica stamps an extent with a number it may already carry with other
 // blocks, and those not yet acknowledged fail with ErrRestarted: a write
-// they cover may be lost. Torn writes that no participant still owes are left to their
-// rewrites.
+// they cover may be lost. Torn writes that no participant still owes are
+// left to their rewrites.
 func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 	if !e.running {
 		return
@@ -103,8 +103,8 @@ func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 	}
 	for r := range e.replicas {
 		if part[r] && e.replicas[r].state == ReplicaFaulted {
-			// It overflowed its backlog while held: the replay brings
-			// what it skipped.
+			// Faulted while held (its session failed a job, say): the
+			// replay brings what it skipped.
 			e.transition(r, evRepairStart)
 		}
 	}
