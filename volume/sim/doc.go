@@ -40,11 +40,12 @@
 // stored block, a takeover by a second upstairs at a higher generation,
 // and the replacement of a replica by an empty one; and, off unless
 // Config.Faults turns it on (TestSimulationWholeVolumeCrash does), a crash
-// of all three downstairs at once, each keeping a random prefix of its
-// unsynced writes (none torn: a block torn on two replicas at once is two
-// failures), after which the upstairs reconciles them with each other
-// (restart reconciliation) and the read floors fall back to the durable
-// writes. The fault model is
+// of all three downstairs at once, one of them losing power (a random
+// prefix of its unsynced writes kept, the last maybe torn) and the others
+// only their processes (damage to a block on two replicas at once would be
+// two failures), never on top of an unrepaired bit flip; the upstairs then
+// reconciles them with each other (restart reconciliation) and the read
+// floors fall back to the durable writes. The fault model is
 // one failure at a time: crashes, disconnects and replacements strike
 // only while the other two replicas are Active (and not while a takeover
 // reconciles), and a bit flip only while no other replica holds an

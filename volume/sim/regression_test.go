@@ -25,14 +25,14 @@ var regressions = []struct {
 	},
 	{
 		name:        "every replica restarted, replayed over lost writes",
-		seeds:       []uint64{5, 6, 8},
+		seeds:       []uint64{1, 9, 13},
 		undo:        func(c *Config) { c.legacyRejoin = true },
 		fix:         "volume/upstairs: a replica that may have lost unflushed writes is repaired, never replayed",
 		wholeVolume: true,
 	},
 	{
 		name:        "every replica restarted, live-repaired with no source: the volume stalls",
-		seeds:       []uint64{0, 1, 6},
+		seeds:       []uint64{0, 1, 4},
 		undo:        func(c *Config) { c.legacyRepairNoSource = true },
 		fix:         "volume/upstairs: when no replica is Active the held replicas reconcile as at activation",
 		wholeVolume: true,

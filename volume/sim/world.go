@@ -259,7 +259,7 @@ func (w *world) tick() {
 	if w.fault(faultReplace) {
 		w.replace(r)
 	}
-	if w.up[1] == nil && w.othersHealthy(-1) && w.fault(faultCrashAll) {
+	if w.up[1] == nil && w.othersHealthy(-1) && !w.anyFlipped() && w.fault(faultCrashAll) {
 		w.crashAll()
 	}
 }
@@ -274,20 +274,35 @@ func (w *world) lostEverywhere(b uint64) {
 	w.oracle.void(b)
 }
 
-// crashAll crashes every downstairs at once, as killing the three
-// processes does or a power cut that tears no sector: each keeps a random
-// prefix of its unsynced writes. A block torn on two replicas at once is
-// two failures, which the volume does not promise to survive (a flushed
-// block overwritten and torn on both replicas that flushed it is gone),
-// so none is torn. What the upstairs had acknowledged but not flushed may
-// be gone (if the reconciliation's source for its extent lost it and it
-// was retired), so the floor a read is held to falls back to the durable
-// writes.
+// anyFlipped reports whether a replica holds a block a bit flip damaged
+// and nothing rewrote since. A whole-volume crash then would be a second
+// failure: with that replica the only one Active afterwards, live repair
+// of the others stalls on the damaged block (no scrub finds it first).
+func (w *world) anyFlipped() bool {
+	for r := range w.flipped {
+		if len(w.flipped[r]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// crashAll crashes every downstairs at once: one loses power (keeping a
+// random prefix of its unsynced writes, maybe tearing the last), the
+// others' processes are killed (their disks keep every write), as when
+// the three processes are killed together and one host also loses power.
+// Damage on two replicas at once (a flushed block overwritten, its new
+// data or hash half on disk, on both replicas that flushed it) is two
+// failures, which the volume does not promise to survive. What the
+// upstairs had acknowledged but not flushed may be gone (retired, and the
+// reconciliation's source for its extent lost it), so the floor a read is
+// held to falls back to the durable writes.
 func (w *world) crashAll() {
 	w.s.note("crash every downstairs")
 	w.recovering = true
+	cut := w.s.intn(upstairs.ReplicaCount)
 	for r := range w.ds {
-		w.crashOne(r, false)
+		w.crashOne(r, r == cut)
 	}
 	w.oracle.crashAll()
 }
@@ -306,10 +321,10 @@ func (w *world) othersHealthy(r int) bool {
 
 func (w *world) crash(r int) { w.crashOne(r, true) }
 
-// crashOne crashes downstairs r (tearing its last unsynced write or not)
-// and restarts it later.
-func (w *world) crashOne(r int, tear bool) {
-	w.ds[r].crash(tear)
+// crashOne crashes downstairs r (a power cut, or only its process) and
+// restarts it later.
+func (w *world) crashOne(r int, power bool) {
+	w.ds[r].crash(power, power)
 	for u := range upstairsMax {
 		if w.up[u] != nil {
 			w.cut(u, r)
