@@ -294,6 +294,21 @@ func (e *engine) submitRead(first wire.BlockIndex, count uint32, bytes int) (wir
 	return id, nil
 }
 
+// submitScrubRead adds a read served by replica r first (if it is
+// Active): a block failing verification there is read from a peer and
+// rewritten on r from that good copy (actRepairRead), as any read does.
+func (e *engine) submitScrubRead(r int, first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.submitErr(kindRead); err != nil {
+		return 0, err
+	}
+	j := e.newJob(kindRead, first, count, bytes)
+	j.hasCaller = true
+	j.pin = int8(r + 1)
+	id := j.id
+	e.routeRead(j)
+	return id, nil
+}
+
 // submitRepair adds a write of good data to replica r only, fixing blocks
 // that failed verification when read job readID was served. It refuses
 // (returns false) when a write overlapping the range was submitted after the
@@ -354,6 +369,12 @@ func (e *engine) queueTo(j *job, r int) {
 // that has not answered it yet; it parks j when none is Active but one may
 // come back, and fails it when none can.
 func (e *engine) routeRead(j *job) {
+	if p := int(j.pin) - 1; p >= 0 && !j.readTried[p] && e.replicas[p].state == ReplicaActive {
+		// A scrub read: this replica's copy is the one checked.
+		j.parked = false
+		e.queueTo(j, p)
+		return
+	}
 	best := -1
 	hope := false
 	for r := range e.replicas {

@@ -81,10 +81,15 @@ func (u *Upstairs) backgroundFlush(ctx context.Context) error {
 }
 
 func (u *Upstairs) doWith(ctx context.Context, kind jobKind, p []byte, off int64, background bool) error {
+	return u.doOn(ctx, kind, p, off, background, -1)
+}
+
+// doOn is doWith, reads served first by replica scrub when it is not -1.
+func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, background bool, scrub int) error {
 	w := waiterPool.Get().(*waiter)
-	w.background = background
+	w.background, w.scrub = background, scrub+1
 	defer func() {
-		w.pending, w.err, w.ids, w.background = 0, nil, w.ids[:0], false
+		w.pending, w.err, w.ids, w.background, w.scrub = 0, nil, w.ids[:0], false, 0
 		waiterPool.Put(w)
 	}()
 	u.mu.Lock()
@@ -197,7 +202,11 @@ func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, da
 	case kindWrite:
 		id, err = u.eng.submitWrite(first, blocks, len(data))
 	case kindRead:
-		id, err = u.eng.submitRead(first, blocks, len(data))
+		if w.scrub > 0 {
+			id, err = u.eng.submitScrubRead(w.scrub-1, first, blocks, len(data))
+		} else {
+			id, err = u.eng.submitRead(first, blocks, len(data))
+		}
 	default:
 		id, err = u.eng.submitFlush()
 	}

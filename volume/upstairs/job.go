@@ -108,6 +108,8 @@ type job struct {
 	readTried [replicaCount]bool
 	readBad   [replicaCount]bool
 	parked    bool // a read waiting for any replica to become active
+	// pin is 1 + the replica a scrub read asks first (0: any).
+	pin int8
 }
 
 func (j *job) reset() {

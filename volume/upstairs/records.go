@@ -46,6 +46,8 @@ type waiter struct {
 	// which does not wait for room: jobs held for the repaired replica
 	// wait for it (creditRepaired), so it must not wait for them.
 	background bool
+	// scrub is 1 + the replica whose copy a scrub read checks (0: none).
+	scrub int
 }
 
 // bufClasses are the private-copy size classes: powers of two from 512 B to

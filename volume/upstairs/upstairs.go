@@ -584,6 +584,7 @@ func (u *Upstairs) repairLocked(a action) {
 	r := u.pools.record()
 	r.priv, r.data, r.hashes, r.start = b, b.data, b.hashes, rec.start
 	u.recs[id] = r
+	u.stats.blocksRewritten.Add(uint64(blocks))
 	u.log.Warn("rewriting blocks that failed verification from a peer's copy",
 		"replica", a.replica, "first_block", rec.start, "blocks", blocks)
 }
