@@ -65,8 +65,13 @@ func runCrashCampaign(t *testing.T, backlogJobs int) {
 	if res.Violations() != 0 {
 		t.Fatalf("%d violations; first bad block: %s", res.Violations(), res.Verify.First)
 	}
-	if res.Workload.WritesFailed != 0 || res.Workload.FlushesFailed != 0 {
-		t.Errorf("%d writes and %d flushes failed", res.Workload.WritesFailed, res.Workload.FlushesFailed)
+	// A flush in flight when all three were killed fails with
+	// upstairs.ErrRestarted (it cannot promise the writes before it);
+	// its writes stay uncovered, and no other IO may fail.
+	t.Logf("%d flushes failed with ErrRestarted", res.Workload.FlushesRestarted)
+	if res.Workload.WritesFailed != 0 || res.Workload.FlushesFailed != res.Workload.FlushesRestarted {
+		t.Errorf("%d writes and %d flushes failed; the first: %s (then %s)", res.Workload.WritesFailed, res.Workload.FlushesFailed,
+			res.Workload.FirstIOError, res.Workload.FirstFailStatus)
 	}
 }
 

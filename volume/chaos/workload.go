@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -45,10 +46,17 @@ type blockState struct {
 type WorkloadStats struct {
 	WritesAcked, WritesFailed   int64
 	FlushesAcked, FlushesFailed int64
-	ReadsVerified               int64
+	// FlushesRestarted are the failed flushes that were in flight when
+	// every replica restarted (upstairs.ErrRestarted): they promise
+	// nothing, so their writes stay uncovered.
+	FlushesRestarted int64
+	ReadsVerified    int64
 	// Mismatches are reads, during the workload, that did not return the
 	// version just acknowledged.
 	Mismatches int64
+	// FirstIOError is why the first failed write or flush failed, and
+	// FirstFailStatus the upstairs' replicas after the first failed write.
+	FirstIOError, FirstFailStatus string
 }
 
 // VerifyReport classifies every block of the volume after a Verify.
@@ -126,6 +134,7 @@ func (w *Workload) RunLane(ctx context.Context, u *upstairs.Upstairs, spec LaneS
 			return err
 		}); err != nil {
 			w.recordFailed(first, count, v)
+			w.noteStatus(u)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -153,6 +162,9 @@ func (w *Workload) RunLane(ctx context.Context, u *upstairs.Upstairs, spec LaneS
 			if err := w.io(ctx, spec.IOTimeout, u.Flush); err != nil {
 				w.mu.Lock()
 				w.counts.FlushesFailed++
+				if errors.Is(err, upstairs.ErrRestarted) {
+					w.counts.FlushesRestarted++
+				}
 				w.mu.Unlock()
 				continue // the writes stay uncovered until a later flush
 			}
@@ -175,7 +187,15 @@ func (w *Workload) io(ctx context.Context, timeout time.Duration, f func(context
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return f(ctx)
+	err := f(ctx)
+	if err != nil {
+		w.mu.Lock()
+		if w.counts.FirstIOError == "" {
+			w.counts.FirstIOError = err.Error()
+		}
+		w.mu.Unlock()
+	}
+	return err
 }
 
 func (w *Workload) recordAcked(first uint64, count int, v uint64) {
@@ -189,6 +209,15 @@ func (w *Workload) recordAcked(first uint64, count int, v uint64) {
 		}
 		s.acked = append(s.acked, v)
 		s.failed = s.failed[:0]
+	}
+}
+
+// noteStatus records u's status after the first failed write.
+func (w *Workload) noteStatus(u *upstairs.Upstairs) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.counts.FirstFailStatus == "" {
+		w.counts.FirstFailStatus = describeStatus(u.Status())
 	}
 }
 

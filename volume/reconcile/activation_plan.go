@@ -28,6 +28,10 @@ type ReplicaVersions struct {
 	Replica ReplicaID
 	// Extents holds one version per extent of the region.
 	Extents []Version
+	// Behind (PlanRestart only) marks a replica that missed writes its
+	// peers took (it was faulted or under repair when the volume went
+	// down): it is a source only when every present replica is behind.
+	Behind bool
 }
 
 // ExtentRepair is the repair of one extent: copy from Source to each of
@@ -80,8 +84,10 @@ type Plan struct {
 	// block-hash comparisons, each followed by a copy, the repair makes.
 	Copies int
 	// MaxGen and MaxFlush are the largest generation and flush number
-	// found on any present extent. Gen exceeds MaxGen; the activation's
-	// first flush number must exceed MaxFlush (see NextFlush).
+	// found on any present extent (PlanRestart: MaxFlush is the flush
+	// number of a dirty source's Target, above them). Gen exceeds MaxGen
+	// (PlanRestart: at least MaxGen); the activation's first flush number
+	// must exceed MaxFlush (see NextFlush).
 	MaxGen, MaxFlush uint64
 }
 
@@ -111,9 +117,46 @@ func PlanActivation(gen uint64, replicas []ReplicaVersions) (Plan, error) {
 	if err := validateReplicaVersions(replicas); err != nil {
 		return Plan{}, fmt.Errorf("planning activation repair: %w", err)
 	}
+	plan, byID := newPlan(gen, replicas)
+	if gen <= plan.MaxGen {
+		return Plan{}, fmt.Errorf("planning activation repair: %w: activation generation %d, extents hold generation %d",
+			ErrStaleGeneration, gen, plan.MaxGen)
+	}
+	return planExtents(plan, byID, Version{Gen: gen, Flush: plan.MaxFlush}), nil
+}
+
+// PlanRestart plans the reconciliation of a running volume whose replicas
+// all restarted (none is left to live-repair the others from): the
+// upstairs reconciles them in place, as at activation, but at the
+// generation it already holds, which its own flushes may have stamped on
+// extents. So a dirty source's Target cannot borrow the generation's
+// novelty: it is {gen, flush}, where flush must exceed every flush number
+// the upstairs ever issued at gen (it knows them); it is raised above
+// every flush number present if need be, and Plan.NextFlush is then above
+// it. Otherwise the plan is PlanActivation's: the same sources,
+// destinations, donors and errors, except that gen may equal the greatest
+// generation present (ErrStaleGeneration only when it is below), and a
+// replica marked Behind is a source only when every present one is.
+func PlanRestart(gen, flush uint64, replicas []ReplicaVersions) (Plan, error) {
+	if err := validateReplicaVersions(replicas); err != nil {
+		return Plan{}, fmt.Errorf("planning restart repair: %w", err)
+	}
+	plan, byID := newPlan(gen, replicas)
+	if gen < plan.MaxGen {
+		return Plan{}, fmt.Errorf("planning restart repair: %w: generation %d, extents hold generation %d",
+			ErrStaleGeneration, gen, plan.MaxGen)
+	}
+	fresh := Version{Gen: gen, Flush: max(flush, plan.MaxFlush+1)}
+	plan = planExtents(plan, byID, fresh)
+	plan.MaxFlush = fresh.Flush
+	return plan, nil
+}
+
+// newPlan starts the plan of replicas (validated) at generation gen: the
+// replicas sorted by ID, and the greatest generation and flush present.
+func newPlan(gen uint64, replicas []ReplicaVersions) (Plan, []ReplicaVersions) {
 	byID := slices.Clone(replicas)
 	slices.SortFunc(byID, func(a, b ReplicaVersions) int { return int(a.Replica - b.Replica) })
-
 	plan := Plan{Gen: gen, ExtentCount: len(byID[0].Extents)}
 	for _, r := range byID {
 		plan.Replicas = append(plan.Replicas, r.Replica)
@@ -122,32 +165,37 @@ func PlanActivation(gen uint64, replicas []ReplicaVersions) (Plan, error) {
 			plan.MaxFlush = max(plan.MaxFlush, v.Flush)
 		}
 	}
-	if gen <= plan.MaxGen {
-		return Plan{}, fmt.Errorf("planning activation repair: %w: activation generation %d, extents hold generation %d",
-			ErrStaleGeneration, gen, plan.MaxGen)
-	}
-	fresh := Version{Gen: gen, Flush: plan.MaxFlush}
+	return plan, byID
+}
+
+// planExtents adds to plan the repair of every extent that needs one;
+// fresh is the Target of a dirty source.
+func planExtents(plan Plan, byID []ReplicaVersions, fresh Version) Plan {
 	for e := range plan.ExtentCount {
 		if repair, ok := planExtent(ExtentID(e), byID, fresh); ok {
 			plan.Extents = append(plan.Extents, repair)
 			plan.Copies += len(repair.Dests)
 		}
 	}
-	return plan, nil
+	return plan
 }
 
 // planExtent decides the repair of extent e across byID (sorted by
 // replica); fresh is the Target for a dirty source.
 func planExtent(e ExtentID, byID []ReplicaVersions, fresh Version) (ExtentRepair, bool) {
-	src := 0
+	src := -1
 	needs := false
+	allBehind := !slices.ContainsFunc(byID, func(r ReplicaVersions) bool { return !r.Behind })
 	for i, r := range byID {
 		v := r.Extents[e]
 		if v.Dirty || v != byID[0].Extents[e] {
 			needs = true
 		}
+		if r.Behind && !allBehind {
+			continue
+		}
 		// Strictly greater: on a tie the lower replica, seen first, stays.
-		if v.Compare(byID[src].Extents[e]) > 0 {
+		if src < 0 || v.Compare(byID[src].Extents[e]) > 0 {
 			src = i
 		}
 	}

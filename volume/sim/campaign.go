@@ -24,6 +24,12 @@ type CampaignReport struct {
 // workers goroutines (0: GOMAXPROCS); each run is deterministic whatever
 // the parallelism. progress, if set, is called after each run.
 func Campaign(first uint64, n, workers int, progress func(done int, r Result)) CampaignReport {
+	return CampaignWith(DefaultProbabilities(), first, n, workers, progress)
+}
+
+// CampaignWith is Campaign with the fault chances faults (such as
+// WholeVolumeCrashProbabilities).
+func CampaignWith(faults Probabilities, first uint64, n, workers int, progress func(done int, r Result)) CampaignReport {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
@@ -44,7 +50,9 @@ func Campaign(first uint64, n, workers int, progress func(done int, r Result)) C
 				if i >= n {
 					return
 				}
-				r := Run(DefaultConfig(first + uint64(i)))
+				cfg := DefaultConfig(first + uint64(i))
+				cfg.Faults = faults
+				r := Run(cfg)
 				mu.Lock()
 				results[i] = r
 				done++

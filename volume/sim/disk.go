@@ -52,7 +52,7 @@ func (d *disk) names() []string {
 // crash loses what was not synced, drawing from pick (which returns a
 // number in [0, n)) how much of each file's pending writes survives. It
 // reports how many files lost or tore writes.
-func (d *disk) crash(pick func(n int) int) (lost, torn int) {
+func (d *disk) crash(pick func(n int) int, tear bool) (lost, torn int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, name := range d.names() {
@@ -67,7 +67,7 @@ func (d *disk) crash(pick func(n int) int) (lost, torn int) {
 		}
 		if keep < len(f.pending) {
 			lost++
-			if w := f.pending[keep]; len(w.data) > 1 && pick(2) == 0 {
+			if w := f.pending[keep]; tear && len(w.data) > 1 && pick(2) == 0 {
 				n := 1 + pick(len(w.data)-1) // a torn write: a prefix landed
 				copy(img[w.off:], w.data[:n])
 				torn++

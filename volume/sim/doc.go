@@ -22,8 +22,9 @@
 // stream per connection, as QUIC gives, over packets that may be
 // reordered, delayed, dropped and retransmitted, or duplicated), the
 // downstairs' session owner and workers (downstairs.go, after session.go
-// and job.go), and the upstairs' driver (upstairs.go, takeover.go, after
-// replica.go, io.go, live_repair.go and activation_reconcile.go). The
+// and job.go), and the upstairs' driver (upstairs.go, takeover.go,
+// restart.go, after replica.go, io.go, live_repair.go,
+// activation_reconcile.go and restart_reconcile.go). The
 // drivers are mirrors: a fix to the real driver must be made to its mirror
 // too, and a regression seed (regression_test.go) proves the mirror still
 // finds the bug when the fix is undone.
@@ -37,7 +38,14 @@
 // reorder, delay, drop, duplicate; per tick disconnect (with a partition
 // of up to 300 ticks), crash and restart of a downstairs, a bit flip in a
 // stored block, a takeover by a second upstairs at a higher generation,
-// and the replacement of a replica by an empty one. The fault model is
+// and the replacement of a replica by an empty one; and, off unless
+// Config.Faults turns it on (TestSimulationWholeVolumeCrash does), a crash
+// of all three downstairs at once, one of them losing power (a random
+// prefix of its unsynced writes kept, the last maybe torn) and the others
+// only their processes (damage to a block on two replicas at once would be
+// two failures), never on top of an unrepaired bit flip; the upstairs then
+// reconciles them with each other (restart reconciliation) and the read
+// floors fall back to the durable writes. The fault model is
 // one failure at a time: crashes, disconnects and replacements strike
 // only while the other two replicas are Active (and not while a takeover
 // reconciles), and a bit flip only while no other replica holds an
@@ -62,8 +70,9 @@
 //     block-for-block identical (blocks a bit flip damaged and nothing
 //     read or rewrote since are counted as latent, not compared).
 //  5. Memory stays bounded: an upstairs never holds more than twice its
-//     in-flight bound of jobs, and an Offline replica never owes more than
-//     its backlog bound (past it, it is Faulted).
+//     in-flight bound of jobs, and, while a replica is Active, an Offline
+//     replica never owes more than its backlog bound (past it, it is
+//     Faulted).
 //
 // The run stops at the first violation.
 //
@@ -83,6 +92,7 @@
 //	go test ./volume/sim -run TestSimulation -v              # the CI budget (20 seeds)
 //	go test ./volume/sim -run TestSimulation -v -seeds 500   # seeds 0..499
 //	go test ./volume/sim -run TestSimulation -v -seed 42     # one seed, replayed exactly
+//	go test ./volume/sim -run TestSimulationWholeVolumeCrash -v -seeds 500   # with crashes of the whole volume
 //	tern bench sim --seeds 10000                             # a campaign, outside CI
 //
 // Each seed logs `sim: seed=S events=N faults=F trace=H violations=V`. A

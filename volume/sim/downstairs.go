@@ -235,8 +235,10 @@ func errReply(id wire.JobID, err error) *message {
 }
 
 // crash stops the node at once: what the disk had not synced may be lost
-// or torn, jobs in flight never finish, connections drop.
-func (d *dsNode) crash() {
+// (with power) or torn (with tear), jobs in flight never finish,
+// connections drop. Without power only the process dies: the disk keeps
+// every write.
+func (d *dsNode) crash(power, tear bool) {
 	if !d.alive() {
 		return
 	}
@@ -248,7 +250,11 @@ func (d *dsNode) crash() {
 			d.endSession(s)
 		}
 	}
-	lost, torn := d.disk.crash(d.w.s.intn)
+	pick := d.w.s.intn
+	if !power {
+		pick = func(n int) int { return n - 1 } // every pending write reached the disk
+	}
+	lost, torn := d.disk.crash(pick, tear)
 	d.w.s.note("d%d crash: %d files lost writes, %d torn", d.id, lost, torn)
 }
 

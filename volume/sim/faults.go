@@ -13,6 +13,10 @@ const (
 	faultBitFlip
 	faultTakeover
 	faultReplace
+	// faultCrashAll crashes every downstairs at once (a power cut of the
+	// whole volume). Off in DefaultProbabilities, so it does not shift
+	// the kept seeds; WholeVolumeCrashProbabilities turns it on.
+	faultCrashAll
 	faultKinds
 )
 
@@ -26,6 +30,7 @@ var faultNames = [faultKinds]string{
 	faultBitFlip:    "bitflip",
 	faultTakeover:   "takeover",
 	faultReplace:    "replace",
+	faultCrashAll:   "crashall",
 }
 
 func (k faultKind) String() string { return faultNames[k] }
@@ -72,5 +77,14 @@ func DefaultProbabilities() Probabilities {
 	p[faultBitFlip] = 0.002
 	p[faultTakeover] = 0.0003
 	p[faultReplace] = 0.0005
+	return p
+}
+
+// WholeVolumeCrashProbabilities are DefaultProbabilities with crashes of
+// every downstairs at once, which the volume survives by restart
+// reconciliation (volume/upstairs restart_reconcile.go).
+func WholeVolumeCrashProbabilities() Probabilities {
+	p := DefaultProbabilities()
+	p[faultCrashAll] = 0.001
 	return p
 }

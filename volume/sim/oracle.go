@@ -28,6 +28,9 @@ type oracle struct {
 	flushedUpTo [upstairsMax]uint64
 	// current is the upstairs the workload uses.
 	current int
+	// voidBelow holds, per block every replica lost at once
+	// (lostEverywhere), the first write value that still counts there.
+	voidBelow map[uint64]uint64
 }
 
 type jobKey struct {
@@ -156,7 +159,7 @@ func (o *oracle) checkDurable(b, v uint64) string {
 // durable returns the value of the newest write of b that was
 // acknowledged and covered by an acknowledged flush of its upstairs.
 func (o *oracle) durable(b uint64) uint64 {
-	for val := o.next - 1; val > 0; val-- {
+	for val := o.next - 1; val > 0 && val >= o.voidBelow[b]; val-- {
 		if w := o.writes[val]; w != nil && w.acked && val <= o.flushedUpTo[w.up] && o.covers(val, b) {
 			return val
 		}
@@ -171,5 +174,43 @@ func (o *oracle) takeover(up int) {
 	o.current = up
 	for b := range o.lastAcked {
 		o.lastAcked[b] = o.durable(uint64(b))
+	}
+}
+
+// crashAll is told that every downstairs crashed at once: acknowledged,
+// unflushed writes may be lost, so the floors of the blocks and of the
+// reads in flight fall back to the durable writes.
+func (o *oracle) crashAll() {
+	// An acknowledged write not covered by an acknowledged flush may be
+	// gone, so a later flush does not cover it either: it counts as if it
+	// had failed (whatever it left is allowed, nothing is required).
+	for val, w := range o.writes {
+		if w.acked && val > o.flushedUpTo[w.up] {
+			w.acked = false
+		}
+	}
+	for b := range o.lastAcked {
+		o.lastAcked[b] = o.durable(uint64(b))
+	}
+	for _, rs := range o.reads {
+		for i := range rs.floors {
+			rs.floors[i] = min(rs.floors[i], o.durable(rs.first+uint64(i)))
+		}
+	}
+}
+
+// void is told that every replica lost block b at once: no write
+// submitted so far counts there any more, and reads in flight of it are
+// held to nothing.
+func (o *oracle) void(b uint64) {
+	if o.voidBelow == nil {
+		o.voidBelow = map[uint64]uint64{}
+	}
+	o.voidBelow[b] = o.next
+	o.lastAcked[b] = 0
+	for _, rs := range o.reads {
+		if b >= rs.first && b < rs.first+uint64(len(rs.floors)) {
+			rs.floors[b-rs.first] = 0
+		}
 	}
 }

@@ -13,28 +13,45 @@ var regressions = []struct {
 	seeds []uint64
 	undo  func(*Config)
 	fix   string // the commit subject of the fix
+	// wholeVolume runs the seeds with crashes of the whole volume
+	// (WholeVolumeCrashProbabilities).
+	wholeVolume bool
 }{
 	{
 		name:  "restarted replica replayed over lost writes",
-		seeds: []uint64{2, 7, 9},
+		seeds: []uint64{2, 7, 9, 17},
 		undo:  func(c *Config) { c.legacyRejoin = true },
-		fix:   "volume: a downstairs that restarted with unflushed writes is repaired, not replayed",
+		fix:   "volume/upstairs: a replica that may have lost unflushed writes is repaired, never replayed",
+	},
+	{
+		name:        "every replica restarted, replayed over lost writes",
+		seeds:       []uint64{1, 9, 13},
+		undo:        func(c *Config) { c.legacyRejoin = true },
+		fix:         "volume/upstairs: a replica that may have lost unflushed writes is repaired, never replayed",
+		wholeVolume: true,
+	},
+	{
+		name:        "every replica restarted, live-repaired with no source: the volume stalls",
+		seeds:       []uint64{0, 1, 4},
+		undo:        func(c *Config) { c.legacyRepairNoSource = true },
+		fix:         "volume/upstairs: when no replica is Active the held replicas reconcile as at activation",
+		wholeVolume: true,
 	},
 	{
 		name:  "live repair stuck on a source with a flipped bit",
-		seeds: []uint64{107, 143, 151},
+		seeds: []uint64{110, 138, 143},
 		undo:  func(c *Config) { c.legacySourceChoice = true },
 		fix:   "volume/upstairs: live repair copies from another source after one served bad data",
 	},
 	{
 		name:  "takeover activation fails on a clean source with a flipped bit",
-		seeds: []uint64{379},
+		seeds: []uint64{135, 379},
 		undo:  func(c *Config) { c.legacyActivationSource = true },
 		fix:   "volume/upstairs: activation repair mends a clean source's silently damaged blocks from its peers",
 	},
 	{
 		name:  "a cut-short replay regresses a replica below its flushed state",
-		seeds: []uint64{1422},
+		seeds: []uint64{1445, 2939},
 		undo:  func(c *Config) { c.legacyReplay = true },
 		fix:   "volume/upstairs: a rejoining replica is not replayed writes its extents show flushed",
 	},
@@ -50,6 +67,9 @@ func TestRegressionSeeds(t *testing.T) {
 	for _, reg := range regressions {
 		for _, seed := range reg.seeds {
 			cfg := DefaultConfig(seed)
+			if reg.wholeVolume {
+				cfg.Faults = WholeVolumeCrashProbabilities()
+			}
 			if r := Run(cfg); len(r.Violations) > 0 {
 				t.Errorf("%s: seed %d fails: %s", reg.name, seed, r.Violations[0])
 			}
@@ -74,6 +94,9 @@ func TestFindRegressionSeeds(t *testing.T) {
 		var found []uint64
 		for seed := range uint64(*flagFindRegressions) {
 			cfg := DefaultConfig(seed)
+			if reg.wholeVolume {
+				cfg.Faults = WholeVolumeCrashProbabilities()
+			}
 			reg.undo(&cfg)
 			if r := Run(cfg); len(r.Violations) > 0 {
 				found = append(found, seed)

@@ -78,6 +78,31 @@ func TestSimulation(t *testing.T) {
 	}
 }
 
+// TestSimulationWholeVolumeCrash runs the seeds the flags ask for with
+// crashes of every downstairs at once (faultCrashAll): no replica is left
+// Active to repair the others from, so the upstairs reconciles them in
+// place (restart reconciliation) and resumes. The floor of a read falls
+// back to the durable writes at each such crash (oracle.crashAll).
+func TestSimulationWholeVolumeCrash(t *testing.T) {
+	restarts := 0
+	for _, seed := range seedsToRun() {
+		cfg := configFor(t, seed)
+		cfg.Faults = WholeVolumeCrashProbabilities()
+		res := Run(cfg)
+		t.Log(res.Summary())
+		restarts += res.Faults[faultCrashAll]
+		if len(res.Violations) == 0 {
+			continue
+		}
+		t.Errorf("seed %d: %s", seed, res.Violations[0])
+		reportFailure(t, cfg, res)
+	}
+	t.Logf("%d whole-volume crashes", restarts)
+	if restarts == 0 && *flagSeed < 0 {
+		t.Error("no seed crashed the whole volume: the test covers nothing")
+	}
+}
+
 // reportFailure shrinks a failing run's fault schedule and prints the
 // shortest failing trace it found, with the command that replays it.
 func reportFailure(t *testing.T, cfg Config, res Result) {

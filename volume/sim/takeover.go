@@ -76,22 +76,33 @@ func versionOf(m *message) reconcile.Version {
 // activationFailed gives the activation up; the next try uses a higher
 // generation (the control plane retries a migration).
 func (u *upNode) activationFailed(why string) {
+	if u.restarting {
+		u.restartFailed(why)
+		return
+	}
 	u.w.s.note("u%d activation failed: %s", u.n, why)
 	u.w.violate("takeover activation at gen %d failed: %s", u.gen, why)
 }
 
 // repairPlan repairs plan.Extents[i:], then starts IO.
 func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
-	if i == len(plan.Extents) {
+	u.repairPlanThen(plan, i, func() {
 		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
 		u.w.cur = u.n
 		u.w.oracle.takeover(u.n)
 		u.w.s.note("u%d activated at gen %d", u.n, u.gen)
 		u.apply()
+	})
+}
+
+// repairPlanThen repairs plan.Extents[i:], then calls done.
+func (u *upNode) repairPlanThen(plan reconcile.Plan, i int, done func()) {
+	if i == len(plan.Extents) {
+		done()
 		return
 	}
 	x := plan.Extents[i]
-	next := func() { u.repairPlan(plan, i+1) }
+	next := func() { u.repairPlanThen(plan, i+1, done) }
 	e := uint32(x.Extent)
 	src := int(x.Source)
 	target := toExtentVersion(x.Target)
@@ -155,13 +166,33 @@ func (u *upNode) mendSource(x reconcile.ExtentRepair, srcHashes []uint64, b int,
 // x.Donors[d:] that holds it intact to the source.
 func (u *upNode) takeFromDonor(x reconcile.ExtentRepair, b, d int, done func()) {
 	e := uint32(x.Extent)
+	if d == len(x.Donors) && u.restarting {
+		// restart reconciliation: takeFromDonors zeroes a block every
+		// replica tore at once.
+		u.w.s.note("u%d: extent %d block %d torn on every replica: zeroed", u.n, e, b)
+		u.w.lostEverywhere(uint64(e)*uint64(u.w.spec.ExtentBlocks) + uint64(b))
+		zero := make([]byte, u.w.spec.BlockSize)
+		dirty := toExtentVersion(x.SourceVersion)
+		dirty.Dirty = true
+		w := &message{kind: mRepairWrite, extent: e, blocks: []uint32{uint32(b)}, data: zero, hashes: u.w.hashBlocks(zero), version: dirty}
+		u.callOn(int(x.Source), w, func(a *message) {
+			if a == nil || a.kind != mAck {
+				u.activationFailed("zeroing a lost block failed: " + replyText(a))
+				return
+			}
+			done()
+		})
+		return
+	}
 	if d == len(x.Donors) {
 		u.activationFailed(fmt.Sprintf("extent %d block %d is corrupt on every replica", e, b))
 		return
 	}
 	donor := int(x.Donors[d])
 	u.callOn(donor, &message{kind: mRepairRead, extent: e, blocks: []uint32{uint32(b)}}, func(m *message) {
-		if m == nil || m.kind != mRepairData {
+		if m == nil || m.kind != mRepairData || u.w.hashBlocks(m.data)[0] != m.hashes[0] {
+			// readIntact: refused as corrupt, or its data fails the
+			// hash recorded with it (a bit flipped at rest).
 			u.takeFromDonor(x, b, d+1, done)
 			return
 		}
@@ -277,6 +308,18 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 		u.w.s.note("u%d: only copy of extent %d blocks %v damaged on d%d; taking older intact copies", u.n, e, need, src)
 		u.mendFrom(x, src, sh, need, 0, true, w, done)
 		return
+	}
+	if len(need) > 0 && r >= len(order) && u.restarting {
+		// restart reconciliation: addZeroedBlocks.
+		u.w.s.note("u%d: extent %d blocks %v damaged on every replica: zeroed", u.n, e, need)
+		zero := make([]byte, u.w.spec.BlockSize)
+		for _, b := range need {
+			u.w.lostEverywhere(uint64(e)*uint64(u.w.spec.ExtentBlocks) + uint64(b))
+			w.blocks = append(w.blocks, b)
+			w.hashes = append(w.hashes, u.w.hashBlocks(zero)[0])
+			w.data = append(w.data, zero...)
+		}
+		need = nil
 	}
 	if len(need) == 0 || r >= len(order) {
 		if len(need) > 0 {

@@ -40,6 +40,10 @@ type upNode struct {
 	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
 	badSource [upstairs.ReplicaCount]int
 	deps      []wire.JobID
+	// held marks sessions held for a restart reconciliation, restarting
+	// that one runs (restart.go).
+	held       [upstairs.ReplicaCount]bool
+	restarting bool
 }
 
 // upConn is the upstairs' side of one downstairs connection.
@@ -133,6 +137,7 @@ func (u *upNode) lost(r int, epoch uint64) {
 	}
 	was := c.activated
 	c.epoch, c.activated, c.sent = 0, false, nil
+	u.held[r] = false
 	queued := c.queue
 	c.queue = nil
 	for _, cl := range queued {
@@ -262,22 +267,37 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 	}
 }
 
-// rejoin brings r back into the activation after its session activated.
+// rejoin brings r back into the activation after its session activated,
+// as replica.await and replica.activated do: a Faulted replica is
+// Repairing first, then the engine decides (Core.Rejoin).
 func (u *upNode) rejoin(r int, m *message) {
-	if m.lost && u.core.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyRejoin {
-		// replica.activated: a replay cannot restore what it lost.
-		u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
-		u.core.Fault(r)
+	if u.core.State(r) == upstairs.ReplicaFaulted {
+		u.core.RepairStarted(r)
 	}
-	switch u.core.State(r) {
-	case upstairs.ReplicaOffline:
+	lost := m.lost && !u.w.cfg.legacyRejoin
+	k := u.core.Rejoin(r, lost)
+	if k == upstairs.RejoinHold && u.w.cfg.legacyRepairNoSource {
+		k = upstairs.RejoinRepair
+	}
+	switch k {
+	case upstairs.RejoinReplay:
 		u.core.Connected(r)
-	case upstairs.ReplicaFaulted:
-		if u.core.RepairStarted(r) {
-			u.startRepair(r)
+	case upstairs.RejoinRepair:
+		if u.core.State(r) == upstairs.ReplicaOffline {
+			// A replay cannot restore what it lost.
+			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
+			u.core.RepairStarted(r)
 		}
+		u.startRepair(r)
+	case upstairs.RejoinHold:
+		u.hold(r)
+	default:
+		u.core.Connected(r)
 	}
 	u.apply()
+	if u.core.State(r) == upstairs.ReplicaActive {
+		u.releaseHeld()
+	}
 }
 
 // jobReply applies a reply to an engine job.
@@ -624,17 +644,15 @@ func (u *upNode) finishRepair(rw *repairWalk) {
 	}
 	u.w.s.note("u%d live repair of d%d done", u.n, r)
 	u.apply()
+	u.releaseHeld()
 	u.flushAfterRepair()
 }
 
-// flushAfterRepair submits the flush that follows a live repair, waiting
-// for room like any caller (Upstairs.Flush goes through submitLocked).
+// flushAfterRepair submits the flush that follows a repair without
+// waiting for room (Upstairs.backgroundFlush): jobs held for the repaired
+// replica wait for it.
 func (u *upNode) flushAfterRepair() {
 	if !u.running() {
-		return
-	}
-	if u.core.Full(0) {
-		u.w.s.after(5, fmt.Sprintf("u%d flush after repair", u.n), u.flushAfterRepair)
 		return
 	}
 	if id, err := u.core.SubmitFlush(); err == nil {

@@ -43,6 +43,7 @@ type Config struct {
 	legacyActivationSource bool // activation repair gives up when its source served bad data
 	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
 	legacyDonorOrder       bool // an older intact copy is taken in replica order, not newest first
+	legacyRepairNoSource   bool // with no Active replica, a rejoining one is live-repaired (8f08ee2), not held
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.
@@ -70,6 +71,10 @@ type Result struct {
 	Lost int
 	// Latent counts bit flips never read, left for a scrub to find.
 	Latent int
+	// LostEverywhere counts blocks torn on every replica by one crash of
+	// the whole volume (faultCrashAll), zeroed by the restart
+	// reconciliation.
+	LostEverywhere int
 }
 
 // Summary is the run's summary line.
@@ -93,9 +98,14 @@ type world struct {
 	epochs         uint64
 
 	faulting bool
-	faultNo  int
-	res      Result
-	stopped  bool
+	// recovering: every downstairs crashed at once (crashAll) and not all
+	// are Active again. No bit flips meanwhile: the crash leaves blocks
+	// damaged on several replicas, and a flip on top would be a further
+	// failure (on the only Active source, say, it stalls live repair).
+	recovering bool
+	faultNo    int
+	res        Result
+	stopped    bool
 
 	oracle oracle
 	// flipped marks blocks of a replica that a bit flip damaged.
@@ -223,10 +233,13 @@ func (w *world) tick() {
 		// volume promises to survive one failure, not two), and none
 		// while a takeover reconciles (it counts as the one). Message
 		// faults and bit flips are not bounded.
-		if w.fault(faultBitFlip) {
+		if !w.recovering && w.fault(faultBitFlip) {
 			w.flipBit(r)
 		}
 		return
+	}
+	if w.othersHealthy(-1) {
+		w.recovering = false
 	}
 	if w.fault(faultDisconnect) {
 		u := w.cur
@@ -237,7 +250,7 @@ func (w *world) tick() {
 	if w.fault(faultCrash) && w.ds[r].alive() {
 		w.crash(r)
 	}
-	if w.fault(faultBitFlip) {
+	if !w.recovering && w.fault(faultBitFlip) {
 		w.flipBit(r)
 	}
 	if w.up[1] == nil && w.othersHealthy(-1) && w.fault(faultTakeover) {
@@ -246,6 +259,52 @@ func (w *world) tick() {
 	if w.fault(faultReplace) {
 		w.replace(r)
 	}
+	if w.up[1] == nil && w.othersHealthy(-1) && !w.anyFlipped() && w.fault(faultCrashAll) {
+		w.crashAll()
+	}
+}
+
+// lostEverywhere is told of a block every replica tore in one crash of
+// the whole volume: its older writes, flushed or not, are gone from all
+// three, which the volume's promise (one failure at a time) does not
+// cover; it is counted, and the oracle holds the block to what is
+// written after.
+func (w *world) lostEverywhere(b uint64) {
+	w.res.LostEverywhere++
+	w.oracle.void(b)
+}
+
+// anyFlipped reports whether a replica holds a block a bit flip damaged
+// and nothing rewrote since. A whole-volume crash then would be a second
+// failure: with that replica the only one Active afterwards, live repair
+// of the others stalls on the damaged block (no scrub finds it first).
+func (w *world) anyFlipped() bool {
+	for r := range w.flipped {
+		if len(w.flipped[r]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// crashAll crashes every downstairs at once: one loses power (keeping a
+// random prefix of its unsynced writes, maybe tearing the last), the
+// others' processes are killed (their disks keep every write), as when
+// the three processes are killed together and one host also loses power.
+// Damage on two replicas at once (a flushed block overwritten, its new
+// data or hash half on disk, on both replicas that flushed it) is two
+// failures, which the volume does not promise to survive. What the
+// upstairs had acknowledged but not flushed may be gone (retired, and the
+// reconciliation's source for its extent lost it), so the floor a read is
+// held to falls back to the durable writes.
+func (w *world) crashAll() {
+	w.s.note("crash every downstairs")
+	w.recovering = true
+	cut := w.s.intn(upstairs.ReplicaCount)
+	for r := range w.ds {
+		w.crashOne(r, r == cut)
+	}
+	w.oracle.crashAll()
 }
 
 // othersHealthy reports whether every replica but r is alive and Active
@@ -260,8 +319,12 @@ func (w *world) othersHealthy(r int) bool {
 	return true
 }
 
-func (w *world) crash(r int) {
-	w.ds[r].crash()
+func (w *world) crash(r int) { w.crashOne(r, true) }
+
+// crashOne crashes downstairs r (a power cut, or only its process) and
+// restarts it later.
+func (w *world) crashOne(r int, power bool) {
+	w.ds[r].crash(power, power)
 	for u := range upstairsMax {
 		if w.up[u] != nil {
 			w.cut(u, r)
@@ -375,7 +438,9 @@ func (w *world) checkStep() {
 			w.violate("u%d holds %d live jobs, bound %d", u.n, jobs, 2*w.cfg.InflightJobs)
 		}
 		for r := range upstairs.ReplicaCount {
-			if o, _ := u.core.Owed(r); u.core.State(r) == upstairs.ReplicaOffline && o > w.cfg.BacklogJobs {
+			// The backlog bound holds while a replica is Active (with
+			// none, the in-flight bound does: engine.checkBacklogs).
+			if o, _ := u.core.Owed(r); u.core.State(r) == upstairs.ReplicaOffline && o > w.cfg.BacklogJobs && u.core.AnyActive() {
 				w.violate("u%d: offline d%d owes %d jobs, backlog bound %d", u.n, r, o, w.cfg.BacklogJobs)
 			}
 		}

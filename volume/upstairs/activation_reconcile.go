@@ -66,7 +66,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 		versions[p.Replica] = p.Extents
 	}
 	for _, rep := range plan.Extents {
-		if err := u.repairPlannedExtent(ctx, rep, versions, epochs); err != nil {
+		if err := u.repairPlannedExtent(ctx, t, rep, versions, epochs, false); err != nil {
 			return fmt.Errorf("repairing extent %d: %w", rep.Extent, err)
 		}
 		t.ExtentDone()
@@ -83,10 +83,11 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 	return nil
 }
 
-// repairPlannedExtent carries out one extent of the activation plan.
-func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64) error {
-	t := u.actTracker
+// repairPlannedExtent carries out one extent of an activation (or
+// restart) plan, publishing its progress on t. With zeroLost, a torn
+// block no replica holds intact is zeroed instead of failing (mendSource).
+func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64, zeroLost bool) error {
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
@@ -116,7 +117,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 		srcV = v
 	}
 	if srcV.Dirty {
-		if err := u.mendSource(ctx, rep, epochs, srcV, srcHashes); err != nil {
+		if err := u.mendSource(ctx, t, rep, epochs, srcV, srcHashes, zeroLost); err != nil {
 			return err
 		}
 	}
@@ -149,7 +150,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 			// hashes, then copy again.
 			u.log.Warn("activation repair source served bad data; mending it from its peers",
 				"extent", e, "source", src, "err", err)
-			if merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks); merr != nil {
+			if merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks, zeroLost); merr != nil {
 				return merr
 			}
 			err = u.copyExtent(ctx, extentCopy{
@@ -171,10 +172,10 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, rep reconcile.Extent
 // hash (so holds the same data), or failing that, with any intact copy (a
 // block no peer recorded alike was never acknowledged by two replicas).
 // The source keeps its version srcV. A block no replica holds intact
-// fails with a *CorruptBlockError.
+// fails with a *CorruptBlockError, or with zeroLost is zeroed.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
-	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32) error {
+	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	need, err := u.readIntact(ctx, src, epochs[src], e, blocks, false, nil)
@@ -222,6 +223,10 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 				return err
 			}
 		}
+	}
+	if len(need) > 0 && zeroLost {
+		u.addZeroedBlocks(&got, e, need, asked)
+		need = nil
 	}
 	if len(need) > 0 {
 		return &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}

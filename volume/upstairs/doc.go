@@ -40,15 +40,25 @@
 //  5. An Offline replica keeps a bounded backlog (Config.BacklogJobs,
 //     BacklogBytes) replayed in ID order when it reconnects; an ack of a job
 //     implies its dependencies were applied, so a replay never runs an old
-//     write over a newer one. Past the bound the replica is Faulted and gets
+//     write over a newer one. Past the bound (while another replica is Active)
+//     the replica is Faulted and gets
 //     no IO until live repair brings it back. Twice the bound may be live before callers
 //     block (backpressure), so memory stays bounded.
-//  6. A write or flush fails only when fewer than two replicas can take it.
-//     A Fenced reply stops all IO with ErrFenced.
+//  6. A write or flush fails only when fewer than two replicas can take it
+//     (a replica under repair, or back from one and not yet flushed,
+//     counts: the repair brings what it skipped). A Fenced reply stops
+//     all IO with ErrFenced.
 //  7. Close first deactivates (flush, then wait until every connected
 //     replica answered everything it was sent, bounded by
 //     Config.DeactivateTimeout), then leaves no goroutine, connection or
 //     buffer behind.
+//  8. A replica that may have lost writes it acknowledged (its downstairs
+//     restarted with unflushed writes: ActivateAck.LostWrites) is never
+//     replayed as if its store were intact: it is live-repaired from an
+//     Active peer, or, when none is Active (every replica restarted), the
+//     rejoining replicas are held and reconciled with each other as at
+//     activation, and every live job is replayed to them, before IO
+//     resumes (restart_reconcile.go). IO issued meanwhile waits.
 //
 // # Limits
 //
@@ -56,8 +66,14 @@
 // covers them, so a replay cannot restore writes a downstairs lost in a
 // crash: a downstairs that may have lost some (its region opened with
 // dirty extents, not flushed since) says so in its ActivateAck, and a
-// rejoining replica that does is faulted and live-repaired instead of
-// replayed. A rejoining replica is not replayed what its extent versions
+// rejoining replica that does is repaired instead of replayed (invariant
+// 8). After every replica restarted, an acknowledged write that was not
+// flushed survives if some replica still owed it (it is replayed) or the
+// replica the reconciliation took its extent from kept it; one every
+// replica acknowledged and that source lost is gone, as at an activation.
+// An Offline replica overflows its backlog only while another is Active:
+// with none, faulting it would free nothing, and backpressure bounds the
+// jobs instead. A rejoining replica is not replayed what its extent versions
 // show flushed (engine.flushedOn): a replay cut short must not leave it
 // older than its own flushed state. Replay needs the downstairs to
 // accept an Activate from the same upstairs at the generation it already

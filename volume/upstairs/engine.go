@@ -21,6 +21,16 @@ type engine struct {
 	nextFlush uint64
 	running   bool // activated and not stopped
 	stopErr   error
+	// allAway: since no replica was Active, not all three are Active
+	// again. Meanwhile a job counts every replica that can come back
+	// (possible): each returns by replay, by restart reconciliation
+	// (which replays every live job) or by live repair from the first one
+	// back (which credits it), so none fails for the wait.
+	allAway bool
+	// flushedThrough is the newest flush acknowledged to its caller:
+	// every write before it is durable on two replicas, so a restart
+	// reconciliation's sources hold it (engine.restarted).
+	flushedThrough wire.JobID
 
 	jobs  map[wire.JobID]*job
 	order []*job // live jobs in increasing ID order
@@ -199,7 +209,19 @@ func (e *engine) submitErr(kind jobKind) error {
 		}
 		return ErrNotEnoughReplicas
 	default:
-		if e.takers() < quorum {
+		// A Repairing replica will hold the job too (routed to it, or
+		// brought by the copy and counted by creditRepaired, or replayed
+		// after a restart reconciliation): the job waits for it.
+		// While every replica is away or coming back (allAway), a
+		// Faulted one counts too.
+		n := e.takers()
+		for r := range e.replicas {
+			st := e.replicas[r].state
+			if st == ReplicaRepairing || st == ReplicaFaulted && e.allAway {
+				n++
+			}
+		}
+		if n < quorum {
 			return ErrNotEnoughReplicas
 		}
 	}
@@ -272,6 +294,21 @@ func (e *engine) submitRead(first wire.BlockIndex, count uint32, bytes int) (wir
 	return id, nil
 }
 
+// submitScrubRead adds a read served by replica r first (if it is
+// Active): a block failing verification there is read from a peer and
+// rewritten on r from that good copy (actRepairRead), as any read does.
+func (e *engine) submitScrubRead(r int, first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.submitErr(kindRead); err != nil {
+		return 0, err
+	}
+	j := e.newJob(kindRead, first, count, bytes)
+	j.hasCaller = true
+	j.pin = int8(r + 1)
+	id := j.id
+	e.routeRead(j)
+	return id, nil
+}
+
 // submitRepair adds a write of good data to replica r only, fixing blocks
 // that failed verification when read job readID was served. It refuses
 // (returns false) when a write overlapping the range was submitted after the
@@ -332,6 +369,12 @@ func (e *engine) queueTo(j *job, r int) {
 // that has not answered it yet; it parks j when none is Active but one may
 // come back, and fails it when none can.
 func (e *engine) routeRead(j *job) {
+	if p := int(j.pin) - 1; p >= 0 && !j.readTried[p] && e.replicas[p].state == ReplicaActive {
+		// A scrub read: this replica's copy is the one checked.
+		j.parked = false
+		e.queueTo(j, p)
+		return
+	}
 	best := -1
 	hope := false
 	for r := range e.replicas {

@@ -288,15 +288,22 @@ func (e *engine) requeueReads(r int) {
 func (e *engine) fault(r int) { e.transition(r, evFault) }
 
 // repairStarted and repairDone are the seam for the repair engine: a
-// Faulted replica moves to Repairing, and after repair to Active, taking IO
-// again from then on.
+// Faulted replica (or an Offline one that may have lost writes, so is
+// repaired rather than replayed) moves to Repairing, and after repair to
+// Active, taking IO again from then on.
 func (e *engine) repairStarted(r int) bool { return e.transition(r, evRepairStart) }
 
 func (e *engine) repairDone(r int) bool { return e.transition(r, evRepairDone) }
 
 // checkBacklogs faults Offline replicas that owe more than the backlog
-// bounds.
+// bounds, while a replica is Active: jobs can then retire without them.
+// With none Active (every replica away, or held for a restart
+// reconciliation) faulting one frees nothing, as the others owe the same
+// jobs; the in-flight bound holds callers back instead (backpressure).
 func (e *engine) checkBacklogs() {
+	if !e.anyActive() {
+		return
+	}
 	for r := range e.replicas {
 		rc := &e.replicas[r]
 		if rc.state == ReplicaOffline && (rc.owedJobs > e.limits.backlogJobs || rc.owedBytes > e.limits.backlogBytes) {
@@ -313,8 +320,26 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 	if next == rc.state {
 		return false
 	}
+	prev := rc.state
+	hadActive := e.anyActive()
 	rc.state = next
 	e.emit(action{kind: actState, replica: r, state: next, event: ev})
+	switch {
+	case !e.running:
+	case !e.anyActive():
+		e.allAway = true
+	case e.replicas[0].state == ReplicaActive && e.replicas[1].state == ReplicaActive && e.replicas[2].state == ReplicaActive:
+		e.allAway = false
+	}
+	if prev == ReplicaRepairing && next != ReplicaActive || !hadActive && next == ReplicaActive {
+		// Jobs that waited for the repair, or for any replica while
+		// none was Active (possible), may fail now.
+		defer func() {
+			for _, j := range slices.Clone(e.order) {
+				e.progress(j)
+			}
+		}()
+	}
 	if !next.takesIO() {
 		// Skip what r owes, except requests its driver is busy with; the
 		// driver reports those (sent, readResult) and they settle then.
@@ -341,6 +366,37 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		}
 	}
 	return true
+}
+
+// possible counts replicas that applied write or flush j or may still:
+// it is pending there, or the replica is under repair or back from one,
+// which brings what it skipped (creditRepaired counts it at the
+// replica's next flush once Active; the driver flushes after every
+// repair). So a job a replica skipped while it was repaired does not
+// fail when a peer drops meanwhile; it waits for the repair.
+func (e *engine) possible(j *job) int {
+	if e.allAway {
+		// Every replica went away: whichever come back are replayed,
+		// reconciled with each other and replayed every live job
+		// (engine.restarted), or repaired from the first one back and
+		// credited. The job waits for them.
+		n := 0
+		for r := range e.replicas {
+			if e.replicas[r].state != ReplicaStopped {
+				n++
+			}
+		}
+		return n
+	}
+	n := 0
+	for r, x := range j.slot {
+		st := e.replicas[r].state
+		credit := (st == ReplicaRepairing || st == ReplicaActive) && (x == slotSkipped || x == slotNone)
+		if x == slotDone || x.pending() || credit {
+			n++
+		}
+	}
+	return n
 }
 
 // failErr is the error of a job that can no longer reach quorum.
@@ -376,7 +432,7 @@ func (e *engine) progress(j *job) {
 				e.complete(j, errAbandoned)
 			case int(j.done) >= quorum:
 				e.complete(j, nil)
-			case j.possible() < quorum || e.stopErr != nil:
+			case e.possible(j) < quorum || e.stopErr != nil:
 				e.complete(j, e.failErr())
 			}
 		}
@@ -401,7 +457,7 @@ func (e *engine) progressWrite(j *job) {
 		if j.anySending() {
 			return
 		}
-		settled := j.torn || j.abandoned || int(j.done) >= quorum || j.possible() < quorum || e.stopErr != nil
+		settled := j.torn || j.abandoned || int(j.done) >= quorum || e.possible(j) < quorum || e.stopErr != nil
 		if !settled {
 			return
 		}
@@ -427,7 +483,7 @@ func (e *engine) progressWrite(j *job) {
 		}
 	case int(j.done) >= quorum:
 		e.complete(j, nil)
-	case j.possible() < quorum:
+	case e.possible(j) < quorum:
 		e.complete(j, ErrNotEnoughReplicas)
 	}
 }
@@ -439,6 +495,9 @@ func (e *engine) complete(j *job, err error) {
 		return
 	}
 	j.completed = true
+	if j.kind == kindFlush && err == nil {
+		e.flushedThrough = max(e.flushedThrough, j.id)
+	}
 	if j.hasCaller {
 		e.emit(action{kind: actComplete, id: j.id, err: err})
 	}
@@ -466,6 +525,14 @@ func (e *engine) retire(j *job) {
 	if i, ok := slices.BinarySearchFunc(e.order, j.id, func(k *job, id wire.JobID) int {
 		return compareIDs(k.id, id)
 	}); ok {
+		if j.kind == kindWrite {
+			// Jobs mostly retire in order, so few older ones are live.
+			for _, k := range e.order[:i] {
+				if k.kind == kindWrite && k.overlaps(j) {
+					k.superseded = true
+				}
+			}
+		}
 		e.order = slices.Delete(e.order, i, i+1)
 	}
 	e.liveJobs--

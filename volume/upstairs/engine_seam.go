@@ -202,11 +202,51 @@ func (c *Core) Disconnected(r int) { c.e.disconnected(r) }
 // Fault marks r as needing repair.
 func (c *Core) Fault(r int) { c.e.fault(r) }
 
-// RepairStarted moves Faulted r to Repairing.
+// RepairStarted moves Faulted r, or Offline r that may have lost writes,
+// to Repairing.
 func (c *Core) RepairStarted(r int) bool { return c.e.repairStarted(r) }
 
 // RepairDone moves Repairing r to Active.
 func (c *Core) RepairDone(r int) bool { return c.e.repairDone(r) }
+
+// CoreRejoin is what becomes of a replica whose new session activated
+// while the volume runs (see Rejoin).
+type CoreRejoin uint8
+
+// Rejoin decisions, one for each of the engine's (engine_restart.go).
+const (
+	// RejoinNone: nothing to decide.
+	RejoinNone CoreRejoin = CoreRejoin(rejoinNone)
+	// RejoinReplay: Connected replays the backlog of an intact replica.
+	RejoinReplay CoreRejoin = CoreRejoin(rejoinReplay)
+	// RejoinRepair: fault an Offline replica, then live-repair it from an
+	// Active peer.
+	RejoinRepair CoreRejoin = CoreRejoin(rejoinRepair)
+	// RejoinHold: no peer is Active; hold the session for a restart
+	// reconciliation (Restarted).
+	RejoinHold CoreRejoin = CoreRejoin(rejoinHold)
+)
+
+// String returns the decision's name.
+func (k CoreRejoin) String() string { return rejoinKind(k).String() }
+
+// Rejoin decides what becomes of r, whose new session activated;
+// lostWrites is its downstairs' ActivateAck.LostWrites.
+func (c *Core) Rejoin(r int, lostWrites bool) CoreRejoin {
+	return CoreRejoin(c.e.rejoin(r, lostWrites))
+}
+
+// AnyActive reports whether a replica is Active.
+func (c *Core) AnyActive() bool { return c.e.anyActive() }
+
+// NextFlush returns the flush number the next flush gets: every flush
+// number issued so far is below it.
+func (c *Core) NextFlush() uint64 { return c.e.nextFlush }
+
+// Restarted ends a restart reconciliation of the replicas in part, whose
+// extents carry flush numbers below nextFlush: every live write and flush
+// is replayed to each, and they are Active; the others are faulted.
+func (c *Core) Restarted(part [ReplicaCount]bool, nextFlush uint64) { c.e.restarted(part, nextFlush) }
 
 // AttachLiveRepair routes guest writes to Repairing r by walk.
 func (c *Core) AttachLiveRepair(r int, walk *reconcile.LiveRepair) { c.e.attachLiveRepair(r, walk) }

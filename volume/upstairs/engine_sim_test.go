@@ -480,8 +480,74 @@ func (s *sim) step() {
 	}
 }
 
-// quiesce reconnects every Offline replica and runs everything to the end.
+// quiesce reconnects every Offline replica and runs everything to the end;
+// jobs still waiting for Faulted replicas (engine.possible counts them
+// after every replica went away) get them back as the driver would.
 func (s *sim) quiesce() {
+	for range 4 {
+		s.settle()
+		if len(s.pending) == 0 && s.e.liveJobs == 0 || !s.repairFaulted() {
+			return
+		}
+	}
+}
+
+// repairFaulted brings Faulted replicas back once nothing is in flight:
+// by live repair from an Active replica (its blocks copied; the flush that
+// follows credits it), or, with none Active, by a restart reconciliation
+// (the first replica's blocks copied to the others, every live job
+// replayed). It reports whether it did anything.
+func (s *sim) repairFaulted() bool {
+	src := -1
+	for r := range replicaCount {
+		if s.e.replicas[r].state == ReplicaActive {
+			src = r
+			break
+		}
+	}
+	if src < 0 {
+		var part [replicaCount]bool
+		ref := -1
+		for r := range replicaCount {
+			if s.e.replicas[r].state == ReplicaStopped {
+				continue
+			}
+			part[r] = true
+			if ref < 0 {
+				ref = r
+			}
+			s.reps[r].blocks = s.reps[max(ref, 0)].blocks
+			s.reps[r].connected, s.reps[r].inbox, s.reps[r].replies = true, nil, nil
+		}
+		if ref < 0 {
+			return false
+		}
+		s.e.restarted(part, s.e.nextFlush)
+		s.drain()
+		return true
+	}
+	repaired := false
+	for r := range replicaCount {
+		if s.e.replicas[r].state != ReplicaFaulted {
+			continue
+		}
+		s.e.repairStarted(r)
+		s.drain()
+		s.reps[r].blocks = s.reps[src].blocks
+		s.reps[r].connected, s.reps[r].inbox, s.reps[r].replies = true, nil, nil
+		s.e.repairDone(r)
+		s.drain()
+		repaired = true
+	}
+	if repaired {
+		s.submitFlush()
+	}
+	return repaired
+}
+
+// settle reconnects every Offline replica and runs everything in flight
+// to the end.
+func (s *sim) settle() {
 	for r := range replicaCount {
 		s.reconnect(r)
 	}

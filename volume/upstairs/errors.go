@@ -30,6 +30,11 @@ var (
 	// was not sent (or twice), with the wrong reply type or size, or sent
 	// a reply nobody asked for. The replica is faulted.
 	ErrProtocol = errors.New("downstairs broke the protocol")
+	// ErrRestarted: a flush was in flight when every replica restarted;
+	// writes acknowledged before it and not flushed may have been lost
+	// (restart reconciliation), so it cannot promise they are durable.
+	// Writes still in flight are replayed, not failed.
+	ErrRestarted = errors.New("every replica restarted: writes acknowledged before this flush may be lost")
 	// ErrInvalidConfig: Config failed validation.
 	ErrInvalidConfig = errors.New("invalid upstairs config")
 )

@@ -68,9 +68,28 @@ func (u *Upstairs) Flush(ctx context.Context) error {
 // do submits one caller IO, split into jobs of at most wire.MaxDataSize
 // that do not cross extents, and waits for all of them.
 func (u *Upstairs) do(ctx context.Context, kind jobKind, p []byte, off int64) error {
+	return u.doWith(ctx, kind, p, off, false)
+}
+
+// backgroundFlush flushes after a repair, without waiting for room (see
+// waiter.background).
+func (u *Upstairs) backgroundFlush(ctx context.Context) error {
+	if err := u.doWith(ctx, kindFlush, nil, 0, true); err != nil {
+		return fmt.Errorf("flushing volume: %w", err)
+	}
+	return nil
+}
+
+func (u *Upstairs) doWith(ctx context.Context, kind jobKind, p []byte, off int64, background bool) error {
+	return u.doOn(ctx, kind, p, off, background, -1)
+}
+
+// doOn is doWith, reads served first by replica scrub when it is not -1.
+func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, background bool, scrub int) error {
 	w := waiterPool.Get().(*waiter)
+	w.background, w.scrub = background, scrub+1
 	defer func() {
-		w.pending, w.err, w.ids = 0, nil, w.ids[:0]
+		w.pending, w.err, w.ids, w.background, w.scrub = 0, nil, w.ids[:0], false, 0
 		waiterPool.Put(w)
 	}()
 	u.mu.Lock()
@@ -164,7 +183,7 @@ func (u *Upstairs) checkIOLocked(kind jobKind, p []byte, off int64) error {
 // submitLocked waits for room (backpressure), then submits one job for
 // waiter w.
 func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, data []byte, hashes []uint64, first wire.BlockIndex) error {
-	for u.eng.full(len(data)) {
+	for !w.background && u.eng.full(len(data)) {
 		u.spaceWaiters++
 		ch := u.spaceCh
 		u.finishLocked()
@@ -183,7 +202,11 @@ func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, da
 	case kindWrite:
 		id, err = u.eng.submitWrite(first, blocks, len(data))
 	case kindRead:
-		id, err = u.eng.submitRead(first, blocks, len(data))
+		if w.scrub > 0 {
+			id, err = u.eng.submitScrubRead(w.scrub-1, first, blocks, len(data))
+		} else {
+			id, err = u.eng.submitRead(first, blocks, len(data))
+		}
 	default:
 		id, err = u.eng.submitFlush()
 	}

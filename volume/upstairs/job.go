@@ -93,6 +93,10 @@ type job struct {
 	// torn: a replica saw data that did not match the hashes, so the caller
 	// changed the buffer in flight; the job completes with its rewrite.
 	torn bool
+	// superseded: a later write overlapping this one retired (every
+	// replica applied it), so replaying this one would put older data
+	// over it (engine.restarted skips it).
+	superseded bool
 	// abandoned: the caller gave up (context done) and must be released as
 	// soon as its memory is no longer touched.
 	abandoned bool
@@ -104,6 +108,8 @@ type job struct {
 	readTried [replicaCount]bool
 	readBad   [replicaCount]bool
 	parked    bool // a read waiting for any replica to become active
+	// pin is 1 + the replica a scrub read asks first (0: any).
+	pin int8
 }
 
 func (j *job) reset() {
@@ -134,17 +140,6 @@ func (j *job) anyPending() bool {
 		}
 	}
 	return false
-}
-
-// possible counts replicas that applied j or may still apply it.
-func (j *job) possible() int {
-	n := 0
-	for _, x := range j.slot {
-		if x == slotDone || x.pending() {
-			n++
-		}
-	}
-	return n
 }
 
 // overlaps reports whether j and k touch a common block.

@@ -108,7 +108,7 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 		t.Fail(err)
 		return
 	}
-	if ferr := u.Flush(u.ctx); ferr != nil {
+	if ferr := u.backgroundFlush(u.ctx); ferr != nil {
 		u.log.Warn("flush after live repair failed", "replica", r, "err", ferr)
 	}
 	u.log.Info("live repair done; replica active", "replica", r, "target", target,

@@ -42,6 +42,12 @@ type waiter struct {
 	err     error
 	ids     []wire.JobID
 	hashes  []uint64 // per-block hashes of a write, computed before submission
+	// background: a flush the upstairs issues itself after a repair,
+	// which does not wait for room: jobs held for the repaired replica
+	// wait for it (creditRepaired), so it must not wait for them.
+	background bool
+	// scrub is 1 + the replica whose copy a scrub read checks (0: none).
+	scrub int
 }
 
 // bufClasses are the private-copy size classes: powers of two from 512 B to

@@ -128,9 +128,12 @@ func (u *Upstairs) readIntact(ctx context.Context, r int, epoch uint64, e wire.E
 // source; the last batch stamps rep.Target, which stays clean on disk
 // only once no corrupt block remains. srcHashes, when not nil, is the
 // source's hash list and is updated to the blocks written, so the
-// destinations are then compared with what the source now holds.
-func (u *Upstairs) mendSource(ctx context.Context, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
-	srcV wire.ExtentVersion, srcHashes []uint64) error {
+// destinations are then compared with what the source now holds. With
+// zeroLost (a restart reconciliation) a block torn on every replica is
+// zeroed rather than failing the repair: every replica lost it at once,
+// the volume must not stall for it, and a live write of it is replayed.
+func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
+	srcV wire.ExtentVersion, srcHashes []uint64, zeroLost bool) error {
 	e := wire.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	all := make([]uint32, u.region.ExtentBlocks)
@@ -151,7 +154,7 @@ func (u *Upstairs) mendSource(ctx context.Context, rep reconcile.ExtentRepair, e
 	per := u.repairBatchBlocks()
 	for len(bad) > 0 {
 		n := min(per, len(bad))
-		got, err := u.takeFromDonors(ctx, rep, epochs, bad[:n])
+		got, err := u.takeFromDonors(ctx, rep, epochs, bad[:n], zeroLost)
 		if err != nil {
 			return err
 		}
@@ -160,12 +163,12 @@ func (u *Upstairs) mendSource(ctx context.Context, rep reconcile.ExtentRepair, e
 		if len(bad) == 0 {
 			v = toWireVersion(rep.Target)
 		}
-		u.actTracker.GrowTotals(0, uint64(n)*uint64(u.blockSize))
+		t.GrowTotals(0, uint64(n)*uint64(u.blockSize))
 		req := &wire.RepairWrite{Extent: e, Version: v, Blocks: got.blocks, Hashes: got.hashes, Data: got.data}
 		if err := u.stamp(ctx, src, epochs[src], req); err != nil {
 			return err
 		}
-		u.countCopied(repairActivation, u.actTracker, n)
+		u.countCopied(repairActivation, t, n)
 		for i, b := range got.blocks {
 			if srcHashes != nil {
 				srcHashes[b] = got.hashes[i]
@@ -180,7 +183,7 @@ func (u *Upstairs) mendSource(ctx context.Context, rep reconcile.ExtentRepair, e
 // the order of blocks. It fails with a *CorruptBlockError if no donor has
 // one of them.
 func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
-	blocks []uint32) (blockCopies, error) {
+	blocks []uint32, zeroLost bool) (blockCopies, error) {
 	e := wire.ExtentID(rep.Extent)
 	asked := []int{int(rep.Source)}
 	var got blockCopies
@@ -194,6 +197,10 @@ func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepai
 		if need, err = u.readIntact(ctx, int(d), epochs[d], e, need, true, &got); err != nil {
 			return blockCopies{}, err
 		}
+	}
+	if len(need) > 0 && zeroLost {
+		u.addZeroedBlocks(&got, e, need, asked)
+		need = nil
 	}
 	if len(need) > 0 {
 		return blockCopies{}, &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}
@@ -224,4 +231,18 @@ func (u *Upstairs) corruptSourceError(ctx context.Context, c extentCopy, batch [
 	}
 	return fmt.Errorf("reading repair blocks from replica %d: %w", c.src,
 		&CorruptBlockError{Extent: c.extent, Block: bad[0], Replicas: []int{c.src}})
+}
+
+// addZeroedBlocks adds zeroed copies of blocks (of extent e) to got: no
+// replica asked holds them intact after every replica restarted, and the
+// volume must not stall for them (a live write of them is replayed).
+func (u *Upstairs) addZeroedBlocks(got *blockCopies, e wire.ExtentID, blocks []uint32, asked []int) {
+	u.log.Error("blocks damaged on every replica by the restart are lost; zeroing them", "extent", e, "blocks", blocks, "replicas", asked)
+	zero := make([]byte, u.blockSize)
+	h := xxhash.Sum64(zero)
+	for _, b := range blocks {
+		got.blocks = append(got.blocks, b)
+		got.hashes = append(got.hashes, h)
+		got.data = append(got.data, zero...)
+	}
 }

@@ -40,6 +40,10 @@ type RepairStats struct {
 	// ExtentsRepaired counts extents a repair finished (copied or
 	// stamped), once per extent per run.
 	ExtentsRepaired uint64
+	// BlocksRewritten counts read repairs: blocks a replica served
+	// failing their hashes, rewritten there from a peer's good copy
+	// (a read, or Scrub).
+	BlocksRewritten uint64
 }
 
 // repairCounters back RepairStats; updated without Upstairs.mu.
@@ -48,6 +52,7 @@ type repairCounters struct {
 	blocksCopied    atomic.Uint64
 	bytesCopied     atomic.Uint64
 	extentsRepaired atomic.Uint64
+	blocksRewritten atomic.Uint64
 }
 
 // RepairStats returns the repair totals so far.
@@ -56,6 +61,7 @@ func (u *Upstairs) RepairStats() RepairStats {
 		BlocksCompared:  u.stats.blocksCompared.Load(),
 		BlocksCopied:    u.stats.blocksCopied.Load(),
 		BytesCopied:     u.stats.bytesCopied.Load(),
+		BlocksRewritten: u.stats.blocksRewritten.Load(),
 		ExtentsRepaired: u.stats.extentsRepaired.Load(),
 	}
 }

@@ -47,6 +47,7 @@ type replica struct {
 	faultFirst  error
 	faultedAt   time.Time
 	serving     bool                 // a session is in its serving phase (calls accepted)
+	held        bool                 // that session is held for a restart reconciliation (restart_reconcile.go)
 	epoch       uint64               // counts serving sessions; pins repair calls to one
 	calls       []*call              // calls waiting to be sent
 	inflight    map[wire.JobID]*call // calls sent, reply outstanding
@@ -353,10 +354,13 @@ func (r *replica) extentVersions(enc *wire.Encoder, dec replyReader, region wire
 }
 
 // activated reports an activated session: to Activate during activation,
-// to the engine (which replays the backlog) on a reconnect. A replica
-// that may have lost writes (it crashed with unflushed writes, which the
-// engine has retired once every replica acknowledged them) is replayed
-// all the same for now: see the known gap noted below.
+// to the engine on a reconnect, which decides (engine.rejoin): an intact
+// Offline replica is replayed its backlog. One that needs repair — it may
+// have lost writes (it crashed with unflushed writes, which the engine
+// retired once every replica acknowledged them, so a replay cannot bring
+// them back), or it is Repairing — is live-repaired from an Active peer,
+// or, when no peer is Active (every replica restarted), held for a
+// restart reconciliation (restart_reconcile.go).
 func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) error {
 	u := r.u
 	u.mu.Lock()
@@ -376,16 +380,17 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 	if u.eng.replicas[r.id].state == ReplicaOffline {
 		u.eng.flushedOn(r.id, flushedAt(versions, u.gen))
 	}
-	if lostWrites && u.eng.replicas[r.id].state == ReplicaOffline {
-		// Known gap (volume/sim found it; docs/reliability.md): writes
-		// every replica acknowledged but had not flushed were retired
-		// by the engine, so a replay cannot bring them back to this
-		// replica. Repairing it from a peer instead stalls the volume
-		// when every replica restarted at once (no Active source; the
-		// crash campaign found that), so until such a volume reconciles
-		// as at activation the replica is replayed and the loss is
-		// logged.
-		u.log.Warn("replica restarted and may have lost unflushed writes; replaying its backlog", "replica", r.id, "target", r.target)
+	switch u.eng.rejoin(r.id, lostWrites) {
+	case rejoinRepair:
+		if u.eng.replicas[r.id].state == ReplicaOffline {
+			u.log.Warn("replica restarted and may have lost unflushed writes; repairing it instead of replaying", "replica", r.id, "target", r.target)
+			u.faultForRepairLocked(r.id, fmt.Errorf("replica %d restarted and may have lost unflushed writes", r.id))
+		}
+	case rejoinHold:
+		u.holdLocked(r.id)
+		u.stepLocked()
+		u.finishLocked()
+		return nil
 	}
 	u.eng.connected(r.id)
 	u.startLiveRepairLocked(r.id, r.epoch)
@@ -490,6 +495,7 @@ loop:
 		a.done[r.id] = false
 		a.notifyLocked()
 	}
+	u.unholdLocked(r.id)
 	r.dropLocked(err, func() { u.eng.disconnected(r.id) })
 	u.finishLocked()
 	return err
@@ -504,8 +510,11 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 	u := r.u
 	for {
 		u.mu.Lock()
-		switch st := u.eng.replicas[r.id].state; st {
-		case ReplicaActive, ReplicaConnecting, ReplicaRepairing:
+		switch st := u.eng.replicas[r.id].state; {
+		case st == ReplicaActive, st == ReplicaConnecting, st == ReplicaRepairing:
+		case r.held && st != ReplicaStopped:
+			// Held for a restart reconciliation: calls only (an Offline
+			// or Faulted replica is sent no job).
 		default:
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v: %w", r.id, st, errSessionEnded)

@@ -9,7 +9,7 @@ import "fmt"
 //	     │                      ▲  │                     │  │
 //	     │                      │  └──fault──▶ Faulted ◀─┘  │ backlog overflow
 //	     │                      │               │  ▲        │ or fault
-//	     │                      └─ repairDone ─ Repairing ◀─┘ (repairStart from Faulted)
+//	     │                      └─ repairDone ─ Repairing ◀─┘ (repairStart from Faulted or Offline)
 //	     │                      ▲
 //	     │                      └──── connected (replay) ──── Offline
 //	     └──fault──▶ Faulted
@@ -122,6 +122,10 @@ func nextReplicaState(cur ReplicaState, ev replicaEvent) ReplicaState {
 			return ReplicaActive
 		case evFault, evOverflow:
 			return ReplicaFaulted
+		case evRepairStart:
+			// It came back but may have lost writes: repaired, not
+			// replayed (engine.rejoin).
+			return ReplicaRepairing
 		}
 	case ReplicaFaulted:
 		if ev == evRepairStart {

@@ -2,7 +2,6 @@ package upstairs
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -259,11 +258,13 @@ func TestActivationFailsByNameWhenABlockIsTornOnEveryReplica(t *testing.T) {
 	}
 }
 
-// A replica restarted after a power cut tore one of its blocks is replayed
-// (see the known gap in replica.go); when it is the live-repair source for
-// replica 2, the torn block aborts that repair, which retries from a sound
-// replica, and every replica ends identical.
-func TestLiveRepairAbortsOnATornSourceBlockAndRetries(t *testing.T) {
+// A replica that restarts after a power cut tore one of its blocks says
+// so when it rejoins (ActivateAck.LostWrites): the upstairs live-repairs
+// it instead of replaying its backlog over it (before, it rejoined with
+// the torn block, and with any acknowledged writes the crash lost;
+// found by the simulation of package tern/volume/sim). So it is a sound
+// source when replica 2 comes back, and every replica ends identical.
+func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 	cl, want := tornCluster(t)
 	if err := cl.StartAll(); err != nil {
 		t.Fatal(err)
@@ -283,9 +284,7 @@ func TestLiveRepairAbortsOnATornSourceBlockAndRetries(t *testing.T) {
 		t.Fatalf("Activate: %v", err)
 	}
 
-	// Replica 0 (the live repair's source, the lowest Active replica)
-	// restarts after a power cut that tore block 7; the upstairs takes it
-	// back without reconciliation, so it serves with a corrupt block.
+	// Replica 0 restarts after a power cut that tore block 7.
 	if err := cl.Stop(0); err != nil {
 		t.Fatal(err)
 	}
@@ -294,34 +293,21 @@ func TestLiveRepairAbortsOnATornSourceBlockAndRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "replica 0 active again", replicaIs(u, 0, ReplicaActive))
+	waitFor(t, "replica 0's live repair done", func() bool {
+		p, ok := u.LiveRepairProgress(0)
+		return ok && p.Phase == reconcile.PhaseDone
+	})
 
 	ch, cancel := u.SubscribeLiveRepair(2, 64)
 	defer cancel()
-	u.mu.Lock()
-	attempt := u.live[2].tracker // the next attempt takes it over
-	u.mu.Unlock()
 	if err := cl.Start(2); err != nil {
 		t.Fatal(err)
 	}
 	ps := waitFinal(t, ch)
-	if last := ps[len(ps)-1]; last.Phase != reconcile.PhaseError {
-		t.Fatalf("first live repair ended %+v; want phase error", last)
+	if last := ps[len(ps)-1]; last.Phase != reconcile.PhaseDone {
+		t.Fatalf("live repair of replica 2 ended %+v; want phase done", last)
 	}
-	var cbe *CorruptBlockError
-	if err := attempt.Err(); !errors.As(err, &cbe) || cbe.Extent != 0 || cbe.Block != 7 || !slices.Equal(cbe.Replicas, []int{0}) {
-		t.Fatalf("live repair failed with %v; want extent 0 block 7 corrupt on replica 0", err)
-	}
-
-	// A guest write replaces the torn block; a later attempt succeeds.
-	p := make([]byte, testBlockSize)
-	FillPattern(p, testBlockSize, 7, 6)
-	copy(want[7*testBlockSize:], p)
-	ctx, cancelIO := context.WithTimeout(context.Background(), testTimeout)
-	defer cancelIO()
-	if _, err := u.WriteAt(ctx, p, 7*testBlockSize); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "replica 2 active after a later attempt", replicaIs(u, 2, ReplicaActive))
+	waitFor(t, "replica 2 active", replicaIs(u, 2, ReplicaActive))
 	if got := readVolume(t, u); !bytes.Equal(got, want) {
 		t.Error("volume reads differ from the expected data")
 	}

@@ -73,6 +73,8 @@ type Upstairs struct {
 	stateCh chan struct{}
 	// live is each replica's live-repair bookkeeping.
 	live [replicaCount]liveRepairSlot
+	// restart is the restart reconciliation's (restart_reconcile.go).
+	restart restartState
 }
 
 // activation is what Activate and the replica goroutines share while the
@@ -107,6 +109,7 @@ func New(cfg Config) (*Upstairs, error) {
 		met:     newIOMetrics(cfg.Metrics, cfg.UpstairsID),
 		rmet:    newRepairMetrics(cfg.Metrics, cfg.UpstairsID),
 		stateCh: make(chan struct{}),
+		restart: restartState{changed: make(chan struct{})},
 
 		actTracker: reconcile.NewTracker(nil),
 		ctx:        ctx,
@@ -581,6 +584,7 @@ func (u *Upstairs) repairLocked(a action) {
 	r := u.pools.record()
 	r.priv, r.data, r.hashes, r.start = b, b.data, b.hashes, rec.start
 	u.recs[id] = r
+	u.stats.blocksRewritten.Add(uint64(blocks))
 	u.log.Warn("rewriting blocks that failed verification from a peer's copy",
 		"replica", a.replica, "first_block", rec.start, "blocks", blocks)
 }
