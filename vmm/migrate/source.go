@@ -487,5 +487,8 @@ func captureDevices(vm *vmm.VM) ([]DeviceState, error) {
 	}
 	out = append(out, encodeClock(clk), encodeUART(vm.Serial().State()),
 		encodeHistory(vm.Serial().Output().State()), encodeBootTimer(vm.BootTimer().State()))
+	for i, blk := range vm.VirtioBlks() {
+		out = append(out, encodeVirtioBlk(virtioBlkState{Slot: uint16(i), State: blk.State()}))
+	}
 	return out, nil
 }

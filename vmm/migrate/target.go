@@ -272,7 +272,8 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	var (
 		clock *clockState
 		cpus  = map[uint32]*kvm.VCPUState{}
-		apply []func()
+		disks = map[uint16]bool{}
+		apply []func() error
 	)
 	vm := t.vm
 	for _, ds := range list {
@@ -288,12 +289,29 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 				return fmt.Errorf("applying device state: %w: vCPU %d", ErrIncompatible, v.ID)
 			}
 			cpus[v.ID] = v.State
+		case virtioBlkState:
+			if disks[v.Slot] {
+				return fmt.Errorf("applying device state: %w: disk %d twice", ErrIncompatible, v.Slot)
+			}
+			disks[v.Slot] = true
+			f, err := t.deviceApplier(v)
+			if err != nil {
+				return err
+			}
+			apply = append(apply, f)
 		default:
-			apply = append(apply, t.deviceApplier(v))
+			f, err := t.deviceApplier(v)
+			if err != nil {
+				return err
+			}
+			apply = append(apply, f)
 		}
 	}
 	if len(cpus) != len(vm.KVMVCPUs()) || clock == nil {
 		return fmt.Errorf("applying device state: %w: %d of %d vCPUs, clock %v", ErrIncompatible, len(cpus), len(vm.KVMVCPUs()), clock != nil)
+	}
+	if len(disks) != len(vm.VirtioBlks()) {
+		return fmt.Errorf("applying device state: %w: the source has %d disks, this VM %d", ErrIncompatible, len(disks), len(vm.VirtioBlks()))
 	}
 	// Guest time moves on by the host time the migration took since the
 	// capture (never back: clocks of two hosts may disagree).
@@ -320,7 +338,9 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		}
 	}
 	for _, f := range apply {
-		f()
+		if err := f(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
