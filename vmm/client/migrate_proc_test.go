@@ -95,6 +95,16 @@ func (w *consoleWatch) waitVerifyPass(t *testing.T, what string) guests.DirtyVer
 	}
 }
 
+// verifiesOn waits for a dirty verification p's guest makes from now on.
+func verifiesOn(t *testing.T, p *vmmProc, what string) {
+	t.Helper()
+	h, err := p.client.SerialHistory(ctx(t), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchConsole(t, p.client, h.NextOffset).waitVerifyPass(t, what)
+}
+
 // runDirty ensures and runs the dirty guest on p and waits for its first
 // verification.
 func runDirty(t *testing.T, p *vmmProc, spec instance.Spec) {
@@ -124,8 +134,19 @@ func (h *history) waitFor(c *client.Client, what string, done func(instance.Snap
 		after = h.snaps[n-1].Gen
 	}
 	snap, err := c.WaitFor(ctx(h.t), after, func(s instance.Snapshot) bool {
-		if n := len(h.snaps); n > 0 && s.Gen <= h.snaps[n-1].Gen {
-			h.t.Errorf("%s: gen %d after gen %d", h.name, s.Gen, h.snaps[n-1].Gen)
+		if n := len(h.snaps); n > 0 {
+			last := h.snaps[n-1]
+			switch {
+			case s.Gen < last.Gen:
+				h.t.Errorf("%s: gen %d after gen %d", h.name, s.Gen, last.Gen)
+			case s.Gen == last.Gen:
+				// The long-poll's 30 s passed with nothing new: the same
+				// snapshot again, which must not have changed.
+				if s != last {
+					h.t.Errorf("%s: gen %d published twice: %+v and %+v", h.name, s.Gen, last, s)
+				}
+				return false
+			}
 		}
 		h.snaps = append(h.snaps, s)
 		return done(s)
@@ -316,7 +337,7 @@ func TestMigrationVersionMismatchFailsCleanlyOnBothSides(t *testing.T) {
 	if reason := waitTargetFailed(t, dst); !strings.Contains(reason, "99") || !strings.Contains(reason, "version") {
 		t.Errorf("target's reason %q; want the versions named", reason)
 	}
-	watchConsole(t, src.client, 0).waitVerifyPass(t, "on the source after the refused migration")
+	verifiesOn(t, src, "on the source after the refused migration")
 }
 
 // slowToConverge is a target ensure whose source cannot meet its
@@ -335,7 +356,7 @@ func slowToConverge(id, addr, migrationID string) instance.Spec {
 func TestKillingTheTargetDuringPreCopyResumesTheSource(t *testing.T) {
 	src := startVMM(t, "")
 	dst := startVMM(t, src.certs)
-	runDirty(t, src, dirtyMigrationSpec("mig", 128, 64, 1024))
+	runDirty(t, src, dirtyMigrationSpec("mig", 64, 32, 1024))
 	if _, err := dst.client.Ensure(ctx(t), slowToConverge("mig", migrationAddr(t, src), "m-kill-dst")); err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +369,7 @@ func TestKillingTheTargetDuringPreCopyResumesTheSource(t *testing.T) {
 	}
 	dst.termOnce.Do(func() { <-dst.exited })
 	waitSourceResumed(t, srcSeen, src, "m-kill-dst")
-	watchConsole(t, src.client, 0).waitVerifyPass(t, "on the source after its target died")
+	verifiesOn(t, src, "on the source after its target died")
 }
 
 // TestKillingTheSourceDuringPreCopyFailsTheTarget: SIGKILL of the source
@@ -357,7 +378,7 @@ func TestKillingTheTargetDuringPreCopyResumesTheSource(t *testing.T) {
 func TestKillingTheSourceDuringPreCopyFailsTheTarget(t *testing.T) {
 	src := startVMM(t, "")
 	dst := startVMM(t, src.certs)
-	runDirty(t, src, dirtyMigrationSpec("mig", 128, 64, 1024))
+	runDirty(t, src, dirtyMigrationSpec("mig", 64, 32, 1024))
 	if _, err := dst.client.Ensure(ctx(t), slowToConverge("mig", migrationAddr(t, src), "m-kill-src")); err != nil {
 		t.Fatal(err)
 	}
