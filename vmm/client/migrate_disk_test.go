@@ -68,7 +68,7 @@ func (w *consoleWatch) waitDiskPass(t *testing.T, what string) uint64 {
 // migrateDiskGuest runs the disk guest on src over disk, migrates it in
 // the middle of its passes to dst (ensured with targetDisks), and waits
 // for the guest to make its last pass on the target and the target to end
-// destroyed. It returns the target's final view of the instance.
+// destroyed.
 func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disk instance.DiskSpec, targetDisks []instance.DiskSpec) {
 	t.Helper()
 	c := ctx(t)
@@ -96,8 +96,8 @@ func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disk instance.DiskSpec, t
 	dstSeen.waitFor(dst.client, "destroyed once the guest exits", func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
 }
 
-// checkDiskPattern reads sectors from read and checks they hold the disk
-// guest's last pass.
+// checkDiskPattern checks that got, the disk's first diskSectors
+// sectors, holds the disk guest's last pass.
 func checkDiskPattern(t *testing.T, what string, got []byte) {
 	t.Helper()
 	for s := uint64(0); s < diskSectors; s++ {

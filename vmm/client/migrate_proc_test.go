@@ -170,7 +170,7 @@ func migrationAddr(t *testing.T, p *vmmProc) string {
 // ensured with spec, and checks both ends: the source destroyed at out
 // phase finish, the target running at in phase finish, gens strictly
 // increasing on both, and the dirty guest verifying its whole pattern on
-// the target. It returns the target's console watch.
+// the target.
 func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *history) {
 	t.Helper()
 	migrateAndCheck(t, src, dst, spec, srcSeen, func(w *consoleWatch) string {

@@ -12,7 +12,7 @@ import (
 const (
 	// ComponentMigrationFailureInjector fails migrations on purpose:
 	// {kind, fail_exports: N, fail_imports: N, phase: PHASE}
-	// (migrate.InjectorSpec).
+	// (migrate.InjectorSpec); counts default to 0, phase to device.
 	ComponentMigrationFailureInjector = "migration_failure_injector"
 )
 
