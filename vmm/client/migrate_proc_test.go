@@ -427,3 +427,35 @@ func TestMigrationDeniedByTheSourcesPolicyFailsTheTargetWithTheReason(t *testing
 		t.Errorf("target's reason %q; want the instance ids named", reason)
 	}
 }
+
+// TestStoppingAMigrationTargetAbandonsTheImport: a stop requested of a
+// target during pre-copy ends it destroyed with in.phase error, its guest
+// never run; the source resumes and reports the error.
+func TestStoppingAMigrationTargetAbandonsTheImport(t *testing.T) {
+	src := startVMM(t, "")
+	dst := startVMM(t, src.certs)
+	runDirty(t, src, dirtyMigrationSpec("mig", 64, 32, 1024))
+	if _, err := dst.client.Ensure(ctx(t), slowToConverge("mig", migrationAddr(t, src), "m-stop")); err != nil {
+		t.Fatal(err)
+	}
+	dstSeen := &history{t: t, name: "target"}
+	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s instance.Snapshot) bool {
+		return s.Migration.In.Phase == instance.PhaseRAMPush || s.State != instance.Migrating
+	})
+	if err := dst.client.RequestState(ctx(t), instance.Stop); err != nil {
+		t.Fatal(err)
+	}
+	end := dstSeen.waitFor(dst.client, "destroyed", func(s instance.Snapshot) bool {
+		return s.State == instance.Destroyed || s.State == instance.Failed
+	})
+	for _, s := range dstSeen.snaps {
+		if s.State == instance.Running {
+			t.Fatalf("the target ran: %+v", dstSeen.snaps)
+		}
+	}
+	if end.State != instance.Destroyed || end.Migration.In.Phase != instance.PhaseError {
+		t.Fatalf("target ended %+v; want destroyed with in.phase error", end)
+	}
+	waitSourceResumed(t, &history{t: t, name: "source"}, src, "m-stop")
+	verifiesOn(t, src, "on the source after its target stopped")
+}

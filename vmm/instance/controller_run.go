@@ -43,7 +43,12 @@ func (c *Controller) run() {
 	defer d.cancel()
 	if c.spec.Init.Method == InitMigrationTarget {
 		st, err := d.migrateIn()
-		if err != nil {
+		switch {
+		case err != nil && c.pendingNow().Has(Stop):
+			// Stopped on purpose: the import is abandoned, not failed.
+			d.haltWith("stop requested during the migration in", func(s *Snapshot) { s.Migration.In = st })
+			return
+		case err != nil:
 			d.failWith(err, func(s *Snapshot) { s.Migration.In = st })
 			return
 		}
@@ -235,10 +240,14 @@ func (d *driver) teardown() error {
 
 // halt stops the instance: stopping, everything freed, stopped, then
 // destroyed, and the publisher closed.
-func (d *driver) halt(why string) {
+func (d *driver) halt(why string) { d.haltWith(why, nil) }
+
+// haltWith is halt that also applies update (may be nil) to the stopping
+// snapshot.
+func (d *driver) haltWith(why string, update func(*Snapshot)) {
 	c := d.c
 	c.log.Info("instance halting", "reason", why)
-	c.publish(Stopping, Run, Reboot, MigrateOut, MigrateIn)
+	c.publishWith(Stopping, update, Run, Reboot, MigrateOut, MigrateIn)
 	c.dropOutgoing("the instance is stopping")
 	if err := d.teardown(); err != nil {
 		c.log.Error("freeing instance", "err", err)

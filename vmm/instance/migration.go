@@ -262,7 +262,7 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 		}
 		d.forgetMachine()
 		if c.pendingNow().Has(Stop) {
-			err = fmt.Errorf("%w (a stop was requested)", err)
+			err = fmt.Errorf("stopped: %w", err)
 		}
 		return errorStatus(last, err), err
 	}
