@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"tern/tools/guests"
+	"tern/tools/kvmhost"
 	"tern/vmm/instance"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
@@ -25,8 +26,16 @@ import (
 
 // diskPasses is how many write-and-verify passes the disk guest makes in
 // the migration tests: enough that the migration lands in the middle of
-// them, few enough that the guest then ends on the target.
-const diskPasses = 300
+// them, few enough that the guest then ends on the target. Inside the
+// emulated test host a pass is tens of times slower while the
+// migration takes about as long as one pass.
+var diskPasses = uint64(300)
+
+func init() {
+	if kvmhost.InsideEmulatedHost() {
+		diskPasses = 30
+	}
+}
 
 // diskSectors is what each pass writes and verifies.
 const diskSectors = 256
