@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -111,12 +112,6 @@ func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS 
 		ln.Close()
 		return err
 	}
-	sameHostDir, err := os.MkdirTemp("", "tern-vmm-migrate-")
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("making the same-host migration directory: %w", err)
-	}
-	defer os.RemoveAll(sameHostDir)
 	scheme := "http"
 	if apiTLS {
 		scheme = "https"
@@ -125,7 +120,7 @@ func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS 
 	set := metrics.NewSet()
 	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set,
 		Build: versionString(), MigrationAddr: mln.Addr().String(), MigrationVersions: versions,
-		APIURL: url, SameHostDir: sameHostDir})
+		APIURL: url, SameHostSocketPrefix: sameHostSocketPrefix()})
 	go acceptMigrations(mln, srv)
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState}
 	if apiTLS {
@@ -187,6 +182,16 @@ func acceptMigrations(mln *transport.Listener, srv *api.Server) {
 		}
 		srv.AcceptMigration(conn)
 	}
+}
+
+// sameHostSocketPrefix names this process's same-host migration sockets
+// in the abstract namespace: nothing is left on disk, even if the process
+// is killed. The hand-over's nonce, known only to the mutual-TLS peer,
+// guards them.
+func sameHostSocketPrefix() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("@tern-vmm-%d-%x-", os.Getpid(), b)
 }
 
 // MigrationProtocolsEnv is a test hook: a comma-separated list of

@@ -64,9 +64,10 @@ type Config struct {
 	// APIURL is this server's own URL, which a migration target sends
 	// its source for the source's serial watchers.
 	APIURL string
-	// SameHostDir is where a migration source makes its memfd hand-over
-	// socket; empty refuses the same-host path.
-	SameHostDir string
+	// SameHostSocketPrefix is where a migration source makes its memfd
+	// hand-over socket (migrate.SourceConfig.SameHostSocketPrefix); empty
+	// refuses the same-host path.
+	SameHostSocketPrefix string
 }
 
 // Server is the control API of one VMM process: at most one live
@@ -306,7 +307,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 	c := instance.Start(instance.Config{
 		Spec: spec, VolumeTLS: s.cfg.VolumeTLS, NewMachine: s.cfg.NewMachine, Logger: s.cfg.Logger, FirstGen: firstGen,
 		Host: s.cfg.Host, MigrationTLS: s.cfg.VolumeTLS, MigrationVersions: s.cfg.MigrationVersions,
-		APIURL: s.cfg.APIURL, SameHostDir: s.cfg.SameHostDir,
+		APIURL: s.cfg.APIURL, SameHostSocketPrefix: s.cfg.SameHostSocketPrefix,
 	})
 	s.cur = c
 	s.mu.Unlock()

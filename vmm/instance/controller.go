@@ -39,9 +39,10 @@ type Config struct {
 	// APIURL is this VMM's API, which a migration target sends its
 	// source for the source's serial watchers.
 	APIURL string
-	// SameHostDir is where a migration source makes its memfd hand-over
-	// socket; empty refuses the same-host path.
-	SameHostDir string
+	// SameHostSocketPrefix is where a migration source makes its memfd
+	// hand-over socket (migrate.SourceConfig.SameHostSocketPrefix); empty
+	// refuses the same-host path.
+	SameHostSocketPrefix string
 }
 
 // Controller is one instance: the owner goroutine that builds its disks

@@ -23,15 +23,15 @@ const migrationDialTimeout = 30 * time.Second
 // migrationConfig is what the controller needs to migrate either way;
 // immutable after Start.
 type migrationConfig struct {
-	host        Host
-	tls         *tls.Config
-	versions    []migrate.Version
-	apiURL      string
-	sameHostDir string
+	host           Host
+	tls            *tls.Config
+	versions       []migrate.Version
+	apiURL         string
+	sameHostPrefix string
 }
 
 func migrationConfigOf(cfg Config) migrationConfig {
-	m := migrationConfig{host: cfg.Host, versions: cfg.MigrationVersions, apiURL: cfg.APIURL, sameHostDir: cfg.SameHostDir}
+	m := migrationConfig{host: cfg.Host, versions: cfg.MigrationVersions, apiURL: cfg.APIURL, sameHostPrefix: cfg.SameHostSocketPrefix}
 	if cfg.MigrationTLS != nil {
 		m.tls = cfg.MigrationTLS.Clone()
 		m.tls.NextProtos = []string{migrate.NextProto}
@@ -124,7 +124,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		return false
 	}
 	cfg := migrate.SourceConfig{
-		VM: vm, Spec: specJSON, Versions: c.mig.versions, SameHostDir: c.mig.sameHostDir,
+		VM: vm, Spec: specJSON, Versions: c.mig.versions, SameHostSocketPrefix: c.mig.sameHostPrefix,
 		Logger: c.log.With("migration", "out"),
 		OnOffer: func(o migrate.Offer) error {
 			id, apiURL = o.MigrationID, o.APIURL

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -39,10 +38,12 @@ type SourceConfig struct {
 	// SameHostSocket, when set, is a unix socket path: the memfds are
 	// handed over on it after the pause and no page is copied.
 	SameHostSocket string
-	// SameHostDir, when set, is where the source makes its hand-over
-	// socket when the target's Offer asks for the same-host path; without
-	// it such an offer is refused (ErrIncompatible).
-	SameHostDir string
+	// SameHostSocketPrefix, when set, is where the source makes its
+	// hand-over socket (the prefix and a random name) when the target's
+	// Offer asks for the same-host path; without it such an offer is
+	// refused (ErrIncompatible). A prefix starting with '@' names Linux's
+	// abstract socket namespace, where no file is made.
+	SameHostSocketPrefix string
 	// OnOffer, when set, sees the target's Offer before anything else
 	// happens; an error refuses the migration with that reason.
 	OnOffer func(Offer) error
@@ -189,12 +190,12 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 		s.cfg.Policy.DowntimeTarget = h.Offer.DowntimeTarget
 	}
 	if h.Offer.SameHost && s.cfg.SameHostSocket == "" {
-		if s.cfg.SameHostDir == "" {
+		if s.cfg.SameHostSocketPrefix == "" {
 			return res, false, fmt.Errorf("%w: the target asks for the same-host path, which this source does not offer", ErrIncompatible)
 		}
 		var name [8]byte
 		rand.Read(name[:])
-		s.cfg.SameHostSocket = filepath.Join(s.cfg.SameHostDir, fmt.Sprintf("migrate-%x.sock", name))
+		s.cfg.SameHostSocket = fmt.Sprintf("%smigrate-%x.sock", s.cfg.SameHostSocketPrefix, name)
 	}
 	res.Version = v
 	if err := s.p.send(welcome{v}); err != nil {

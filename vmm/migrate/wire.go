@@ -99,7 +99,7 @@ type Offer struct {
 	// whole milliseconds on the wire.
 	DowntimeTarget time.Duration
 	// SameHost asks for the memfd hand-over (the source agrees when it has
-	// a SourceConfig.SameHostDir).
+	// a SourceConfig.SameHostSocketPrefix).
 	SameHost bool
 	// APIURL is the target's API, which the source's serial watchers are
 	// sent to.
