@@ -116,11 +116,21 @@ func (d *driver) migrateOut() (migrated bool) {
 	}
 	vm := vmOf(d.machine)
 	specJSON, err := json.Marshal(spec)
-	if conn == nil || vm == nil || err != nil {
+	switch {
+	case err == nil && conn == nil:
+		err = errors.New("no migration connection")
+	case err == nil && vm == nil:
+		err = errors.New("no VM to migrate")
+	case err == nil && spec.Guest.Kind == GuestLinux:
+		// Its interrupt controller, PIT and UART interrupt line are not
+		// device state the engine moves yet.
+		err = errors.New("a Linux guest does not migrate yet")
+	}
+	if err != nil {
 		if conn != nil {
-			conn.CloseWithError(codeMigrationRefused, "this instance cannot migrate out")
+			conn.CloseWithError(codeMigrationRefused, "migrate_out refused: "+err.Error())
 		}
-		fail(MigrationStatus{Phase: PhaseError, Error: fmt.Sprintf("migrating out: no VM to migrate (%v)", err)})
+		fail(MigrationStatus{Phase: PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
 		return false
 	}
 	cfg := migrate.SourceConfig{
@@ -326,8 +336,8 @@ func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, er
 		c.mu.Unlock()
 	}
 	vcfg := vmm.Config{Guest: spec.Guest.Path, MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, Logger: c.log}
-	if len(d.disks) > 0 {
-		vcfg.Disk = d.disks[0].backend
+	for _, dk := range d.disks {
+		vcfg.Disks = append(vcfg.Disks, dk.backend)
 	}
 	vm, err := vmm.NewMigrationTarget(vcfg, mem)
 	if err != nil {
