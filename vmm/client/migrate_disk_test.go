@@ -40,12 +40,13 @@ func init() {
 // diskSectors is what each pass writes and verifies.
 const diskSectors = 256
 
-// diskGuestSpec is the disk guest making diskPasses passes over disk.
-func diskGuestSpec(id string, disk instance.DiskSpec) instance.Spec {
+// diskGuestSpec is the disk guest making diskPasses passes over
+// disks[device].
+func diskGuestSpec(id string, disks []instance.DiskSpec, device uint64) instance.Spec {
 	return instance.Spec{ID: id, Name: "disk", VCPUs: 1, MemoryMiB: 32,
 		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{
-			"seed": 7, "sectors": diskSectors, "passes": diskPasses}},
-		Disks: []instance.DiskSpec{disk},
+			"seed": 7, "sectors": diskSectors, "passes": diskPasses, "device": device}},
+		Disks: disks,
 		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
 }
 
@@ -74,14 +75,14 @@ func (w *consoleWatch) waitDiskPass(t *testing.T, what string) uint64 {
 	}
 }
 
-// migrateDiskGuest runs the disk guest on src over disk, migrates it in
+// migrateDiskGuest runs the disk guest on src over disks[device], migrates it in
 // the middle of its passes to dst (ensured with targetDisks), and waits
 // for the guest to make its last pass on the target and the target to end
 // destroyed.
-func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disk instance.DiskSpec, targetDisks []instance.DiskSpec) {
+func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disks []instance.DiskSpec, device uint64, targetDisks []instance.DiskSpec) {
 	t.Helper()
 	c := ctx(t)
-	if _, err := src.client.Ensure(c, diskGuestSpec("disk-mig", disk)); err != nil {
+	if _, err := src.client.Ensure(c, diskGuestSpec("disk-mig", disks, device)); err != nil {
 		t.Fatal(err)
 	}
 	if err := src.client.RequestState(c, instance.Run); err != nil {
@@ -127,7 +128,7 @@ func TestMigrateDiskGuestWithAFileDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk := instance.DiskSpec{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}}
-	migrateDiskGuest(t, src, dst, disk, nil)
+	migrateDiskGuest(t, src, dst, []instance.DiskSpec{disk}, 0, nil)
 	got, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +137,11 @@ func TestMigrateDiskGuestWithAFileDisk(t *testing.T) {
 }
 
 // TestMigrateDiskGuestWithAVolumeDisk migrates the disk guest, in the
-// middle of its passes, with its volume of three `tern downstairs`
-// processes: the target activates at the source's generation + 1 once the
-// source paused and flushed, the passes go on verifying there, and every
-// replica holds the guest's last pattern.
+// middle of its passes, with two disks: a file, and the volume of three
+// `tern downstairs` processes it tests. The target activates the volume
+// at the source's generation + 1 once the source paused and flushed, the
+// passes go on verifying there, and every replica holds the guest's last
+// pattern.
 func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 	kvmtest.Require(t)
 	base := t.TempDir()
@@ -163,14 +165,21 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 	src := startVMM(t, certs)
 	dst := startVMM(t, certs)
 	wait := uint64(60_000)
-	disk := instance.DiskSpec{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: addrs,
-		Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 2, QuorumWaitMs: &wait}}
-	migrateDiskGuest(t, src, dst, disk, nil)
+	file := filepath.Join(base, "other.img")
+	if err := os.WriteFile(file, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disks := []instance.DiskSpec{
+		{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}},
+		{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: addrs,
+			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 2, QuorumWaitMs: &wait}},
+	}
+	migrateDiskGuest(t, src, dst, disks, 1, nil)
 	v, err := dst.client.Get(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Spec.Disks) != 1 || v.Spec.Disks[0].Backend.Gen != 3 {
+	if len(v.Spec.Disks) != 2 || v.Spec.Disks[1].Backend.Gen != 3 {
 		t.Fatalf("the target's disks %+v; want the volume at the source's generation 2 + 1", v.Spec.Disks)
 	}
 	for i, p := range procs {
