@@ -75,10 +75,9 @@ func (w *consoleWatch) waitDiskPass(t *testing.T, what string) uint64 {
 	}
 }
 
-// migrateDiskGuest runs the disk guest on src over disks[device], migrates it in
-// the middle of its passes to dst, and waits
-// for the guest to make its last pass on the target and the target to end
-// destroyed.
+// migrateDiskGuest runs the disk guest on src over disks[device],
+// migrates it in the middle of its passes to dst, and waits for the guest
+// to make its last pass on the target and the target to end destroyed.
 func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disks []instance.DiskSpec, device, passes uint64) {
 	t.Helper()
 	c := ctx(t)
