@@ -30,8 +30,9 @@ func (vm *VM) attachDevices(cfg Config) error {
 	for i, d := range cfg.disks() {
 		name := diskName(i)
 		blk := devices.NewVirtioBlk(d, name, vm.mem)
-		errs = append(errs, vm.mmio.Register("virtio-blk "+name, VirtioBlkAddr(i), devices.MMIOSize,
-			devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})))
+		t := devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})
+		vm.virtioBlks = append(vm.virtioBlks, t)
+		errs = append(errs, vm.mmio.Register("virtio-blk "+name, VirtioBlkAddr(i), devices.MMIOSize, t))
 	}
 	return errors.Join(errs...)
 }

@@ -42,6 +42,8 @@ type VM struct {
 	uart      *devices.UART
 	debugExit *devices.DebugExit
 	bootTimer *devices.BootTimer
+	// virtioBlks are the disks' transports, in slot order.
+	virtioBlks []*devices.VirtioMMIO
 	// devCtx bounds the devices' backend IO; cancelled by Close.
 	devCtx    context.Context
 	devCancel context.CancelFunc
@@ -278,6 +280,10 @@ func (vm *VM) Memory() *memory.Memory { return vm.mem }
 
 // BootTimer returns the boot timer, done when the guest wrote its magic.
 func (vm *VM) BootTimer() *devices.BootTimer { return vm.bootTimer }
+
+// VirtioBlks returns the disks' virtio-mmio transports in slot order (for
+// migration).
+func (vm *VM) VirtioBlks() []*devices.VirtioMMIO { return vm.virtioBlks }
 
 // KVM returns the KVM VM (for dirty logging and state capture); valid
 // until Close.

@@ -12,7 +12,7 @@ import (
 const (
 	// ComponentMigrationFailureInjector fails migrations on purpose:
 	// {kind, fail_exports: N, fail_imports: N, phase: PHASE}
-	// (migrate.InjectorSpec).
+	// (migrate.InjectorSpec); counts default to 0, phase to device.
 	ComponentMigrationFailureInjector = "migration_failure_injector"
 )
 
@@ -37,8 +37,11 @@ func parseInjector(raw json.RawMessage) (migrate.InjectorSpec, error) {
 		return migrate.InjectorSpec{}, err
 	}
 	spec := j.InjectorSpec
+	if spec.Phase == 0 {
+		spec.Phase = migrate.PhaseDevice // the default, as Propolis's
+	}
 	switch {
-	case spec.Phase == 0 || spec.Phase == migrate.PhaseError:
+	case spec.Phase == migrate.PhaseError:
 		return spec, fmt.Errorf("phase: want one of %v", migrate.Phases)
 	case spec.FailExports < 0 || spec.FailImports < 0:
 		return spec, fmt.Errorf("fail_exports %d, fail_imports %d: want 0 or more", spec.FailExports, spec.FailImports)

@@ -78,6 +78,9 @@ func (m vmmMachine) Close() error                            { return m.vm.Close
 func (m vmmMachine) SerialOutput() *devices.History          { return m.vm.Serial().Output() }
 func (m vmmMachine) SerialInput(p []byte) int                { return m.vm.Serial().Input(p) }
 
+// VM is the VM a migration moves.
+func (m vmmMachine) VM() *vmm.VM { return m.vm }
+
 // guestParamsFor turns a built-in guest's API parameters into its
 // parameter block, and returns the dirty guest's rate in MiB/s, which
 // needs the TSC frequency the VM learns (setDirtyRate).
@@ -100,7 +103,9 @@ func guestParamsFor(s Spec) (*guests.Params, uint64) {
 		p.VerifyEverySec = g.Params["verify_every_sec"]
 		rate = g.Params["dirty_mib_per_sec"]
 	case "disk":
-		p.Seed, p.Sectors = g.Params["seed"], g.Params["sectors"]
+		// passes (default 1) repeats the write-and-verify, pass K with
+		// the pattern of seed + K.
+		p.Seed, p.Sectors, p.Passes = g.Params["seed"], g.Params["sectors"], g.Params["passes"]
 		p.VirtioBase = vmm.VirtioBlkAddr(int(g.Params["device"]))
 	}
 	return p, rate

@@ -9,8 +9,10 @@
 // payload (wire.go); page data follows a pages frame raw, outside its
 // length, so it is written straight into the target's guest mapping.
 //
-//  1. Hello: the target offers its protocol versions, the source answers
-//     with the highest both speak, or an error (ErrNoCommonVersion) that
+//  1. Hello: the target offers its protocol versions and what it asks of
+//     this migration (Offer: migration id, downtime target, same host, its
+//     API URL; a block versioned on its own), the source answers with the
+//     highest version both speak, or an error (ErrNoCommonVersion) that
 //     ends both sides cleanly.
 //  2. sync: the source sends its preamble (the opaque instance spec, the
 //     RAM layout, the vCPU count, the memory method); the target builds
@@ -21,13 +23,17 @@
 //     measures bandwidth from round start to acknowledgement and stops
 //     iterating per Decide (convergence.go): dirty bytes / bandwidth ≤
 //     the downtime target, or the round limit.
-//  4. pause: the source parks its vCPUs (the devices are driven by them).
+//  4. pause: the source parks its vCPUs (the devices are driven by them)
+//     and runs SourceConfig.AfterPause (the controller flushes its disks).
 //  5. ram_push_dirty: the last dirty pages (or, same-host, the memfds).
 //  6. device: a list of {kind, version, payload} (devices.go): vCPU
-//     state, clock, UART, serial history, boot timer. The target decodes
-//     every entry before it applies any; an unknown kind or version is an
-//     error that aborts the migration.
-//  7. finish: the target says it is ready; the source sends commit. The
+//     state, clock, UART, serial history, boot timer, the disk's
+//     virtio-mmio transport. The target decodes every entry before it
+//     applies any; an unknown kind or version is an error that aborts the
+//     migration.
+//  7. finish: the target runs TargetConfig.BeforeFinish (the controller
+//     activates its volumes at their higher generation) and says it is
+//     ready; the source sends commit. The
 //     source's decision to send commit is the one point of no return:
 //     from then on it never resumes its guest; the target runs its guest
 //     iff it read commit, then acknowledges, which ends downtime.

@@ -29,6 +29,13 @@ type TargetConfig struct {
 	// Versions are the protocol versions offered (default
 	// SupportedVersions).
 	Versions []Version
+	// Offer is sent with the versions in the hello.
+	Offer Offer
+	// BeforeFinish, when set, runs once the source has paused (and run
+	// its AfterPause) and the device state is applied, before the target
+	// says it is ready to commit: the last step that may still fail the
+	// migration, where volumes are activated with a higher generation.
+	BeforeFinish func(ctx context.Context) error
 	// Injector, when set, fails imports on purpose.
 	Injector *Injector
 	// OnProgress receives every published Progress, in order.
@@ -102,7 +109,7 @@ func (t *target) run(ctx context.Context) (res Result, err error) {
 	if t.p.s, err = t.p.conn.OpenStreamSync(ctx); err != nil {
 		return res, fmt.Errorf("opening the migration stream: %w", remote(err))
 	}
-	if err := t.p.send(hello{Versions: t.cfg.Versions}); err != nil {
+	if err := t.p.send(hello{Versions: t.cfg.Versions, Offer: t.cfg.Offer}); err != nil {
 		return res, err
 	}
 	w, err := expect[welcome](t.p)
@@ -200,6 +207,11 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 			}
 		}
 		if m.Phase == PhaseFinish {
+			if t.cfg.BeforeFinish != nil {
+				if err := t.cfg.BeforeFinish(ctx); err != nil {
+					return false, fmt.Errorf("before finish: %w", err)
+				}
+			}
 			t.finishSent = true
 			return false, t.p.send(empty{msgFinishReady})
 		}
@@ -260,7 +272,8 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	var (
 		clock *clockState
 		cpus  = map[uint32]*kvm.VCPUState{}
-		apply []func()
+		disks = map[uint16]bool{}
+		apply []func() error
 	)
 	vm := t.vm
 	for _, ds := range list {
@@ -276,12 +289,29 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 				return fmt.Errorf("applying device state: %w: vCPU %d", ErrIncompatible, v.ID)
 			}
 			cpus[v.ID] = v.State
+		case virtioBlkState:
+			if disks[v.Slot] {
+				return fmt.Errorf("applying device state: %w: disk %d twice", ErrIncompatible, v.Slot)
+			}
+			disks[v.Slot] = true
+			f, err := t.deviceApplier(v)
+			if err != nil {
+				return err
+			}
+			apply = append(apply, f)
 		default:
-			apply = append(apply, t.deviceApplier(v))
+			f, err := t.deviceApplier(v)
+			if err != nil {
+				return err
+			}
+			apply = append(apply, f)
 		}
 	}
 	if len(cpus) != len(vm.KVMVCPUs()) || clock == nil {
 		return fmt.Errorf("applying device state: %w: %d of %d vCPUs, clock %v", ErrIncompatible, len(cpus), len(vm.KVMVCPUs()), clock != nil)
+	}
+	if len(disks) != len(vm.VirtioBlks()) {
+		return fmt.Errorf("applying device state: %w: the source has %d disks, this VM %d", ErrIncompatible, len(disks), len(vm.VirtioBlks()))
 	}
 	// Guest time moves on by the host time the migration took since the
 	// capture (never back: clocks of two hosts may disagree).
@@ -301,6 +331,7 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	}
 	for i, c := range vm.KVMVCPUs() {
 		st := cpus[uint32(i)]
+		restoreTRAvailableOnAMD(c, st)
 		advanceTSC(st, delta)
 		dropUnchangedMSRs(c, st)
 		if err := c.RestoreState(st, spec); err != nil {
@@ -308,9 +339,41 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		}
 	}
 	for _, f := range apply {
-		f()
+		if err := f(); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// TSS descriptor types of a 64-bit TR.
+const (
+	trTypeAvailable = 9
+	trTypeBusy      = 11
+)
+
+// restoreTRAvailableOnAMD restores a busy 64-bit TR as available on an
+// AMD host. KVM on SVM reports a loaded TR as busy whatever the VMCB holds
+// (it ORs the busy bit in), SVM checks no TR type, and QEMU's TCG — the
+// emulated test host's CPU — honours the IO-permission bitmap only of an
+// available TR, so a guest doing port IO at CPL3 through its TSS's bitmap
+// would #GP after the restore. Intel's VM entry requires a busy TR, so on
+// any other vendor it stays as saved.
+func restoreTRAvailableOnAMD(c *kvm.VCPU, st *kvm.VCPUState) {
+	if st.Sregs.TR.Type != trTypeBusy {
+		return
+	}
+	entries, err := c.CPUID2()
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		// "AuthenticAMD" in EBX, EDX, ECX of leaf 0.
+		if e.Function == 0 && e.EBX == 0x68747541 && e.EDX == 0x69746e65 && e.ECX == 0x444d4163 {
+			st.Sregs.TR.Type = trTypeAvailable
+			return
+		}
+	}
 }
 
 // advanceTSC moves the saved TSC on by deltaNs at the vCPU's frequency.

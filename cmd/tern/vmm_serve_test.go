@@ -1,0 +1,31 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"tern/vmm/migrate"
+)
+
+// TestMigrationProtocolsHook reads TERN_MIGRATION_PROTOCOLS: unset is the
+// engine's own list, a list replaces it, and anything else is refused.
+func TestMigrationProtocolsHook(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want []migrate.Version
+		ok   bool
+	}{
+		{"", nil, true},
+		{"99", []migrate.Version{99}, true},
+		{"1, 7", []migrate.Version{1, 7}, true},
+		{"0", nil, false},
+		{"x", nil, false},
+		{"70000", nil, false},
+	} {
+		t.Setenv(MigrationProtocolsEnv, tc.env)
+		got, err := migrationProtocols()
+		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
+			t.Errorf("%s=%q: %v, %v; want %v (ok %v)", MigrationProtocolsEnv, tc.env, got, err, tc.want, tc.ok)
+		}
+	}
+}
