@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -104,18 +106,32 @@ func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS 
 		return err
 	}
 	defer mln.Close()
-	set := metrics.NewSet()
-	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set,
-		Build: versionString(), MigrationAddr: mln.Addr().String()})
-	go refuseMigrations(mln, log)
+	versions, err := migrationProtocols()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	sameHostDir, err := os.MkdirTemp("", "tern-vmm-migrate-")
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("making the same-host migration directory: %w", err)
+	}
+	defer os.RemoveAll(sameHostDir)
 	scheme := "http"
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState}
 	if apiTLS {
 		scheme = "https"
+	}
+	url := fmt.Sprintf("%s://%s", scheme, ln.Addr())
+	set := metrics.NewSet()
+	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set,
+		Build: versionString(), MigrationAddr: mln.Addr().String(), MigrationVersions: versions,
+		APIURL: url, SameHostDir: sameHostDir})
+	go acceptMigrations(mln, srv)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState}
+	if apiTLS {
 		hs.TLSConfig = bundle.ServerConfig()
 		ln = tls.NewListener(ln, hs.TLSConfig)
 	}
-	url := fmt.Sprintf("%s://%s", scheme, ln.Addr())
 	fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", url)
 	log.Info("vmm serving", "component", "vmm", "url", url, "migration_addr", mln.Addr().String())
 	served := make(chan error, 1)
@@ -160,15 +176,38 @@ func listenMigration(addr string, bundle *tlsconf.Bundle) (*transport.Listener, 
 	return mln, nil
 }
 
-// refuseMigrations accepts migration connections until mln is closed and
-// closes each: this VMM does not yet serve an outgoing migration.
-func refuseMigrations(mln *transport.Listener, log *slog.Logger) {
+// acceptMigrations hands every migration connection to the API server,
+// whose instance's request policy takes or refuses it, until mln is
+// closed.
+func acceptMigrations(mln *transport.Listener, srv *api.Server) {
 	for {
 		conn, err := mln.Accept(context.Background())
 		if err != nil {
 			return
 		}
-		log.Warn("refusing a migration connection: no outgoing migration is served", "component", "vmm", "peer", conn.RemoteAddr().String())
-		conn.CloseWithError(1, "no outgoing migration")
+		srv.AcceptMigration(conn)
 	}
+}
+
+// MigrationProtocolsEnv is a test hook: a comma-separated list of
+// migration protocol versions this process offers and reports instead of
+// migrate.SupportedVersions, so that a version mismatch can be produced
+// between two real processes (TERN_MIGRATION_PROTOCOLS=99).
+const MigrationProtocolsEnv = "TERN_MIGRATION_PROTOCOLS"
+
+// migrationProtocols reads MigrationProtocolsEnv; nil when unset.
+func migrationProtocols() ([]migrate.Version, error) {
+	v := os.Getenv(MigrationProtocolsEnv)
+	if v == "" {
+		return nil, nil
+	}
+	var out []migrate.Version
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%s=%q: want comma-separated protocol versions from 1 to 65535", MigrationProtocolsEnv, v)
+		}
+		out = append(out, migrate.Version(n))
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/coder/websocket"
@@ -55,9 +56,20 @@ func (s *Server) serialStream(w http.ResponseWriter, r *http.Request) {
 	}()
 	defer func() { conn.CloseNow(); <-readerDone }()
 
-	if err := streamConsole(ctx, conn, c, from); err == nil {
-		conn.Close(websocket.StatusNormalClosure, "instance gone")
+	if err := streamConsole(ctx, conn, c, from); err != nil {
+		return
 	}
+	if to := c.MigratedTo(); to != "" {
+		// The instance runs on elsewhere: one text message names where,
+		// and the socket closes normally.
+		msg, _ := json.Marshal(MigratedTo{URL: to})
+		if err := conn.Write(ctx, websocket.MessageText, msg); err != nil {
+			return
+		}
+		conn.Close(websocket.StatusNormalClosure, "instance migrated")
+		return
+	}
+	conn.Close(websocket.StatusNormalClosure, "instance gone")
 }
 
 // streamConsole sends the console from offset until the instance is gone

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/quic-go/quic-go"
 
 	"tern/dataplane/telemetry"
 	"tern/vmm/devices"
@@ -57,6 +58,15 @@ type Config struct {
 	// MigrationAddr is the migration endpoint GET /v1/instance reports;
 	// empty when the process does not listen for migration.
 	MigrationAddr string
+	// MigrationVersions are the migration protocol versions offered and
+	// reported (nil: migrate.SupportedVersions).
+	MigrationVersions []migrate.Version
+	// APIURL is this server's own URL, which a migration target sends
+	// its source for the source's serial watchers.
+	APIURL string
+	// SameHostDir is where a migration source makes its memfd hand-over
+	// socket; empty refuses the same-host path.
+	SameHostDir string
 }
 
 // Server is the control API of one VMM process: at most one live
@@ -295,6 +305,8 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 	}
 	c := instance.Start(instance.Config{
 		Spec: spec, VolumeTLS: s.cfg.VolumeTLS, NewMachine: s.cfg.NewMachine, Logger: s.cfg.Logger, FirstGen: firstGen,
+		Host: s.cfg.Host, MigrationTLS: s.cfg.VolumeTLS, MigrationVersions: s.cfg.MigrationVersions,
+		APIURL: s.cfg.APIURL, SameHostDir: s.cfg.SameHostDir,
 	})
 	s.cur = c
 	s.mu.Unlock()
@@ -345,7 +357,7 @@ func unjoin(err error) []error {
 
 func (s *Server) view(c *instance.Controller) InstanceView {
 	snap := c.Publisher().Current()
-	v := InstanceView{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.Spec(), Disks: c.Disks(),
+	v := InstanceView{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.BuiltSpec(), Disks: c.Disks(),
 		Migration: snap.Migration, MigrationAddr: s.cfg.MigrationAddr}
 	if err := c.Failure(); err != nil {
 		v.Error = err.Error()
@@ -543,7 +555,38 @@ func uintParam(v string, def uint64) (uint64, error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: migrate.SupportedVersions, Devices: migrate.DeviceVersions()})
+	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migrate.DeviceVersions()})
+}
+
+func (s *Server) migrationVersions() []migrate.Version {
+	if s.cfg.MigrationVersions != nil {
+		return s.cfg.MigrationVersions
+	}
+	return migrate.SupportedVersions
+}
+
+// AcceptMigration hands a migration connection a target dialed to the
+// live instance, whose request policy decides; with no live instance the
+// connection is closed with the reason.
+func (s *Server) AcceptMigration(conn *quic.Conn) {
+	s.mu.Lock()
+	c, closed := s.cur, s.closed
+	s.mu.Unlock()
+	var err error
+	switch {
+	case closed:
+		err = errors.New("the source VMM is shutting down")
+	case c == nil || gone(c):
+		err = errors.New("the source VMM has no live instance")
+	default:
+		err = c.AcceptMigration(conn) // closes conn itself when denied
+		if err != nil {
+			s.log.Warn("migration out refused", "peer", conn.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	s.log.Warn("migration out refused", "peer", conn.RemoteAddr().String(), "err", err)
+	conn.CloseWithError(6, err.Error())
 }
 
 func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {

@@ -31,6 +31,13 @@ type Version struct {
 	Devices map[string][]uint16 `json:"devices"`
 }
 
+// MigratedTo is the one text message a serial watcher of a migration
+// source gets before its socket closes: the API URL of the VMM the
+// instance runs on now.
+type MigratedTo struct {
+	URL string `json:"migrated_to"`
+}
+
 // StateRequest is the body of PUT /v1/instance/state.
 type StateRequest struct {
 	Requested instance.Request `json:"requested"`

@@ -37,8 +37,11 @@ func parseInjector(raw json.RawMessage) (migrate.InjectorSpec, error) {
 		return migrate.InjectorSpec{}, err
 	}
 	spec := j.InjectorSpec
+	if spec.Phase == 0 {
+		spec.Phase = migrate.PhaseDevice // the default, as Propolis's
+	}
 	switch {
-	case spec.Phase == 0 || spec.Phase == migrate.PhaseError:
+	case spec.Phase == migrate.PhaseError:
 		return spec, fmt.Errorf("phase: want one of %v", migrate.Phases)
 	case spec.FailExports < 0 || spec.FailImports < 0:
 		return spec, fmt.Errorf("fail_exports %d, fail_imports %d: want 0 or more", spec.FailExports, spec.FailImports)

@@ -20,11 +20,16 @@ type consolePump struct {
 
 // startConsolePump starts copying from to into.
 func startConsolePump(from, into *devices.History) *consolePump {
+	return startConsolePumpAt(from, into, 0)
+}
+
+// startConsolePumpAt starts copying from's bytes from offset on to into.
+func startConsolePumpAt(from, into *devices.History, offset uint64) *consolePump {
 	p := &consolePump{quit: make(chan struct{})}
 	sub := from.Subscribe()
 	p.wg.Go(func() {
 		defer sub.Close()
-		var off uint64
+		off := offset
 		copyOut := func() {
 			for {
 				data, _, next, err := from.ReadFrom(off, 64<<10)

@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/quic-go/quic-go"
+
 	"tern/vmm/devices"
+	"tern/vmm/migrate"
 )
 
 // Config is what Start needs besides the spec.
@@ -23,6 +26,22 @@ type Config struct {
 	// FirstGen is the gen of the first snapshot (0 means 1); see
 	// NewPublisherAt.
 	FirstGen uint64
+	// Host is what a migration target validates the spec it inherits
+	// against.
+	Host Host
+	// MigrationTLS is the client configuration a migration target dials
+	// its source with (mutual TLS; NextProtos is set here); nil refuses
+	// migration in.
+	MigrationTLS *tls.Config
+	// MigrationVersions are the protocol versions offered either way
+	// (nil: migrate.SupportedVersions).
+	MigrationVersions []migrate.Version
+	// APIURL is this VMM's API, which a migration target sends its
+	// source for the source's serial watchers.
+	APIURL string
+	// SameHostDir is where a migration source makes its memfd hand-over
+	// socket; empty refuses the same-host path.
+	SameHostDir string
 }
 
 // Controller is one instance: the owner goroutine that builds its disks
@@ -33,6 +52,7 @@ type Controller struct {
 	// Immutable after Start.
 	spec       Spec
 	volumeTLS  *tls.Config
+	mig        migrationConfig
 	newMachine NewMachineFunc
 	log        *slog.Logger
 	pub        *Publisher
@@ -54,6 +74,15 @@ type Controller struct {
 	machine Machine
 	// failure is why the instance failed, if it did.
 	failure error
+	// built is the spec the instance is built from: spec, or for a
+	// migration target the source's merged with the ensure's (set once
+	// the source's is known); see BuiltSpec.
+	built Spec
+	// outgoing is the connection of a migration out that the policy
+	// enqueued and the owner goroutine has not taken yet.
+	outgoing *quic.Conn
+	// migratedTo is the target's API URL once a migration out finished.
+	migratedTo string
 }
 
 // Failure returns why the instance failed; nil unless its state is failed.
@@ -70,13 +99,22 @@ func Start(cfg Config) *Controller {
 	c := &Controller{
 		spec:       cfg.Spec,
 		volumeTLS:  cfg.VolumeTLS,
+		mig:        migrationConfigOf(cfg),
 		newMachine: cfg.NewMachine,
 		log:        cfg.Logger,
-		pub:        NewPublisherAt(cfg.FirstGen, Creating, Migration{}),
 		console:    devices.NewHistory(consoleHistoryBytes),
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		state:      Creating,
+		built:      cfg.Spec,
+	}
+	if cfg.Spec.Init.Method == InitMigrationTarget {
+		// Born migrating in (the policy's migrate_in row): the built spec
+		// is known once the source sent its own.
+		c.state, c.pending, c.built = Migrating, PendingOf(MigrateIn), Spec{}
+		c.pub = NewPublisherAt(cfg.FirstGen, Migrating, Migration{In: MigrationStatus{ID: cfg.Spec.Init.MigrationID, Phase: PhaseSync}})
+	} else {
+		c.pub = NewPublisherAt(cfg.FirstGen, Creating, Migration{})
 	}
 	if c.newMachine == nil {
 		c.newMachine = NewVMMachine
@@ -91,6 +129,26 @@ func Start(cfg Config) *Controller {
 
 // Spec returns the spec the instance was ensured with.
 func (c *Controller) Spec() Spec { return c.spec }
+
+// BuiltSpec returns the spec the instance is built from: the ensured one,
+// or for a migration target the source's with the ensure's disks and
+// components, once the source sent it (until then the ensured one).
+func (c *Controller) BuiltSpec() Spec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.built.ID == "" {
+		return c.spec
+	}
+	return c.built
+}
+
+// MigratedTo returns the API URL of the VMM the instance migrated to,
+// once a migration out finished; empty otherwise.
+func (c *Controller) MigratedTo() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.migratedTo
+}
 
 // Publisher returns the instance's snapshot publisher.
 func (c *Controller) Publisher() *Publisher { return c.pub }
@@ -139,10 +197,10 @@ func (c *Controller) Request(req Request) (Decision, error) {
 // opened them each is "opening".
 func (c *Controller) Disks() []DiskStatus {
 	c.mu.Lock()
-	disks := c.disks
+	disks, specs := c.disks, c.built.Disks
 	c.mu.Unlock()
-	out := make([]DiskStatus, 0, len(c.spec.Disks))
-	for i, ds := range c.spec.Disks {
+	out := make([]DiskStatus, 0, len(specs))
+	for i, ds := range specs {
 		if i < len(disks) {
 			out = append(out, disks[i].status(false))
 			continue
@@ -156,9 +214,9 @@ func (c *Controller) Disks() []DiskStatus {
 // has no disk of that name.
 func (c *Controller) Disk(name string) (DiskStatus, bool) {
 	c.mu.Lock()
-	disks := c.disks
+	disks, specs := c.disks, c.built.Disks
 	c.mu.Unlock()
-	for i, ds := range c.spec.Disks {
+	for i, ds := range specs {
 		if ds.Name != name {
 			continue
 		}
@@ -173,6 +231,12 @@ func (c *Controller) Disk(name string) (DiskStatus, bool) {
 // publish moves to state s, with complete removed from Pending, as one
 // snapshot.
 func (c *Controller) publish(s State, complete ...Request) {
+	c.publishWith(s, nil, complete...)
+}
+
+// publishWith is publish that also applies update (may be nil) to the
+// snapshot: a state and a migration status change in one generation.
+func (c *Controller) publishWith(s State, update func(*Snapshot), complete ...Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.state = s
@@ -184,7 +248,12 @@ func (c *Controller) publish(s State, complete ...Request) {
 		// never an input from outside.
 		panic(fmt.Sprintf("instance: inconsistent state %s with %s pending", s, c.pending))
 	}
-	if _, err := c.pub.Publish(func(snap *Snapshot) { snap.State = s }); err != nil {
+	if _, err := c.pub.Publish(func(snap *Snapshot) {
+		snap.State = s
+		if update != nil {
+			update(snap)
+		}
+	}); err != nil {
 		c.log.Error("publishing state", "state", s, "err", err)
 	}
 	c.log.Info("instance state", "state", s.String(), "gen", c.pub.Current().Gen, "pending", c.pending.String())

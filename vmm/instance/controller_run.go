@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"tern/vmm/migrate"
 )
 
 // runResult is what a machine's Run returned.
@@ -27,6 +29,9 @@ type driver struct {
 	// runDone delivers Run's result; nil while no machine runs.
 	runDone chan runResult
 	pump    *consolePump
+	// inj is the instance's migration failure injector, made on first
+	// use; its counts span migrations.
+	inj *migrate.Injector
 }
 
 // run is the owner goroutine: it builds the instance, then carries out
@@ -36,7 +41,14 @@ func (c *Controller) run() {
 	d := &driver{c: c}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	defer d.cancel()
-	if err := d.create(); err != nil {
+	if c.spec.Init.Method == InitMigrationTarget {
+		st, err := d.migrateIn()
+		if err != nil {
+			d.failWith(err, func(s *Snapshot) { s.Migration.In = st })
+			return
+		}
+		c.publishWith(Running, func(s *Snapshot) { s.Migration.In = st }, MigrateIn)
+	} else if err := d.create(); err != nil {
 		d.fail(err)
 		return
 	}
@@ -58,6 +70,12 @@ func (c *Controller) run() {
 		case st == Starting && act == nil:
 			d.startMachine()
 			c.publish(Running, Run)
+			continue
+		case st == Running && p.Has(MigrateOut):
+			if d.migrateOut() {
+				d.halt("migrated out")
+				return
+			}
 			continue
 		case st == Running && p.Has(Reboot):
 			if err := d.reboot(); err != nil {
@@ -230,7 +248,11 @@ func (d *driver) halt(why string) {
 }
 
 // fail frees everything and ends in failed.
-func (d *driver) fail(err error) {
+func (d *driver) fail(err error) { d.failWith(err, nil) }
+
+// failWith is fail that also applies update (may be nil) to the failed
+// snapshot.
+func (d *driver) failWith(err error, update func(*Snapshot)) {
 	c := d.c
 	c.log.Error("instance failed", "err", err)
 	c.mu.Lock()
@@ -239,7 +261,7 @@ func (d *driver) fail(err error) {
 	if terr := d.teardown(); terr != nil {
 		c.log.Error("freeing instance", "err", terr)
 	}
-	c.publish(Failed, AllRequests()...)
+	c.publishWith(Failed, update, AllRequests()...)
 	c.pub.Close()
 }
 

@@ -76,6 +76,9 @@ func (m vmmMachine) Close() error                            { return m.vm.Close
 func (m vmmMachine) SerialOutput() *devices.History          { return m.vm.Serial().Output() }
 func (m vmmMachine) SerialInput(p []byte) int                { return m.vm.Serial().Input(p) }
 
+// VM is the VM a migration moves.
+func (m vmmMachine) VM() *vmm.VM { return m.vm }
+
 // guestParamsFor turns a built-in guest's API parameters into its
 // parameter block, and returns the dirty guest's rate in MiB/s, which
 // needs the TSC frequency the VM learns (setDirtyRate).

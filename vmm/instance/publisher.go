@@ -46,24 +46,54 @@ func (p *Phase) UnmarshalText(text []byte) error {
 	return err
 }
 
-// MigrationStatus is one direction of migration: its id and phase. The zero
-// value means no migration in that direction and is published as JSON null;
-// otherwise it is {"id":…,"phase":…}. It is a value, not a pointer, so a
-// published Snapshot shares nothing with the next one and needs no copying.
+// MigrationStatus is one direction of migration: its id, phase and
+// progress. The zero value means no migration in that direction and is
+// published as JSON null; otherwise it is {"id","phase","round",
+// "bytes_sent","pages_remaining","dirty_pages_per_sec",
+// "bandwidth_bytes_per_sec","estimated_downtime_ms"}, plus "total_ms" and
+// "downtime_ms" at finish and "error" with phase error. It is a value
+// with no pointers, so a published Snapshot shares nothing with the next
+// one and needs no copying.
 type MigrationStatus struct {
 	ID    string
 	Phase Phase
+	// Round is the pre-copy round in progress or last sent (1: the full
+	// copy).
+	Round int
+	// BytesSent counts page bytes sent (source) or received (target).
+	BytesSent uint64
+	// PagesRemaining is what the next round or the paused copy must send.
+	PagesRemaining uint64
+	// DirtyPagesPerSec is the guest's dirtying rate over the last round.
+	DirtyPagesPerSec float64
+	// BandwidthBytesPerSec is the measured transfer rate.
+	BandwidthBytesPerSec float64
+	// EstimatedDowntimeMs is PagesRemaining at that bandwidth.
+	EstimatedDowntimeMs float64
+	// TotalMs and DowntimeMs are set at finish.
+	TotalMs, DowntimeMs float64
+	// Error is the reason, set with PhaseError.
+	Error string
 }
 
 type migrationStatusJSON struct {
-	ID    string `json:"id"`
-	Phase Phase  `json:"phase"`
+	ID                   string  `json:"id"`
+	Phase                Phase   `json:"phase"`
+	Round                int     `json:"round"`
+	BytesSent            uint64  `json:"bytes_sent"`
+	PagesRemaining       uint64  `json:"pages_remaining"`
+	DirtyPagesPerSec     float64 `json:"dirty_pages_per_sec"`
+	BandwidthBytesPerSec float64 `json:"bandwidth_bytes_per_sec"`
+	EstimatedDowntimeMs  float64 `json:"estimated_downtime_ms"`
+	TotalMs              float64 `json:"total_ms,omitempty"`
+	DowntimeMs           float64 `json:"downtime_ms,omitempty"`
+	Error                string  `json:"error,omitempty"`
 }
 
 // Active reports whether m describes a migration (is not the zero value).
 func (m MigrationStatus) Active() bool { return m != MigrationStatus{} }
 
-// MarshalJSON writes null for the zero value, else {"id","phase"}.
+// MarshalJSON writes null for the zero value, else the object.
 func (m MigrationStatus) MarshalJSON() ([]byte, error) {
 	if !m.Active() {
 		return []byte("null"), nil
@@ -71,7 +101,7 @@ func (m MigrationStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(migrationStatusJSON(m))
 }
 
-// UnmarshalJSON reads null as the zero value, else {"id","phase"}.
+// UnmarshalJSON reads null as the zero value, else the object.
 func (m *MigrationStatus) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		*m = MigrationStatus{}

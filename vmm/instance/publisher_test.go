@@ -344,12 +344,20 @@ func TestSnapshotJSONHasExactlyTheAPIKeys(t *testing.T) {
 			`{"gen":1,"state":"creating","migration":{"in":null,"out":null}}`,
 		},
 		{
-			Snapshot{Gen: 7, State: Running, Migration: Migration{Out: MigrationStatus{ID: "m1", Phase: PhaseError}}},
-			`{"gen":7,"state":"running","migration":{"in":null,"out":{"id":"m1","phase":"error"}}}`,
+			Snapshot{Gen: 7, State: Running, Migration: Migration{Out: MigrationStatus{ID: "m1", Phase: PhaseError, Round: 2, BytesSent: 4096, Error: "peer: gone"}}},
+			`{"gen":7,"state":"running","migration":{"in":null,"out":{"id":"m1","phase":"error","round":2,"bytes_sent":4096,` +
+				`"pages_remaining":0,"dirty_pages_per_sec":0,"bandwidth_bytes_per_sec":0,"estimated_downtime_ms":0,"error":"peer: gone"}}}`,
 		},
 		{
 			Snapshot{Gen: 2, State: Migrating, Migration: Migration{In: MigrationStatus{ID: "m2", Phase: PhaseRAMPushDirty}}},
-			`{"gen":2,"state":"migrating","migration":{"in":{"id":"m2","phase":"ram_push_dirty"},"out":null}}`,
+			`{"gen":2,"state":"migrating","migration":{"in":{"id":"m2","phase":"ram_push_dirty","round":0,"bytes_sent":0,` +
+				`"pages_remaining":0,"dirty_pages_per_sec":0,"bandwidth_bytes_per_sec":0,"estimated_downtime_ms":0},"out":null}}`,
+		},
+		{
+			Snapshot{Gen: 9, State: Destroyed, Migration: Migration{Out: MigrationStatus{ID: "m3", Phase: PhaseFinish, Round: 3,
+				BytesSent: 8192, PagesRemaining: 0, DirtyPagesPerSec: 12.5, BandwidthBytesPerSec: 1e8, EstimatedDowntimeMs: 1.5, TotalMs: 900, DowntimeMs: 12}}},
+			`{"gen":9,"state":"destroyed","migration":{"in":null,"out":{"id":"m3","phase":"finish","round":3,"bytes_sent":8192,` +
+				`"pages_remaining":0,"dirty_pages_per_sec":12.5,"bandwidth_bytes_per_sec":100000000,"estimated_downtime_ms":1.5,"total_ms":900,"downtime_ms":12}}}`,
 		},
 	} {
 		b, err := json.Marshal(tc.snap)

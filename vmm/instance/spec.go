@@ -130,10 +130,26 @@ const (
 	InitMigrationTarget = "migration_target"
 )
 
-// InitSpec says how the instance is initialised.
+// InitSpec says how the instance is initialised: "spec" (built from
+// the spec), or "migration_target" (migrated in from the VMM whose
+// migration endpoint is Source; the spec then gives only the id, the
+// disks' backends to replace and the target's own components).
 type InitSpec struct {
 	Method string `json:"method"`
+	// Source is the source VMM's migration_addr (host:port).
+	Source string `json:"source,omitempty"`
+	// MigrationID names the migration in both sides' published status.
+	MigrationID string `json:"migration_id,omitempty"`
+	// DowntimeTargetMs is the pause the source aims for (default
+	// DefaultDowntimeTargetMs).
+	DowntimeTargetMs *uint64 `json:"downtime_target_ms,omitempty"`
+	// SameHost asks for the memfd hand-over: no page is copied.
+	SameHost bool `json:"same_host,omitempty"`
 }
+
+// DefaultDowntimeTargetMs is a migration's downtime target when the
+// ensure gives none.
+const DefaultDowntimeTargetMs = 30
 
 // ErrMalformedSpec wraps a body that is not a spec: bad JSON, a wrong
 // type, an unknown field, trailing data.

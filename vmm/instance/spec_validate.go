@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -67,6 +68,11 @@ func (s *Spec) Validate(h Host) error {
 	if !idPattern.MatchString(s.ID) {
 		bad("id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", s.ID)
 	}
+	if s.Init.Method == InitMigrationTarget {
+		s.validateMigrationTarget(h, bad)
+		s.validateComponents(bad)
+		return errors.Join(errs...)
+	}
 	switch {
 	case s.VCPUs < 1:
 		bad("vcpus: %d; want at least 1", s.VCPUs)
@@ -81,6 +87,22 @@ func (s *Spec) Validate(h Host) error {
 	}
 	s.validateGuest(bad)
 	s.validateDisks(h, bad)
+	s.validateComponents(bad)
+	if s.Init.Source != "" || s.Init.MigrationID != "" || s.Init.DowntimeTargetMs != nil || s.Init.SameHost {
+		bad("init: source, migration_id, downtime_target_ms and same_host belong to method %q", InitMigrationTarget)
+	}
+	switch s.Init.Method {
+	case InitSpecMethod:
+	case "":
+		bad(`init.method: missing; want "spec" or "migration_target"`)
+	default:
+		bad(`init.method %q: unknown; want "spec" or "migration_target"`, s.Init.Method)
+	}
+	return errors.Join(errs...)
+}
+
+// validateComponents checks every component with its kind's parser.
+func (s *Spec) validateComponents(bad func(string, ...any)) {
 	names := make([]string, 0, len(s.Components))
 	for name := range s.Components {
 		names = append(names, name)
@@ -107,17 +129,63 @@ func (s *Spec) Validate(h Host) error {
 	if injectors > 1 {
 		bad("components: %d of kind %s; want at most one", injectors, ComponentMigrationFailureInjector)
 	}
-	switch s.Init.Method {
-	case InitSpecMethod:
-	case InitMigrationTarget:
-		bad("init.method %q: not supported yet", s.Init.Method)
-	case "":
-		bad(`init.method: missing; want "spec"`)
-	default:
-		bad(`init.method %q: unknown; want "spec"`, s.Init.Method)
-	}
-	return errors.Join(errs...)
 }
+
+// validateMigrationTarget checks a migration target's ensure: it names
+// its source and migration and gives nothing the source's spec holds,
+// but disk backends to replace (by name) and its own components.
+func (s *Spec) validateMigrationTarget(h Host, bad func(string, ...any)) {
+	in := s.Init
+	if _, _, err := net.SplitHostPort(in.Source); err != nil {
+		bad("init.source %q: want the source's migration_addr, host:port (%v)", in.Source, err)
+	}
+	if !idPattern.MatchString(in.MigrationID) {
+		bad("init.migration_id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", in.MigrationID)
+	}
+	if in.DowntimeTargetMs != nil && (*in.DowntimeTargetMs == 0 || *in.DowntimeTargetMs > maxDowntimeTargetMs) {
+		bad("init.downtime_target_ms %d: want 1 to %d", *in.DowntimeTargetMs, maxDowntimeTargetMs)
+	}
+	// What the source's spec holds is inherited, never given.
+	if s.Name != "" {
+		bad("name: a migration target inherits the source's name; give none")
+	}
+	if s.VCPUs != 0 {
+		bad("vcpus: a migration target inherits the source's vcpus; give none")
+	}
+	if s.MemoryMiB != 0 {
+		bad("memory_mib: a migration target inherits the source's memory_mib; give none")
+	}
+	if !reflect.DeepEqual(s.Guest, GuestSpec{}) {
+		bad("guest: a migration target inherits the source's guest; give none")
+	}
+	seen := map[string]int{}
+	for i, d := range s.Disks {
+		where := fmt.Sprintf("disks[%d]", i)
+		if j, dup := seen[d.Name]; dup {
+			bad("%s.name %q: duplicate of disks[%d]", where, d.Name, j)
+		}
+		seen[d.Name] = i
+		b := d.Backend
+		switch b.Kind {
+		case BackendFile:
+			validateFileBackend(bad, where, b)
+		case BackendVolume:
+			// gen 0 means the source's gen + 1, decided once the source's
+			// spec is known.
+			if b.Gen == 0 {
+				b.Gen = 1
+			}
+			validateVolume(bad, where, b, h)
+		case "":
+			bad(`%s.backend.kind: missing; want "file" or "volume"`, where)
+		default:
+			bad(`%s.backend.kind %q: unknown; want "file" or "volume"`, where, b.Kind)
+		}
+	}
+}
+
+// maxDowntimeTargetMs bounds a migration's downtime target (one minute).
+const maxDowntimeTargetMs = 60_000
 
 func (s *Spec) validateGuest(bad func(string, ...any)) {
 	g := s.Guest
@@ -214,14 +282,7 @@ func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
 		b := d.Backend
 		switch b.Kind {
 		case BackendFile:
-			if len(b.Targets) > 0 || b.Region != nil || b.Gen != 0 || b.QuorumWaitMs != nil {
-				bad("%s.backend: targets, region, gen and quorum_wait_ms belong to kind %q", where, BackendVolume)
-			}
-			if b.Path == "" {
-				bad("%s.backend.path: missing", where)
-			} else {
-				checkFile(bad, where+".backend.path", b.Path)
-			}
+			validateFileBackend(bad, where, b)
 		case BackendVolume:
 			validateVolume(bad, where, b, h)
 		case "":
@@ -229,6 +290,17 @@ func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
 		default:
 			bad(`%s.backend.kind %q: unknown; want "file" or "volume"`, where, b.Kind)
 		}
+	}
+}
+
+func validateFileBackend(bad func(string, ...any), where string, b BackendSpec) {
+	if len(b.Targets) > 0 || b.Region != nil || b.Gen != 0 || b.QuorumWaitMs != nil {
+		bad("%s.backend: targets, region, gen and quorum_wait_ms belong to kind %q", where, BackendVolume)
+	}
+	if b.Path == "" {
+		bad("%s.backend.path: missing", where)
+	} else {
+		checkFile(bad, where+".backend.path", b.Path)
 	}
 }
 

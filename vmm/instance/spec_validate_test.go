@@ -74,7 +74,26 @@ func TestValidateReportsEachProblem(t *testing.T) {
 			}
 		}, nil, []string{"components.a", "components.b", "components.c", "at most one"}},
 		{"unknown component", func(s *Spec) { s.Components = map[string]ComponentSpec{"c": {Kind: "teapot"}} }, nil, []string{"unknown kind"}},
-		{"init", func(s *Spec) { s.Init.Method = "migration_target" }, nil, []string{"not supported yet"}},
+		{"unknown init", func(s *Spec) { s.Init.Method = "clone" }, nil, []string{"unknown"}},
+		{"migration fields on a spec", func(s *Spec) { s.Init.Source = "127.0.0.1:1" }, nil, []string{"belong to method"}},
+		{"valid migration target", func(s *Spec) { *s = migrationTarget() }, nil, nil},
+		{"valid migration target with disks and components", func(s *Spec) {
+			*s = migrationTarget()
+			v := volume
+			v.Gen = 0 // the source's + 1
+			s.Disks = []DiskSpec{{Name: "v", Backend: v}}
+			s.Components = map[string]ComponentSpec{"inj": mustComponent(t, `{"kind":"migration_failure_injector","fail_imports":1}`)}
+		}, nil, nil},
+		{"migration target names inherited fields", func(s *Spec) {
+			s.Init = migrationTarget().Init
+			s.Name = "n"
+		}, nil, []string{"name:", "vcpus:", "memory_mib:", "guest:"}},
+		{"migration target without source", func(s *Spec) {
+			*s = migrationTarget()
+			s.Init.Source, s.Init.MigrationID = "", ""
+			zero := uint64(0)
+			s.Init.DowntimeTargetMs = &zero
+		}, nil, []string{"init.source", "init.migration_id", "init.downtime_target_ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := validSpec()
@@ -104,6 +123,10 @@ func TestValidateReportsEachProblem(t *testing.T) {
 			}
 		})
 	}
+}
+
+func migrationTarget() Spec {
+	return Spec{ID: "i-1", Init: InitSpec{Method: InitMigrationTarget, Source: "127.0.0.1:4000", MigrationID: "m-1"}}
 }
 
 func TestDecodeSpecIsStrictAndComponentsKeepTheirFields(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -38,6 +39,18 @@ type SourceConfig struct {
 	// SameHostSocket, when set, is a unix socket path: the memfds are
 	// handed over on it after the pause and no page is copied.
 	SameHostSocket string
+	// SameHostDir, when set, is where the source makes its hand-over
+	// socket when the target's Offer asks for the same-host path; without
+	// it such an offer is refused (ErrIncompatible).
+	SameHostDir string
+	// OnOffer, when set, sees the target's Offer before anything else
+	// happens; an error refuses the migration with that reason.
+	OnOffer func(Offer) error
+	// AfterPause, when set, runs once the vCPUs are parked, before the
+	// last dirty pages are sent: where the caller flushes its disks, so
+	// every write the guest made is stored before the target takes over.
+	// An error fails the migration (the guest resumes).
+	AfterPause func() error
 	// Logger receives the migration's log lines (default: none).
 	Logger *slog.Logger
 }
@@ -163,9 +176,25 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err != nil {
 		return res, false, err
 	}
+	if s.cfg.OnOffer != nil {
+		if err := s.cfg.OnOffer(h.Offer); err != nil {
+			return res, false, err
+		}
+	}
 	v, ok := highestCommon(s.cfg.Versions, h.Versions)
 	if !ok {
 		return res, false, fmt.Errorf("%w: this source speaks %v, the target %v", ErrNoCommonVersion, s.cfg.Versions, h.Versions)
+	}
+	if h.Offer.DowntimeTarget > 0 {
+		s.cfg.Policy.DowntimeTarget = h.Offer.DowntimeTarget
+	}
+	if h.Offer.SameHost && s.cfg.SameHostSocket == "" {
+		if s.cfg.SameHostDir == "" {
+			return res, false, fmt.Errorf("%w: the target asks for the same-host path, which this source does not offer", ErrIncompatible)
+		}
+		var name [8]byte
+		rand.Read(name[:])
+		s.cfg.SameHostSocket = filepath.Join(s.cfg.SameHostDir, fmt.Sprintf("migrate-%x.sock", name))
 	}
 	res.Version = v
 	if err := s.p.send(welcome{v}); err != nil {
@@ -213,6 +242,11 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	s.paused, s.pauseAt = true, pauseAt
 	if err := s.cfg.Injector.failExport(PhasePause); err != nil {
 		return res, false, err
+	}
+	if s.cfg.AfterPause != nil {
+		if err := s.cfg.AfterPause(); err != nil {
+			return res, false, fmt.Errorf("after pausing: %w", err)
+		}
 	}
 	if err := s.enter(PhaseRAMPushDirty); err != nil {
 		return res, false, err

@@ -29,6 +29,13 @@ type TargetConfig struct {
 	// Versions are the protocol versions offered (default
 	// SupportedVersions).
 	Versions []Version
+	// Offer is sent with the versions in the hello.
+	Offer Offer
+	// BeforeFinish, when set, runs once the source has paused (and run
+	// its AfterPause) and the device state is applied, before the target
+	// says it is ready to commit: the last step that may still fail the
+	// migration, where volumes are activated with a higher generation.
+	BeforeFinish func(ctx context.Context) error
 	// Injector, when set, fails imports on purpose.
 	Injector *Injector
 	// OnProgress receives every published Progress, in order.
@@ -102,7 +109,7 @@ func (t *target) run(ctx context.Context) (res Result, err error) {
 	if t.p.s, err = t.p.conn.OpenStreamSync(ctx); err != nil {
 		return res, fmt.Errorf("opening the migration stream: %w", remote(err))
 	}
-	if err := t.p.send(hello{Versions: t.cfg.Versions}); err != nil {
+	if err := t.p.send(hello{Versions: t.cfg.Versions, Offer: t.cfg.Offer}); err != nil {
 		return res, err
 	}
 	w, err := expect[welcome](t.p)
@@ -200,6 +207,11 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 			}
 		}
 		if m.Phase == PhaseFinish {
+			if t.cfg.BeforeFinish != nil {
+				if err := t.cfg.BeforeFinish(ctx); err != nil {
+					return false, fmt.Errorf("before finish: %w", err)
+				}
+			}
 			t.finishSent = true
 			return false, t.p.send(empty{msgFinishReady})
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"tern/vmm/memory"
 )
@@ -78,8 +79,38 @@ const (
 	codeIncompatible    uint16 = 5
 )
 
-// hello is the target's opening offer.
-type hello struct{ Versions []Version }
+// hello is the target's opening offer: its versions, then what it asks
+// of this migration.
+type hello struct {
+	Versions []Version
+	Offer    Offer
+}
+
+// Offer is what the target asks of the source in its hello, besides the
+// protocol versions. On the wire it is a block of its own, length | block
+// version | fields: a hello without it (the first form) reads as the zero
+// Offer, and a later block version may append fields, which this tern
+// skips. It is read before the version is chosen, so it cannot depend on
+// it.
+type Offer struct {
+	// MigrationID names the migration in both sides' published status.
+	MigrationID string
+	// DowntimeTarget replaces the source's Policy.DowntimeTarget when set;
+	// whole milliseconds on the wire.
+	DowntimeTarget time.Duration
+	// SameHost asks for the memfd hand-over (the source agrees when it has
+	// a SourceConfig.SameHostDir).
+	SameHost bool
+	// APIURL is the target's API, which the source's serial watchers are
+	// sent to.
+	APIURL string
+}
+
+// offerBlockVersion is the layout of the Offer block this tern writes.
+const offerBlockVersion = 1
+
+// maxOfferText bounds the Offer's strings.
+const maxOfferText = 1024
 
 // welcome is the source's choice.
 type welcome struct{ Version Version }
@@ -169,6 +200,18 @@ func frame(m any) ([]byte, error) {
 		for _, v := range m.Versions {
 			e.u16(uint16(v))
 		}
+		o := m.Offer
+		if len(o.MigrationID) > maxOfferText || len(o.APIURL) > maxOfferText || o.DowntimeTarget < 0 || o.DowntimeTarget/time.Millisecond > 1<<32-1 {
+			return nil, fmt.Errorf("encoding hello: offer %+v over the limits", o)
+		}
+		blk := &encoder{}
+		blk.u8(offerBlockVersion)
+		blk.str16(o.MigrationID)
+		blk.u32(uint32(o.DowntimeTarget / time.Millisecond))
+		blk.u8(boolByte(o.SameHost))
+		blk.str16(o.APIURL)
+		e.u16(uint16(len(blk.b)))
+		e.b = append(e.b, blk.b...)
 	case welcome:
 		t = msgWelcome
 		e.u16(uint16(m.Version))
@@ -369,6 +412,9 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 			}
 			h.Versions = append(h.Versions, Version(d.u16()))
 		}
+		if d.err == nil && len(d.b) > 0 {
+			h.Offer, d.err = decodeOffer(d.take(int(d.u16())))
+		}
 		m = h
 	case msgWelcome:
 		m = welcome{Version(d.u16())}
@@ -441,6 +487,29 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// decodeOffer reads an Offer block: version 1's fields, and nothing of a
+// later version's beyond them.
+func decodeOffer(b []byte) (Offer, error) {
+	d := &decoder{b: b}
+	v := d.u8()
+	if d.err == nil && v == 0 {
+		return Offer{}, errors.New("offer block version 0")
+	}
+	o := Offer{MigrationID: d.str16()}
+	o.DowntimeTarget = time.Duration(d.u32()) * time.Millisecond
+	o.SameHost = d.u8() != 0
+	o.APIURL = d.str16()
+	switch {
+	case d.err != nil:
+		return Offer{}, fmt.Errorf("offer: %w", d.err)
+	case len(o.MigrationID) > maxOfferText || len(o.APIURL) > maxOfferText:
+		return Offer{}, errors.New("offer: a string over the limit")
+	case v == offerBlockVersion && len(d.b) > 0:
+		return Offer{}, fmt.Errorf("offer: %d trailing bytes", len(d.b))
+	}
+	return o, nil
 }
 
 // checkPages reports whether h names pages inside the layout.

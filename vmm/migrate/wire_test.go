@@ -2,10 +2,12 @@ package migrate
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
 	"testing"
+	"time"
 
 	"tern/vmm/memory"
 )
@@ -13,6 +15,7 @@ import (
 // sampleMessages has one of every message type.
 var sampleMessages = []any{
 	hello{Versions: []Version{1, 2, 7}},
+	hello{Versions: []Version{1}, Offer: Offer{MigrationID: "m-1", DowntimeTarget: 30 * time.Millisecond, SameHost: true, APIURL: "http://127.0.0.1:8080"}},
 	welcome{Version: 1},
 	errorMsg{Code: codeNoCommonVersion, Message: "no common version"},
 	preamble{Spec: []byte(`{"guest":"dirty"}`), VCPUs: 2, Method: MethodMemfd, Nonce: [16]byte{1, 2, 3}, Socket: "/run/tern/m.sock",
@@ -92,6 +95,45 @@ func TestCheckPagesBounds(t *testing.T) {
 		if err := checkPages(c.h, regions); (err == nil) != c.ok {
 			t.Errorf("checkPages(%+v) = %v", c.h, err)
 		}
+	}
+}
+
+// TestHelloOfferIsVersionedOnItsOwn: a hello of the first form (no offer
+// block) reads as the zero Offer, and a later block version's extra
+// fields are skipped while version 1's are read; a version 1 block with
+// trailing bytes or a block version 0 is malformed.
+func TestHelloOfferIsVersionedOnItsOwn(t *testing.T) {
+	old := []byte{1, 0, 1, 0} // one version: 1
+	m, err := decodeMessage(msgHello, old)
+	if h, ok := m.(hello); err != nil || !ok || !reflect.DeepEqual(h, hello{Versions: []Version{1}}) {
+		t.Fatalf("first-form hello: %#v, %v", m, err)
+	}
+	want := Offer{MigrationID: "m", DowntimeTarget: 7 * time.Millisecond, SameHost: true, APIURL: "u"}
+	b, err := frame(hello{Versions: []Version{1}, Offer: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := b[5:]
+	blk := payload[4:]
+	next := append([]byte{}, payload[:4]...)
+	next = binary.LittleEndian.AppendUint16(next, uint16(len(blk)-2+3))
+	next = append(next, 2)                // block version 2
+	next = append(next, blk[3:]...)       // version 1's fields
+	next = append(next, 0xaa, 0xbb, 0xcc) // and ones this tern does not know
+	m, err = decodeMessage(msgHello, next)
+	if h, ok := m.(hello); err != nil || !ok || h.Offer != want {
+		t.Fatalf("block version 2: %#v, %v; want offer %+v", m, err, want)
+	}
+	bad := append([]byte{}, payload[:4]...)
+	bad = binary.LittleEndian.AppendUint16(bad, uint16(len(blk)-2+1))
+	bad = append(bad, blk[2:]...)
+	bad = append(bad, 0)
+	if _, err := decodeMessage(msgHello, bad); err == nil {
+		t.Error("a version 1 block with a trailing byte decoded")
+	}
+	zero := append(append([]byte{}, payload[:4]...), 1, 0, 0)
+	if _, err := decodeMessage(msgHello, zero); err == nil {
+		t.Error("block version 0 decoded")
 	}
 }
 

@@ -1,0 +1,397 @@
+package instance
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"tern/vmm"
+	"tern/vmm/memory"
+	"tern/vmm/migrate"
+	"tern/volume/transport"
+)
+
+// migrationDialTimeout bounds a migration target's dial of its source.
+const migrationDialTimeout = 30 * time.Second
+
+// migrationConfig is what the controller needs to migrate either way;
+// immutable after Start.
+type migrationConfig struct {
+	host        Host
+	tls         *tls.Config
+	versions    []migrate.Version
+	apiURL      string
+	sameHostDir string
+}
+
+func migrationConfigOf(cfg Config) migrationConfig {
+	m := migrationConfig{host: cfg.Host, versions: cfg.MigrationVersions, apiURL: cfg.APIURL, sameHostDir: cfg.SameHostDir}
+	if cfg.MigrationTLS != nil {
+		m.tls = cfg.MigrationTLS.Clone()
+		m.tls.NextProtos = []string{migrate.NextProto}
+	}
+	return m
+}
+
+// codeMigrationRefused closes a migration connection the policy denied.
+const codeMigrationRefused = 6
+
+// AcceptMigration hands the controller a migration connection a target
+// dialed. The request policy judges migrate_out: when it is denied the
+// connection is closed with the reason (which the target reports) and the
+// *WrongStateError returned; otherwise the owner goroutine migrates the
+// instance out over conn.
+func (c *Controller) AcceptMigration(conn *quic.Conn) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, p := Decide(c.state, c.pending, MigrateOut)
+	if err := d.Err(c.state, MigrateOut); err != nil {
+		conn.CloseWithError(codeMigrationRefused, err.Error())
+		return err
+	}
+	c.pending, c.outgoing = p, conn
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// statusOf is the published form of a migration's progress.
+func statusOf(id string, p migrate.Progress) MigrationStatus {
+	var ph Phase
+	ph.UnmarshalText([]byte(p.Phase.String())) // the same names; an unknown one stays 0
+	return MigrationStatus{ID: id, Phase: ph, Round: p.Round, BytesSent: p.BytesSent, PagesRemaining: p.PagesRemaining,
+		DirtyPagesPerSec: p.DirtyPagesPerSec, BandwidthBytesPerSec: p.BandwidthBytesPerSec,
+		EstimatedDowntimeMs: p.EstimatedDowntimeMs, TotalMs: p.TotalMs, DowntimeMs: p.DowntimeMs, Error: p.Error}
+}
+
+// vmOf returns the *vmm.VM behind a machine, nil for one that has none
+// (a test's fake).
+func vmOf(m Machine) *vmm.VM {
+	if v, ok := m.(interface{ VM() *vmm.VM }); ok {
+		return v.VM()
+	}
+	return nil
+}
+
+// migrateOut runs one migration out over the connection AcceptMigration
+// took, on the owner goroutine; it reports whether the guest is the
+// target's now (the instance then halts). Published: migrating with
+// migration.out from the sync phase on; on failure, once the guest runs
+// again, state running with out.phase error in one generation, which is
+// also when migrate_out completes, so the next one is accepted from then.
+func (d *driver) migrateOut() (migrated bool) {
+	c := d.c
+	c.mu.Lock()
+	conn := c.outgoing
+	c.outgoing = nil
+	spec := c.built
+	c.mu.Unlock()
+	var (
+		id, apiURL string
+		settled    bool // migrate_out completed by a published error
+	)
+	fail := func(st MigrationStatus) {
+		settled = true
+		c.publishWith(Running, func(s *Snapshot) { s.Migration.Out = st }, MigrateOut)
+	}
+	vm := vmOf(d.machine)
+	specJSON, err := json.Marshal(spec)
+	if conn == nil || vm == nil || err != nil {
+		if conn != nil {
+			conn.CloseWithError(codeMigrationRefused, "this instance cannot migrate out")
+		}
+		fail(MigrationStatus{Phase: PhaseError, Error: fmt.Sprintf("migrating out: no VM to migrate (%v)", err)})
+		return false
+	}
+	cfg := migrate.SourceConfig{
+		VM: vm, Spec: specJSON, Versions: c.mig.versions, SameHostDir: c.mig.sameHostDir,
+		Logger: c.log.With("migration", "out"),
+		OnOffer: func(o migrate.Offer) error {
+			id, apiURL = o.MigrationID, o.APIURL
+			return nil
+		},
+		AfterPause: func() error { return d.flushDisks() },
+		OnProgress: func(p migrate.Progress) {
+			st := statusOf(id, p)
+			if p.Phase == migrate.PhaseError {
+				fail(st) // the guest runs again: Send publishes error only after Resume
+				return
+			}
+			c.publishWith(Migrating, func(s *Snapshot) { s.Migration.Out = st })
+		},
+	}
+	if inj, ok := spec.FailureInjector(); ok {
+		cfg.Injector = d.injector(inj)
+	}
+	res, err := migrate.Send(d.ctx, conn, cfg)
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.migratedTo = apiURL
+		c.mu.Unlock()
+		c.log.Info("migrated out", "migration_id", id, "to", apiURL, "total", res.Total, "downtime", res.Downtime)
+		return true
+	case errors.Is(err, migrate.ErrCommitted):
+		// The guest is the target's (or lost); this side never resumes it.
+		c.log.Error("migration out failed after the point of no return", "migration_id", id, "err", err)
+		c.mu.Lock()
+		c.migratedTo = apiURL
+		c.mu.Unlock()
+		return true
+	case !settled:
+		fail(MigrationStatus{ID: id, Phase: PhaseError, Error: err.Error()})
+	}
+	c.log.Warn("migration out failed; the guest runs on", "migration_id", id, "err", err)
+	return false
+}
+
+// injector returns the instance's failure injector, made once: its
+// counts span migrations.
+func (d *driver) injector(spec migrate.InjectorSpec) *migrate.Injector {
+	if d.inj == nil {
+		d.inj = migrate.NewInjector(spec)
+	}
+	return d.inj
+}
+
+// flushDisks flushes every disk: with the vCPUs parked, every write the
+// guest made is then stored (on a volume: on its replicas).
+func (d *driver) flushDisks() error {
+	ctx, cancel := context.WithTimeout(d.ctx, time.Minute)
+	defer cancel()
+	var errs []error
+	for _, dk := range d.disks {
+		if err := dk.backend.Flush(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("flushing disk %s: %w", dk.spec.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// migrateIn makes the instance from its source: dial, receive the
+// source's spec, build the VM and disks on it, take the memory and device
+// state, activate the volumes with their new generation, and, at commit,
+// run. A stop requested meanwhile aborts it. On success the instance is
+// running with migration.in at finish; on failure the caller fails the
+// instance with the returned status as migration.in.
+func (d *driver) migrateIn() (MigrationStatus, error) {
+	c := d.c
+	in := c.spec.Init
+	last := MigrationStatus{ID: in.MigrationID, Phase: PhaseSync}
+	if c.mig.tls == nil {
+		return errorStatus(last, errors.New("migrating in: this VMM has no certificates for migration")), errors.New("migrating in: no certificates")
+	}
+	ctx, cancel := context.WithCancel(d.ctx)
+	// A stop aborts the import; the loop that would see the wake-up is
+	// blocked here, and looks at Pending again afterwards.
+	watched := make(chan struct{})
+	defer func() { cancel(); <-watched }()
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-c.wake:
+				if c.pendingNow().Has(Stop) {
+					cancel()
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	dctx, dcancel := context.WithTimeout(ctx, migrationDialTimeout)
+	conn, err := transport.Dial(dctx, in.Source, c.mig.tls)
+	dcancel()
+	if err != nil {
+		err = fmt.Errorf("migrating in: dialing the source %s: %w", in.Source, err)
+		return errorStatus(last, err), err
+	}
+	downtime := uint64(DefaultDowntimeTargetMs)
+	if in.DowntimeTargetMs != nil {
+		downtime = *in.DowntimeTargetMs
+	}
+	var pausedAt time.Time
+	cfg := migrate.TargetConfig{
+		Build:    d.buildMigrated,
+		Start:    d.runMigrated,
+		Versions: c.mig.versions,
+		Offer: migrate.Offer{MigrationID: in.MigrationID, DowntimeTarget: time.Duration(downtime) * time.Millisecond,
+			SameHost: in.SameHost, APIURL: c.mig.apiURL},
+		BeforeFinish: d.activateMigrated,
+		Logger:       c.log.With("migration", "in"),
+		OnProgress: func(p migrate.Progress) {
+			last = statusOf(in.MigrationID, p)
+			if p.Phase == migrate.PhasePause && pausedAt.IsZero() {
+				pausedAt = time.Now()
+			}
+			if p.Phase != migrate.PhaseError {
+				c.publishWith(Migrating, func(s *Snapshot) { s.Migration.In = last })
+			}
+		},
+	}
+	if inj, ok := c.spec.FailureInjector(); ok {
+		cfg.Injector = d.injector(inj)
+	}
+	vm, res, err := migrate.Receive(ctx, conn, cfg)
+	if err != nil {
+		// Receive stopped and closed the VM it built; the guest never ran.
+		if d.runDone != nil {
+			<-d.runDone
+			d.runDone = nil
+		}
+		d.forgetMachine()
+		if c.pendingNow().Has(Stop) {
+			err = fmt.Errorf("%w (a stop was requested)", err)
+		}
+		return errorStatus(last, err), err
+	}
+	hist := vm.Serial().Output()
+	st := hist.State()
+	c.console.Restore(st) // the source's console, at the source's offsets
+	d.pump = startConsolePumpAt(hist, c.console, st.End)
+	last.Phase = PhaseFinish
+	last.TotalMs = float64(res.Total) / float64(time.Millisecond)
+	if !pausedAt.IsZero() {
+		last.DowntimeMs = float64(time.Since(pausedAt)) / float64(time.Millisecond)
+	}
+	return last, nil
+}
+
+func errorStatus(last MigrationStatus, err error) MigrationStatus {
+	last.Phase, last.Error = PhaseError, err.Error()
+	return last
+}
+
+// forgetMachine drops a machine something else closed.
+func (d *driver) forgetMachine() {
+	d.machine = nil
+	d.c.mu.Lock()
+	d.c.machine = nil
+	d.c.mu.Unlock()
+}
+
+// buildMigrated is the migration target's Build: the source's spec merged
+// with the ensure's, validated, its disks opened (volumes not activated
+// yet), and a VM on mem that loads nothing.
+func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, error) {
+	c := d.c
+	src, err := DecodeSpec(specJSON)
+	if err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("reading the source's spec: %w", err)
+	}
+	spec, err := mergeMigrated(c.spec, src)
+	if err == nil {
+		check := spec
+		check.Init = InitSpec{Method: InitSpecMethod}
+		err = check.Validate(c.mig.host)
+	}
+	if err != nil {
+		mem.Close()
+		return nil, err
+	}
+	c.mu.Lock()
+	c.built = spec
+	c.mu.Unlock()
+	for _, ds := range spec.Disks {
+		dk, err := openDisk(ds, c.volumeTLS, c.log)
+		if err != nil {
+			mem.Close()
+			return nil, err
+		}
+		d.disks = append(d.disks, dk)
+		c.mu.Lock()
+		c.disks = d.disks
+		c.mu.Unlock()
+	}
+	vcfg := vmm.Config{Guest: spec.Guest.Path, MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, Logger: c.log}
+	if len(d.disks) > 0 {
+		vcfg.Disk = d.disks[0].backend
+	}
+	vm, err := vmm.NewMigrationTarget(vcfg, mem)
+	if err != nil {
+		return nil, fmt.Errorf("creating the migration target's VM: %w", err)
+	}
+	return vm, nil
+}
+
+// runMigrated is the migration target's Start: Run on a goroutine the
+// driver waits for, the vCPUs parked until commit.
+func (d *driver) runMigrated(vm *vmm.VM) {
+	m := vmmMachine{vm}
+	d.machine = m
+	d.c.mu.Lock()
+	d.c.machine = m
+	d.c.mu.Unlock()
+	done := make(chan runResult, 1)
+	go func() {
+		s, err := m.Run(d.ctx)
+		done <- runResult{s, err}
+	}()
+	d.runDone = done
+}
+
+// activateMigrated is the migration target's BeforeFinish: the source has
+// paused and flushed, so every volume is activated now, with its higher
+// generation, which fences the source's upstairs.
+func (d *driver) activateMigrated(ctx context.Context) error {
+	for _, dk := range d.disks {
+		if dk.up == nil {
+			continue
+		}
+		dk.activate(ctx)
+		if err := dk.activationErr(); err != nil {
+			return fmt.Errorf("activating disk %s at generation %d: %w", dk.spec.Name, dk.spec.Backend.Gen, err)
+		}
+	}
+	return nil
+}
+
+// mergeMigrated is the spec a migration target builds: the source's, with
+// the ensure's init and components (never the source's), and each disk
+// the ensure names given the ensure's backend. Every volume activates at
+// a generation above the source's: the one given (which must be higher),
+// or the source's + 1.
+func mergeMigrated(ensure, src Spec) (Spec, error) {
+	if src.ID != ensure.ID {
+		return Spec{}, fmt.Errorf("%w: the source's instance is %q, this ensure's %q", ErrInvalidSpec, src.ID, ensure.ID)
+	}
+	out := src
+	out.Init, out.Components = ensure.Init, ensure.Components
+	out.Disks = slices.Clone(src.Disks)
+	replaced := make([]bool, len(out.Disks))
+	var errs []error
+	for _, e := range ensure.Disks {
+		i := slices.IndexFunc(out.Disks, func(d DiskSpec) bool { return d.Name == e.Name })
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("%w: disks: the source has no disk %q", ErrInvalidSpec, e.Name))
+			continue
+		}
+		srcGen := out.Disks[i].Backend.Gen
+		b := e.Backend
+		if b.Kind == BackendVolume {
+			switch {
+			case b.Gen == 0:
+				b.Gen = srcGen + 1
+			case b.Gen <= srcGen:
+				errs = append(errs, fmt.Errorf("%w: disks[%s].backend.gen %d: want more than the source's %d", ErrInvalidSpec, e.Name, b.Gen, srcGen))
+			}
+		}
+		out.Disks[i].Backend, replaced[i] = b, true
+	}
+	for i := range out.Disks {
+		if !replaced[i] && out.Disks[i].Backend.Kind == BackendVolume {
+			out.Disks[i].Backend.Gen++
+		}
+	}
+	return out, errors.Join(errs...)
+}
