@@ -16,6 +16,7 @@ import (
 	"tern/dataplane/tlsconf"
 	"tern/tools/guests"
 	"tern/tools/kvmhost"
+	"tern/vmm/api"
 	"tern/vmm/client"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
@@ -216,15 +217,23 @@ func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate u
 		return row, 0, err
 	}
 	row.TotalMs, row.DowntimeVMMMs, row.BytesSent, row.Rounds = r.TotalMs, r.DowntimeMs, r.BytesSent, r.Rounds
+	// The console up to here was printed before or during the migration;
+	// the first verification after it must come later.
+	finished, err := consoleEnd(ctx, dst, offset)
+	if err != nil {
+		return row, 0, err
+	}
 	var maxGap time.Duration
 	var verify guests.DirtyVerify
+	at := offset
 	_, _, err = readConsole(ctx, dst, offset, afterMigrateWait, "the guest's first verification after the migration", func(line string) bool {
+		at += uint64(len(line)) + 1
 		if g, ok := guests.ParseDirtyGap(line); ok {
 			maxGap = max(maxGap, g)
 		}
 		v, ok := guests.ParseDirtyVerify(line)
 		verify = v
-		return ok
+		return ok && at > finished
 	})
 	if err != nil {
 		return row, 0, err
@@ -234,6 +243,21 @@ func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate u
 	}
 	row.DowntimeGuestMs = ms(maxGap)
 	return row, khz, procs[1].stopInstance(ctx, 0)
+}
+
+// consoleEnd returns the offset of the end of c's console now, reading
+// its history from offset.
+func consoleEnd(ctx context.Context, c *client.Client, offset uint64) (uint64, error) {
+	for {
+		h, err := c.SerialHistory(ctx, offset, api.MaxSerialMaxBytes)
+		if err != nil {
+			return 0, fmt.Errorf("reading the target's console: %w", err)
+		}
+		if h.NextOffset == offset {
+			return offset, nil
+		}
+		offset = h.NextOffset
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

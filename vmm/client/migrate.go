@@ -157,9 +157,9 @@ type MigrationEvent struct {
 	Progress *MigrationProgress
 }
 
-// MigrationResult is a finished migration's figures, from the target's
-// migration.in at phase finish (the source's out when the target's lacks
-// them).
+// MigrationResult is a finished migration's figures: bytes and rounds
+// from the source's migration.out, total and downtime from the source's
+// too, the target's migration.in standing in for what it lacks.
 type MigrationResult struct {
 	ID         string  `json:"migration_id"`
 	TotalMs    float64 `json:"total_ms"`
@@ -317,11 +317,14 @@ func reason(s string) string {
 // fallback).
 func (w *migrationWatch) result() MigrationResult {
 	r := MigrationResult{ID: w.id}
-	for _, p := range []*MigrationProgress{w.progress(SideSource, w.src), w.progress(SideTarget, w.dst)} {
+	// The target's last: its figures win where both have them. Rounds
+	// and bytes are the source's (the target counts the paused copy as a
+	// round of its own).
+	for _, p := range []*MigrationProgress{w.progress(SideTarget, w.dst), w.progress(SideSource, w.src)} {
 		if p == nil {
 			continue
 		}
-		r.BytesSent, r.Rounds = max(r.BytesSent, p.BytesSent), max(r.Rounds, p.Round)
+		r.BytesSent, r.Rounds = p.BytesSent, p.Round
 		if p.TotalMs != nil {
 			r.TotalMs = *p.TotalMs
 		}
