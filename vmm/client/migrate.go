@@ -190,27 +190,52 @@ func (e *MigrationError) Error() string {
 // reports a failure (*MigrationError), or nothing is published for
 // StallTimeout.
 func Migrate(ctx context.Context, src, dst *Client, opts MigrateOptions) (MigrationResult, error) {
+	// Each request before the monitors is bounded by RequestWait.
+	rctx, cancel := context.WithTimeout(ctx, RequestWait)
+	defer cancel()
+	res, err := startMigration(rctx, src, dst, opts)
+	if err != nil {
+		if rctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (no answer within %v)", err, RequestWait)
+		}
+		return MigrationResult{}, err
+	}
+	return followMigration(ctx, src, dst, res.id, res.srcGen, opts)
+}
+
+// RequestWait bounds the requests that start a migration (versions, the
+// source's instance, the target's ensure).
+const RequestWait = time.Minute
+
+// startedMigration is what following a migration needs.
+type startedMigration struct {
+	id     string
+	srcGen uint64
+}
+
+// startMigration compares the versions and ensures the target.
+func startMigration(ctx context.Context, src, dst *Client, opts MigrateOptions) (startedMigration, error) {
 	sv, err := src.Version(ctx)
 	if err != nil {
-		return MigrationResult{}, fmt.Errorf("getting the source's version: %w", err)
+		return startedMigration{}, fmt.Errorf("getting the source's version: %w", err)
 	}
 	dv, err := dst.Version(ctx)
 	if err != nil {
-		return MigrationResult{}, fmt.Errorf("getting the target's version: %w", err)
+		return startedMigration{}, fmt.Errorf("getting the target's version: %w", err)
 	}
 	if err := CheckMigrationVersions(sv, dv); err != nil {
-		return MigrationResult{}, err
+		return startedMigration{}, err
 	}
 	view, err := src.Get(ctx)
 	if err != nil {
-		return MigrationResult{}, fmt.Errorf("getting the source instance: %w", err)
+		return startedMigration{}, fmt.Errorf("getting the source instance: %w", err)
 	}
 	if view.MigrationAddr == "" {
-		return MigrationResult{}, fmt.Errorf("the source %s reports no migration_addr", src.Base())
+		return startedMigration{}, fmt.Errorf("the source %s reports no migration_addr", src.Base())
 	}
 	id, err := newMigrationID()
 	if err != nil {
-		return MigrationResult{}, err
+		return startedMigration{}, err
 	}
 	spec := MigrationTargetSpec{
 		ID: view.ID,
@@ -220,12 +245,12 @@ func Migrate(ctx context.Context, src, dst *Client, opts MigrateOptions) (Migrat
 	}
 	body, err := json.Marshal(spec)
 	if err != nil {
-		return MigrationResult{}, fmt.Errorf("encoding the target's spec: %w", err)
+		return startedMigration{}, fmt.Errorf("encoding the target's spec: %w", err)
 	}
 	if _, err := dst.EnsureRaw(ctx, body); err != nil {
-		return MigrationResult{}, fmt.Errorf("ensuring the migration target: %w", err)
+		return startedMigration{}, fmt.Errorf("ensuring the migration target: %w", err)
 	}
-	return followMigration(ctx, src, dst, id, view.Gen, opts)
+	return startedMigration{id: id, srcGen: view.Gen}, nil
 }
 
 func newMigrationID() (string, error) {
