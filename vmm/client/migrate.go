@@ -387,9 +387,13 @@ func followMigration(ctx context.Context, src, dst *Client, id string, srcGen ui
 		}
 		timer.Reset(stall)
 		if ev.err != nil {
-			if ev.side == SideSource && IsCode(ev.err, api.CodeInstanceGone) {
+			switch {
+			case ev.side == SideSource && IsCode(ev.err, api.CodeInstanceGone):
 				w.srcGone = true
-			} else {
+			case IsCode(ev.err, api.CodeInstanceGone):
+				// A target that is gone does not run, whatever it reached.
+				return w.result(), &MigrationError{Side: SideTarget, Phase: w.dstPhase, Reason: "the target instance is gone: " + ev.err.Error()}
+			default:
 				return w.result(), fmt.Errorf("following the %s's monitor: %w", ev.side, ev.err)
 			}
 		} else {
