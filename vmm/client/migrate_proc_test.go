@@ -152,6 +152,17 @@ func migrationAddr(t *testing.T, p *vmmProc) string {
 // the target. It returns the target's console watch.
 func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *history) {
 	t.Helper()
+	migrateAndCheck(t, src, dst, spec, srcSeen, func(w *consoleWatch) string {
+		v := w.waitVerifyPass(t, "on the target")
+		return fmt.Sprintf("target verified generation %d", v.Generation)
+	})
+}
+
+// migrateAndCheck is migrateOK with the check of the target's console
+// after the migration given: onTarget reads it from the first byte the
+// target printed and returns what it saw, for the log.
+func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *history, onTarget func(*consoleWatch) string) {
+	t.Helper()
 	c := ctx(t)
 	watcher := watchConsole(t, src.client, 0)
 	if v, err := dst.client.Ensure(c, spec); err != nil || v.State != instance.Migrating || v.Migration.In.ID != spec.Init.MigrationID {
@@ -184,8 +195,8 @@ func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *his
 	if _, _, err := watcher.conn.Read(c); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("after migrated_to the socket ended with %v; want a normal close", err)
 	}
-	// The target's console continues the source's, and the guest's
-	// next whole-memory verification passes there.
+	// The target's console continues the source's, and the guest goes
+	// on there.
 	end, err := src.client.SerialHistory(c, 0, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -194,9 +205,9 @@ func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *his
 	if err != nil || h.NextOffset < end.NextOffset {
 		t.Fatalf("target console ends at %d (%v); want it to continue the source's, which ends at %d", h.NextOffset, err, end.NextOffset)
 	}
-	v := watchConsole(t, dst.client, h.NextOffset).waitVerifyPass(t, "on the target")
-	t.Logf("migrated %s: rounds %d, %d bytes, total %.0f ms, downtime %.1f ms; target verified generation %d",
-		spec.Init.MigrationID, out.Round, out.BytesSent, out.TotalMs, out.DowntimeMs, v.Generation)
+	saw := onTarget(watchConsole(t, dst.client, h.NextOffset))
+	t.Logf("migrated %s: rounds %d, %d bytes, total %.0f ms, downtime %.1f ms; %s",
+		spec.Init.MigrationID, out.Round, out.BytesSent, out.TotalMs, out.DowntimeMs, saw)
 }
 
 // TestMigrateDirtyGuestBetweenTwoProcesses moves a running dirty guest
