@@ -371,3 +371,38 @@ func TestKillingTheSourceDuringPreCopyFailsTheTarget(t *testing.T) {
 	src.termOnce.Do(func() { <-src.exited })
 	waitTargetFailed(t, dst)
 }
+
+// TestMigrationDeniedByTheSourcesPolicyFailsTheTargetWithTheReason: a
+// source with no instance, then one that has not started, refuse the
+// connection; the target reports why, and the source is untouched.
+func TestMigrationDeniedByTheSourcesPolicyFailsTheTargetWithTheReason(t *testing.T) {
+	src := startVMM(t, "")
+	first := startVMM(t, src.certs)
+	second := startVMM(t, src.certs)
+	// migration_addr is reported only with an instance; the listener is
+	// there before it.
+	if _, err := src.client.Ensure(ctx(t), echoSpec("mig")); err != nil {
+		t.Fatal(err)
+	}
+	addr := migrationAddr(t, src)
+	if _, err := first.client.Ensure(ctx(t), targetSpec("mig", addr, "m-early")); err != nil {
+		t.Fatal(err)
+	}
+	if reason := waitTargetFailed(t, first); !strings.Contains(reason, "migrate_out denied while creating") {
+		t.Errorf("target's reason %q; want the source's policy's", reason)
+	}
+	if v, err := src.client.Get(ctx(t)); err != nil || v.State != instance.Creating || v.Migration.Out.Active() {
+		t.Fatalf("source after the refusal: %+v, %v; want creating with no migration", v, err)
+	}
+	// Another instance id than the source's is refused by the target.
+	if err := src.client.RequestState(ctx(t), instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	(&history{t: t, name: "source"}).waitFor(src.client, "running", func(s instance.Snapshot) bool { return s.State == instance.Running })
+	if _, err := second.client.Ensure(ctx(t), targetSpec("other", addr, "m-id")); err != nil {
+		t.Fatal(err)
+	}
+	if reason := waitTargetFailed(t, second); !strings.Contains(reason, `the source's instance is "mig"`) {
+		t.Errorf("target's reason %q; want the instance ids named", reason)
+	}
+}
