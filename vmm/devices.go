@@ -25,8 +25,8 @@ func (vm *VM) attachDevices(cfg Config) error {
 	}
 	if cfg.Disk != nil {
 		blk := devices.NewVirtioBlk(cfg.Disk, "vda", vm.mem)
-		errs = append(errs, vm.mmio.Register("virtio-blk", VirtioBlkBase, devices.MMIOSize,
-			devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})))
+		vm.virtioBlk = devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})
+		errs = append(errs, vm.mmio.Register("virtio-blk", VirtioBlkBase, devices.MMIOSize, vm.virtioBlk))
 	}
 	return errors.Join(errs...)
 }

@@ -42,6 +42,8 @@ type VM struct {
 	uart      *devices.UART
 	debugExit *devices.DebugExit
 	bootTimer *devices.BootTimer
+	// virtioBlk is the disk's transport; nil without a disk.
+	virtioBlk *devices.VirtioMMIO
 	// devCtx bounds the devices' backend IO; cancelled by Close.
 	devCtx    context.Context
 	devCancel context.CancelFunc
@@ -254,6 +256,10 @@ func (vm *VM) Memory() *memory.Memory { return vm.mem }
 
 // BootTimer returns the boot timer, done when the guest wrote its magic.
 func (vm *VM) BootTimer() *devices.BootTimer { return vm.bootTimer }
+
+// VirtioBlk returns the disk's virtio-mmio transport (for migration); nil
+// when the VM has no disk.
+func (vm *VM) VirtioBlk() *devices.VirtioMMIO { return vm.virtioBlk }
 
 // KVM returns the KVM VM (for dirty logging and state capture); valid
 // until Close.

@@ -82,7 +82,10 @@
 //   - disk drives the first virtio-mmio virtio-blk device (modern, virtio
 //     1.x) from CPL3: it writes a seeded pattern, flushes, reads back,
 //     verifies and prints "disk: PASS N sectors" or "disk: FAIL sector N".
-//     See src/disk.c and [DiskPattern].
+//     With Passes other than 1 it repeats, pass K writing the pattern of
+//     seed + K and printing "disk: PASS N sectors pass K" (what a live
+//     migration in the middle of a pass must not break). See src/disk.c
+//     and [DiskPattern].
 //   - echo prints "echo: ready", then echoes every line it reads from the
 //     UART as "echo: <line>" (CR, LF or CR LF ends a line; lines over 128
 //     bytes come back in pieces); the line "quit" makes it print

@@ -28,8 +28,9 @@ type Params struct {
 	// WorkingSetBytes is how much of it the dirty guest rewrites per pass
 	// (default 1 MiB).
 	WorkingSetBytes uint64
-	// Passes is the dirty guest's number of rewrite passes (default 16);
-	// PassesForever makes it run until stopped.
+	// Passes is the dirty guest's number of rewrite passes (default 16)
+	// and the disk guest's of write-and-verify passes (default 1);
+	// PassesForever makes either run until stopped.
 	Passes uint64
 	// PageDelayTSC is how many TSC ticks the dirty guest waits after each
 	// page it rewrites (default 0): it sets the dirtying rate.

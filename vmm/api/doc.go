@@ -2,12 +2,14 @@
 // VM per process, driven by a vmm/instance Controller.
 //
 //	PUT  /v1/instance                  ensure: validate, 201 at once, build in the background
+//	                                   (init.method migration_target: migrate in from init.source)
 //	GET  /v1/instance                  {id, state, gen, spec, disks, migration}
 //	PUT  /v1/instance/state            {"requested":"run"|"stop"|"reboot"} → 204, or 409 wrong_state
 //	GET  /v1/instance/state?after_gen=N long-poll (≤ 30 s) for {gen, state, migration}; 410 once gone
 //	GET  /v1/instance/disks/{name}     replica states and repair progress
 //	GET  /v1/instance/serial/history   {data, from_offset, next_offset}
-//	GET  /v1/instance/serial           websocket: replay, then live, both directions
+//	GET  /v1/instance/serial           websocket: replay, then live, both directions; after a
+//	                                   migration out one text message {"migrated_to":URL}
 //	GET  /openapi.json, /metrics, /healthz
 //
 // Invariants:

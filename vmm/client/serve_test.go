@@ -67,6 +67,12 @@ func (p *vmmProc) terminate(t *testing.T) error {
 // of the test, which must make it exit 0.
 func startVMM(t *testing.T, certs string, extraArgs ...string) *vmmProc {
 	t.Helper()
+	return startVMMEnv(t, certs, nil, extraArgs...)
+}
+
+// startVMMEnv is startVMM with env added to the process's environment.
+func startVMMEnv(t *testing.T, certs string, env []string, extraArgs ...string) *vmmProc {
+	t.Helper()
 	kvmtest.Require(t)
 	if certs == "" {
 		certs = filepath.Join(t.TempDir(), "certs")
@@ -78,6 +84,9 @@ func startVMM(t *testing.T, certs string, extraArgs ...string) *vmmProc {
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
 	}
 	p := &vmmProc{cmd: cmd, certs: certs, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = &lockedWriter{w: p.stderr}

@@ -1,6 +1,11 @@
 package devices
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"tern/vmm/memory"
+)
 
 // UARTState is the UART's guest-visible state as plain data, for
 // migration.
@@ -82,4 +87,68 @@ func (b *BootTimer) Restore(s BootTimerState) {
 		b.elapsed = s.Elapsed
 		close(b.done)
 	})
+}
+
+// VirtioQueueState is the driver's configuration of one virtqueue.
+type VirtioQueueState struct {
+	Num                  uint16
+	Ready                bool
+	Desc, Driver, Device uint64
+}
+
+// VirtioMMIOState is a virtio-mmio transport's registers as plain data,
+// for migration. The rings live in guest memory, which migrates on its
+// own: a ready queue is rebuilt from them on SetState, its next available
+// entry the used ring's index. That is exact once the vCPUs are parked,
+// since notifications are served to the end on the notifying vCPU.
+type VirtioMMIOState struct {
+	Status                                         uint32
+	DeviceFeaturesSel, DriverFeaturesSel, QueueSel uint32
+	DriverFeatures                                 uint64
+	InterruptStatus                                uint32
+	Queues                                         []VirtioQueueState
+}
+
+// State captures the transport's registers.
+func (t *VirtioMMIO) State() VirtioMMIOState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := VirtioMMIOState{Status: t.status, DeviceFeaturesSel: t.deviceFeaturesSel, DriverFeaturesSel: t.driverFeaturesSel,
+		QueueSel: t.queueSel, DriverFeatures: t.driverFeatures, InterruptStatus: t.interruptStatus}
+	for _, q := range t.queues {
+		s.Queues = append(s.Queues, VirtioQueueState{Num: q.num, Ready: q.ready, Desc: q.desc, Driver: q.driver, Device: q.device})
+	}
+	return s
+}
+
+// SetState loads s into the transport, rebuilding every ready queue from
+// guest memory. A state of another device (another queue count) or a
+// ready queue whose rings do not fit this memory is an error, and leaves
+// the transport reset.
+func (t *VirtioMMIO) SetState(s VirtioMMIOState) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.resetLocked()
+	max := t.dev.QueueMaxSizes()
+	if len(s.Queues) != len(max) {
+		return fmt.Errorf("restoring virtio-mmio state: %d queues, this device has %d", len(s.Queues), len(max))
+	}
+	queues := make([]queueState, len(max))
+	for i, q := range s.Queues {
+		queues[i] = queueState{num: q.Num, ready: q.Ready, desc: q.Desc, driver: q.Driver, device: q.Device}
+		if !q.Ready {
+			continue
+		}
+		if q.Num == 0 || q.Num > max[i] {
+			return fmt.Errorf("restoring virtio-mmio state: queue %d of size %d, at most %d", i, q.Num, max[i])
+		}
+		vq, err := newVirtqueue(t.mem, q.Num, memory.GPA(q.Desc), memory.GPA(q.Driver), memory.GPA(q.Device))
+		if err != nil {
+			return fmt.Errorf("restoring virtio-mmio state: queue %d: %w", i, err)
+		}
+		queues[i].vq = vq
+	}
+	t.status, t.deviceFeaturesSel, t.driverFeaturesSel, t.queueSel = s.Status, s.DeviceFeaturesSel, s.DriverFeaturesSel, s.QueueSel
+	t.driverFeatures, t.interruptStatus, t.queues = s.DriverFeatures, s.InterruptStatus, queues
+	return nil
 }

@@ -2,6 +2,7 @@ package devices
 
 import (
 	"bytes"
+	"context"
 	"reflect"
 	"testing"
 	"time"
@@ -46,5 +47,38 @@ func TestBootTimerRestore(t *testing.T) {
 	b.Restore(BootTimerState{Done: true, Elapsed: 42 * time.Millisecond})
 	if e, ok := b.Elapsed(); !ok || e != 42*time.Millisecond {
 		t.Fatalf("elapsed %v %v", e, ok)
+	}
+}
+
+// TestVirtioMMIOStateMovesToAnotherTransport: a driver set up and used on
+// one transport goes on, on another that loaded its state over the same
+// guest memory, with the queue resuming at the used ring's index.
+func TestVirtioMMIOStateMovesToAnotherTransport(t *testing.T) {
+	d := newTestDriver(t, 512, 1<<20)
+	d.setUp(FeatureVersion1 | FeatureFlush)
+	want := pattern(4096, 3)
+	if st := d.write(16, want); st != BlkStatusOK {
+		t.Fatalf("write status %d", st)
+	}
+	st := d.dev.State()
+	moved := NewVirtioMMIO(context.Background(), d.dev.dev, d.mem, d.irq)
+	if err := moved.SetState(st); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(moved.State(), st) {
+		t.Fatalf("state %+v, want %+v", moved.State(), st)
+	}
+	d.dev = moved
+	got, status, _ := d.read(16, 4096)
+	if status != BlkStatusOK || !bytes.Equal(got, want) {
+		t.Fatalf("read on the new transport: status %d, data equal %v", status, bytes.Equal(got, want))
+	}
+	bad := st
+	bad.Queues = append(bad.Queues, VirtioQueueState{})
+	if err := moved.SetState(bad); err == nil {
+		t.Fatal("a state with another queue count loaded")
+	}
+	if moved.Status() != 0 {
+		t.Fatalf("a refused state left status %d; want reset", moved.Status())
 	}
 }

@@ -101,7 +101,9 @@ func guestParamsFor(s Spec) (*guests.Params, uint64) {
 		p.VerifyEverySec = g.Params["verify_every_sec"]
 		rate = g.Params["dirty_mib_per_sec"]
 	case "disk":
-		p.Seed, p.Sectors = g.Params["seed"], g.Params["sectors"]
+		// passes (default 1) repeats the write-and-verify, pass K with
+		// the pattern of seed + K.
+		p.Seed, p.Sectors, p.Passes = g.Params["seed"], g.Params["sectors"], g.Params["passes"]
 	}
 	return p, rate
 }

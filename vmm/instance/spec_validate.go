@@ -45,7 +45,7 @@ const dirtyMemStartMiB = 4
 // API; a guest missing here takes none.
 var guestParams = map[string][]string{
 	"dirty": {"mem_mib", "working_set_mib", "dirty_mib_per_sec", "verify_every_sec"},
-	"disk":  {"seed", "sectors"},
+	"disk":  {"seed", "sectors", "passes"},
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

@@ -17,7 +17,11 @@ const (
 	kindUART      = "uart"
 	kindHistory   = "serial-history"
 	kindBootTimer = "boot-timer"
+	kindVirtioBlk = "virtio-blk"
 )
+
+// maxVirtioQueues bounds a virtio-blk payload's queues.
+const maxVirtioQueues = 64
 
 // vcpuState is a vCPU's id and state.
 type vcpuState struct {
@@ -50,6 +54,7 @@ var currentDevices = registry{
 	kindUART:      {1, decodeUART},
 	kindHistory:   {1, decodeHistory},
 	kindBootTimer: {1, decodeBootTimer},
+	kindVirtioBlk: {1, decodeVirtioBlk},
 }
 
 // decode reads ds; an unknown kind or a version other than the codec's
@@ -165,19 +170,67 @@ func decodeBootTimer(_ uint16, p []byte) (any, error) {
 	return s, d.finish(msgDevices)
 }
 
+// encodeVirtioBlk encodes the disk's virtio-mmio transport registers
+// (the rings are in guest memory).
+func encodeVirtioBlk(s devices.VirtioMMIOState) DeviceState {
+	e := &encoder{}
+	e.u32(s.Status)
+	e.u32(s.DeviceFeaturesSel)
+	e.u32(s.DriverFeaturesSel)
+	e.u32(s.QueueSel)
+	e.u64(s.DriverFeatures)
+	e.u32(s.InterruptStatus)
+	e.u16(uint16(len(s.Queues)))
+	for _, q := range s.Queues {
+		e.u16(q.Num)
+		e.u8(boolByte(q.Ready))
+		e.u64(q.Desc)
+		e.u64(q.Driver)
+		e.u64(q.Device)
+	}
+	return DeviceState{Kind: kindVirtioBlk, Version: 1, Payload: e.b}
+}
+
+func decodeVirtioBlk(_ uint16, p []byte) (any, error) {
+	d := &decoder{b: p}
+	s := devices.VirtioMMIOState{Status: d.u32(), DeviceFeaturesSel: d.u32(), DriverFeaturesSel: d.u32(), QueueSel: d.u32(),
+		DriverFeatures: d.u64(), InterruptStatus: d.u32()}
+	n := int(d.u16())
+	if d.err == nil && n > maxVirtioQueues {
+		d.err = fmt.Errorf("%d virtqueues, at most %d", n, maxVirtioQueues)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		q := devices.VirtioQueueState{Num: d.u16(), Ready: d.u8() != 0}
+		q.Desc, q.Driver, q.Device = d.u64(), d.u64(), d.u64()
+		s.Queues = append(s.Queues, q)
+	}
+	return s, d.finish(msgDevices)
+}
+
 // deviceApplier returns what loads a decoded device state into the
 // target's VM.
-func (t *target) deviceApplier(v any) func() {
+func (t *target) deviceApplier(v any) (func() error, error) {
 	vm := t.vm
 	switch v := v.(type) {
 	case devices.UARTState:
-		return func() { vm.Serial().SetState(v) }
+		return func() error { vm.Serial().SetState(v); return nil }, nil
 	case devices.HistoryState:
-		return func() { vm.Serial().Output().Restore(v) }
+		return func() error { vm.Serial().Output().Restore(v); return nil }, nil
 	case devices.BootTimerState:
-		return func() { vm.BootTimer().Restore(v) }
+		return func() error { vm.BootTimer().Restore(v); return nil }, nil
+	case devices.VirtioMMIOState:
+		blk := vm.VirtioBlk()
+		if blk == nil {
+			return nil, fmt.Errorf("applying device state: %w: the source has a disk, this VM none", ErrIncompatible)
+		}
+		return func() error {
+			if err := blk.SetState(v); err != nil {
+				return fmt.Errorf("applying device state: %w: %w", ErrIncompatible, err)
+			}
+			return nil
+		}, nil
 	}
-	panic(fmt.Sprintf("migrate: no applier for %T", v)) // a codec without an applier is a bug
+	panic(fmt.Sprintf("migrate: no applier for %T", v)) // a codec without an applier is a bug, not an input
 }
 
 // DeviceVersions returns, for every device state kind, the versions this

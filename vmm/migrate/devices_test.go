@@ -64,6 +64,9 @@ func TestUnknownDeviceKindOrVersionIsAnError(t *testing.T) {
 	}
 }
 
+var virtioSample = devices.VirtioMMIOState{Status: 15, QueueSel: 0, DriverFeatures: 1<<32 | 1<<9, InterruptStatus: 1,
+	Queues: []devices.VirtioQueueState{{Num: 128, Ready: true, Desc: 0x10000, Driver: 0x11000, Device: 0x12000}}}
+
 func TestEveryDevicePayloadRoundTrips(t *testing.T) {
 	st := &kvm.VCPUState{Regs: kvm.Regs{RIP: 0x100000, RSP: 0x7000}, MSRs: []kvm.MSREntry{{Index: kvm.MSRIA32TSC, Data: 42}}}
 	vds, err := encodeVCPU(vcpuState{ID: 3, State: st})
@@ -79,6 +82,7 @@ func TestEveryDevicePayloadRoundTrips(t *testing.T) {
 		{encodeUART(devices.UARTState{LCR: 3, Input: []byte("x")}), devices.UARTState{LCR: 3, Input: []byte("x")}},
 		{encodeHistory(devices.HistoryState{End: 10, Data: []byte("hello")}), devices.HistoryState{End: 10, Data: []byte("hello")}},
 		{encodeBootTimer(devices.BootTimerState{Done: true, Elapsed: time.Second}), devices.BootTimerState{Done: true, Elapsed: time.Second}},
+		{encodeVirtioBlk(virtioSample), virtioSample},
 	}
 	for _, c := range cases {
 		got, err := currentDevices.decode(c.ds)
@@ -112,9 +116,10 @@ func FuzzDecodeDeviceState(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	kinds := []string{kindVCPU, kindClock, kindUART, kindHistory, kindBootTimer, "gpu"}
+	kinds := []string{kindVCPU, kindClock, kindUART, kindHistory, kindBootTimer, kindVirtioBlk, "gpu"}
 	for i, ds := range []DeviceState{v, encodeClock(clockState{}), encodeUART(devices.UARTState{Input: []byte("q")}),
-		encodeHistory(devices.HistoryState{End: 3, Data: []byte("abc")}), encodeBootTimer(devices.BootTimerState{})} {
+		encodeHistory(devices.HistoryState{End: 3, Data: []byte("abc")}), encodeBootTimer(devices.BootTimerState{}),
+		encodeVirtioBlk(virtioSample)} {
 		f.Add(uint8(i), ds.Version, ds.Payload)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, version uint16, payload []byte) {

@@ -487,5 +487,8 @@ func captureDevices(vm *vmm.VM) ([]DeviceState, error) {
 	}
 	out = append(out, encodeClock(clk), encodeUART(vm.Serial().State()),
 		encodeHistory(vm.Serial().Output().State()), encodeBootTimer(vm.BootTimer().State()))
+	if blk := vm.VirtioBlk(); blk != nil {
+		out = append(out, encodeVirtioBlk(blk.State()))
+	}
 	return out, nil
 }

@@ -272,7 +272,7 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	var (
 		clock *clockState
 		cpus  = map[uint32]*kvm.VCPUState{}
-		apply []func()
+		apply []func() error
 	)
 	vm := t.vm
 	for _, ds := range list {
@@ -289,7 +289,11 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 			}
 			cpus[v.ID] = v.State
 		default:
-			apply = append(apply, t.deviceApplier(v))
+			f, err := t.deviceApplier(v)
+			if err != nil {
+				return err
+			}
+			apply = append(apply, f)
 		}
 	}
 	if len(cpus) != len(vm.KVMVCPUs()) || clock == nil {
@@ -320,7 +324,9 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		}
 	}
 	for _, f := range apply {
-		f()
+		if err := f(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -8,6 +8,11 @@
  * flushes (when the device offers FLUSH), reads them back and verifies.
  * It prints "disk: PASS N sectors" and exits 0, or "disk: FAIL sector N"
  * and exits 1 (2 when no device or the device misbehaves).
+ *
+ * With `passes` other than 1 (~0: until stopped) it repeats, pass K
+ * writing the pattern of seed + K, and prints "disk: PASS N sectors pass
+ * K" after each: what a live migration in the middle of a pass must not
+ * break.
  */
 #include "virtio_blk.h"
 
@@ -23,27 +28,9 @@ static int fail(const char *what)
 	return 2;
 }
 
-int main(void)
+/* one_pass writes, flushes, reads back and verifies one pattern. */
+static int one_pass(u64 seed, u64 sectors)
 {
-	u64 seed = param(P_SEED, 0x7465726e);
-	u64 sectors = param(P_SECTORS, 256);
-
-	if (!vblk_find())
-		return fail("no virtio-blk device");
-	if (!vblk_setup())
-		return fail("device setup");
-	u64 capacity = vblk_capacity();
-	if (sectors > capacity)
-		sectors = capacity;
-	sectors -= sectors % CHUNK_SECTORS;
-
-	memset(buf, 0, 21);
-	if (vblk_submit(VBLK_T_GET_ID, 0, buf, 20) == 0) {
-		puts("disk: id ");
-		puts((const char *)buf);
-		puts("\n");
-	}
-
 	u64 *words = (u64 *)buf;
 	for (u64 s = 0; s < sectors; s += CHUNK_SECTORS) {
 		for (u64 w = 0; w < CHUNK_SECTORS * SECTOR / 8; w++)
@@ -67,8 +54,43 @@ int main(void)
 			}
 		}
 	}
-	puts("disk: PASS ");
-	putdec(sectors);
-	puts(" sectors\n");
+	return 0;
+}
+
+int main(void)
+{
+	u64 seed = param(P_SEED, 0x7465726e);
+	u64 sectors = param(P_SECTORS, 256);
+
+	if (!vblk_find())
+		return fail("no virtio-blk device");
+	if (!vblk_setup())
+		return fail("device setup");
+	u64 capacity = vblk_capacity();
+	if (sectors > capacity)
+		sectors = capacity;
+	sectors -= sectors % CHUNK_SECTORS;
+
+	memset(buf, 0, 21);
+	if (vblk_submit(VBLK_T_GET_ID, 0, buf, 20) == 0) {
+		puts("disk: id ");
+		puts((const char *)buf);
+		puts("\n");
+	}
+
+	u64 passes = param(P_PASSES, 1);
+	for (u64 pass = 0; passes == ~0ULL || pass < passes; pass++) {
+		int r = one_pass(seed + pass, sectors);
+		if (r != 0)
+			return r;
+		puts("disk: PASS ");
+		putdec(sectors);
+		puts(" sectors");
+		if (passes != 1) {
+			puts(" pass ");
+			putdec(pass);
+		}
+		puts("\n");
+	}
 	return 0;
 }

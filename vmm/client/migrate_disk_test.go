@@ -1,0 +1,241 @@
+package client_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"tern/tools/guests"
+	"tern/vmm/instance"
+	"tern/vmm/kvm/kvmtest"
+	"tern/volume/extent"
+)
+
+// diskPasses is how many write-and-verify passes the disk guest makes in
+// the migration tests: enough that the migration lands in the middle of
+// them, few enough that the guest then ends on the target.
+const diskPasses = 300
+
+// diskSectors is what each pass writes and verifies.
+const diskSectors = 256
+
+// diskGuestSpec is the disk guest making diskPasses passes over disk.
+func diskGuestSpec(id string, disk instance.DiskSpec) instance.Spec {
+	return instance.Spec{ID: id, Name: "disk", VCPUs: 1, MemoryMiB: 32,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{
+			"seed": 7, "sectors": diskSectors, "passes": diskPasses}},
+		Disks: []instance.DiskSpec{disk},
+		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+}
+
+// diskPass parses "disk: PASS N sectors pass K".
+func diskPass(line string) (pass uint64, ok bool) {
+	var n uint64
+	_, err := fmt.Sscanf(line, "disk: PASS %d sectors pass %d", &n, &pass)
+	return pass, err == nil && n == diskSectors
+}
+
+// waitDiskPass waits for the disk guest's next pass, which must pass.
+func (w *consoleWatch) waitDiskPass(t *testing.T, what string) uint64 {
+	t.Helper()
+	c := ctx(t)
+	for {
+		line, err := w.next(c)
+		if err != nil {
+			t.Fatalf("waiting for a disk pass %s: %v (console %q)", what, err, w.seen)
+		}
+		if strings.HasPrefix(line, "disk: FAIL") {
+			t.Fatalf("disk guest %s: %s", what, line)
+		}
+		if p, ok := diskPass(line); ok {
+			return p
+		}
+	}
+}
+
+// migrateDiskGuest runs the disk guest on src over disk, migrates it in
+// the middle of its passes to dst (ensured with targetDisks), and waits
+// for the guest to make its last pass on the target and the target to end
+// destroyed. It returns the target's final view of the instance.
+func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disk instance.DiskSpec, targetDisks []instance.DiskSpec) {
+	t.Helper()
+	c := ctx(t)
+	if _, err := src.client.Ensure(c, diskGuestSpec("disk-mig", disk)); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.client.RequestState(c, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	first := watchConsole(t, src.client, 0).waitDiskPass(t, "on the source")
+	spec := targetSpec("disk-mig", migrationAddr(t, src), "m-disk")
+	spec.Disks = targetDisks
+	migrateAndCheck(t, src, dst, spec, &history{t: t, name: "source"}, func(w *consoleWatch) string {
+		next := w.waitDiskPass(t, "on the target")
+		if next <= first {
+			t.Fatalf("the target's first pass is %d; the source had made %d", next, first)
+		}
+		last := next
+		for last < diskPasses-1 {
+			last = w.waitDiskPass(t, "on the target")
+		}
+		return fmt.Sprintf("passes %d on the source, %d to %d on the target", first, next, last)
+	})
+	dstSeen := &history{t: t, name: "target"}
+	dstSeen.waitFor(dst.client, "destroyed once the guest exits", func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+}
+
+// checkDiskPattern reads sectors from read and checks they hold the disk
+// guest's last pass.
+func checkDiskPattern(t *testing.T, what string, got []byte) {
+	t.Helper()
+	for s := uint64(0); s < diskSectors; s++ {
+		if !bytes.Equal(got[s*512:(s+1)*512], guests.DiskPattern(7+diskPasses-1, s)) {
+			t.Fatalf("%s: sector %d does not hold the disk guest's last pattern", what, s)
+		}
+	}
+}
+
+// TestMigrateDiskGuestWithAFileDisk migrates the disk guest, in the
+// middle of its passes, with its file disk: its passes go on verifying on
+// the target, and the file holds its last pattern.
+func TestMigrateDiskGuestWithAFileDisk(t *testing.T) {
+	src := startVMM(t, "")
+	dst := startVMM(t, src.certs)
+	file := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(file, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disk := instance.DiskSpec{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}}
+	migrateDiskGuest(t, src, dst, disk, nil)
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDiskPattern(t, "the file", got)
+}
+
+// TestMigrateDiskGuestWithAVolumeDisk migrates the disk guest, in the
+// middle of its passes, with its volume of three `tern downstairs`
+// processes: the target activates at the source's generation + 1 once the
+// source paused and flushed, the passes go on verifying there, and every
+// replica holds the guest's last pattern.
+func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
+	kvmtest.Require(t)
+	base := t.TempDir()
+	certs := filepath.Join(base, "certs")
+	if _, stderr, code := runTern(t, "certs", "init", "--dir", certs); code != 0 {
+		t.Fatalf("certs init: %s", stderr)
+	}
+	id := uuid.NewString()
+	var dirs [3]string
+	var procs [3]*downstairsProc
+	var addrs []string
+	for i := range dirs {
+		dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
+		if _, stderr, code := runTern(t, "downstairs", "create", "--dir", dirs[i], "--uuid", id,
+			"--block-size", "512", "--extent-size", "64KiB", "--extent-count", "4"); code != 0 {
+			t.Fatalf("downstairs create: %s", stderr)
+		}
+		procs[i] = startDownstairs(t, dirs[i], certs)
+		addrs = append(addrs, procs[i].addr)
+	}
+	src := startVMM(t, certs)
+	dst := startVMM(t, certs)
+	wait := uint64(60_000)
+	disk := instance.DiskSpec{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: addrs,
+		Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 2, QuorumWaitMs: &wait}}
+	migrateDiskGuest(t, src, dst, disk, nil)
+	v, err := dst.client.Get(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Spec.Disks) != 1 || v.Spec.Disks[0].Backend.Gen != 3 {
+		t.Fatalf("the target's disks %+v; want the volume at the source's generation 2 + 1", v.Spec.Disks)
+	}
+	for i, p := range procs {
+		p.stop()
+		region, err := extent.Open(dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, diskSectors*512)
+		err = region.ReadBlocks(0, got, make([]uint64, diskSectors))
+		region.Close()
+		if err != nil {
+			t.Fatalf("reading replica %d: %v", i, err)
+		}
+		checkDiskPattern(t, fmt.Sprintf("replica %d", i), got)
+	}
+}
+
+// downstairsProc is one `tern downstairs run` process.
+type downstairsProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	exited chan error
+}
+
+// startDownstairs runs tern downstairs on dir and waits for its
+// "listening" log record; the cleanup stops it.
+func startDownstairs(t *testing.T, dir, certs string) *downstairsProc {
+	t.Helper()
+	cmd := exec.Command(kvmtest.Tern(t), "downstairs", "run", "--dir", dir, "--listen", "127.0.0.1:0", "--certs", certs)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &downstairsProc{cmd: cmd, exited: make(chan error, 1)}
+	listening := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
+				addr, _ := rec["addr"].(string)
+				listening <- addr
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		d.exited <- cmd.Wait()
+	}()
+	select {
+	case d.addr = <-listening:
+	case err := <-d.exited:
+		t.Fatalf("downstairs on %s exited before listening: %v", dir, err)
+	case <-time.After(generous):
+		cmd.Process.Kill()
+		t.Fatalf("downstairs on %s never logged listening", dir)
+	}
+	t.Cleanup(d.stop)
+	return d
+}
+
+// stop ends the process with SIGTERM (SIGKILL after generous) and waits.
+func (d *downstairsProc) stop() {
+	if d.cmd == nil {
+		return
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(generous):
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
+	d.cmd = nil
+}

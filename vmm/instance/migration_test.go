@@ -1,0 +1,74 @@
+package instance
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"tern/vmm/migrate"
+)
+
+func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
+	vol := func(gen uint64, targets ...string) BackendSpec {
+		return BackendSpec{Kind: BackendVolume, Targets: targets, Region: &RegionSpec{BlockSize: 512, ExtentBlocks: 8, ExtentCount: 2}, Gen: gen}
+	}
+	src := Spec{ID: "i", Name: "n", VCPUs: 2, MemoryMiB: 64, Guest: GuestSpec{Kind: GuestELF, Path: "dirty"},
+		Disks:      []DiskSpec{{Name: "v", Backend: vol(4, "a:1", "b:1", "c:1")}},
+		Components: map[string]ComponentSpec{"inj": {Kind: ComponentMigrationFailureInjector}},
+		Init:       InitSpec{Method: InitSpecMethod}}
+	ensure := Spec{ID: "i", Init: InitSpec{Method: InitMigrationTarget, Source: "s:1", MigrationID: "m"}}
+	for _, tc := range []struct {
+		name    string
+		disks   []DiskSpec
+		wantGen uint64
+		wantErr string
+	}{
+		{"inherited volume at gen + 1", nil, 5, ""},
+		{"replaced targets, gen omitted", []DiskSpec{{Name: "v", Backend: vol(0, "d:1", "e:1", "f:1")}}, 5, ""},
+		{"replaced with a higher gen", []DiskSpec{{Name: "v", Backend: vol(9, "a:1", "b:1", "c:1")}}, 9, ""},
+		{"gen not above the source's", []DiskSpec{{Name: "v", Backend: vol(4, "a:1", "b:1", "c:1")}}, 0, "want more than the source's 4"},
+		{"unknown disk", []DiskSpec{{Name: "w", Backend: vol(0, "a:1", "b:1", "c:1")}}, 0, `no disk "w"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := ensure
+			e.Disks = tc.disks
+			got, err := mergeMigrated(e, src)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("mergeMigrated = %v; want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Name != "n" || got.VCPUs != 2 || got.MemoryMiB != 64 || got.Guest.Path != "dirty" || got.Init.Source != "s:1" || got.Components != nil {
+				t.Fatalf("merged %+v; want the source's but init and components", got)
+			}
+			if got.Disks[0].Backend.Gen != tc.wantGen {
+				t.Fatalf("gen %d; want %d", got.Disks[0].Backend.Gen, tc.wantGen)
+			}
+			if src.Disks[0].Backend.Gen != 4 {
+				t.Fatal("the source's spec changed")
+			}
+		})
+	}
+	if _, err := mergeMigrated(Spec{ID: "j"}, src); err == nil || !strings.Contains(err.Error(), `"i"`) {
+		t.Fatalf("another id: %v", err)
+	}
+}
+
+func TestStatusOfCarriesEveryProgressField(t *testing.T) {
+	p := migrate.Progress{Phase: migrate.PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
+		BandwidthBytesPerSec: 7, EstimatedDowntimeMs: 0.25, TotalMs: 9, DowntimeMs: 4, Error: "x"}
+	want := MigrationStatus{ID: "m", Phase: PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
+		BandwidthBytesPerSec: 7, EstimatedDowntimeMs: 0.25, TotalMs: 9, DowntimeMs: 4, Error: "x"}
+	if got := statusOf("m", p); got != want {
+		t.Fatalf("statusOf = %+v; want %+v", got, want)
+	}
+	for _, ph := range migrate.Phases {
+		if got := statusOf("m", migrate.Progress{Phase: ph}).Phase.String(); got != ph.String() {
+			t.Errorf("phase %v published as %s", ph, got)
+		}
+	}
+}
