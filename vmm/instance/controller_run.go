@@ -239,6 +239,7 @@ func (d *driver) halt(why string) {
 	c := d.c
 	c.log.Info("instance halting", "reason", why)
 	c.publish(Stopping, Run, Reboot, MigrateOut, MigrateIn)
+	c.dropOutgoing("the instance is stopping")
 	if err := d.teardown(); err != nil {
 		c.log.Error("freeing instance", "err", err)
 	}
@@ -262,6 +263,7 @@ func (d *driver) failWith(err error, update func(*Snapshot)) {
 		c.log.Error("freeing instance", "err", terr)
 	}
 	c.publishWith(Failed, update, AllRequests()...)
+	c.dropOutgoing("the instance has failed")
 	c.pub.Close()
 }
 

@@ -63,6 +63,18 @@ func (c *Controller) AcceptMigration(conn *quic.Conn) error {
 	return nil
 }
 
+// dropOutgoing closes a migration connection the owner goroutine never
+// took (the instance halts or fails first).
+func (c *Controller) dropOutgoing(why string) {
+	c.mu.Lock()
+	conn := c.outgoing
+	c.outgoing = nil
+	c.mu.Unlock()
+	if conn != nil {
+		conn.CloseWithError(codeMigrationRefused, why)
+	}
+}
+
 // statusOf is the published form of a migration's progress.
 func statusOf(id string, p migrate.Progress) MigrationStatus {
 	var ph Phase

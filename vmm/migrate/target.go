@@ -317,6 +317,7 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	}
 	for i, c := range vm.KVMVCPUs() {
 		st := cpus[uint32(i)]
+		restoreTRAvailableOnAMD(c, st)
 		advanceTSC(st, delta)
 		dropUnchangedMSRs(c, st)
 		if err := c.RestoreState(st, spec); err != nil {
@@ -329,6 +330,36 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		}
 	}
 	return nil
+}
+
+// TSS descriptor types of a 64-bit TR.
+const (
+	trTypeAvailable = 9
+	trTypeBusy      = 11
+)
+
+// restoreTRAvailableOnAMD restores a busy 64-bit TR as available on an
+// AMD host. KVM on SVM reports a loaded TR as busy whatever the VMCB holds
+// (it ORs the busy bit in), SVM checks no TR type, and QEMU's TCG — the
+// emulated test host's CPU — honours the IO-permission bitmap only of an
+// available TR, so a guest doing port IO at CPL3 through its TSS's bitmap
+// would #GP after the restore. Intel's VM entry requires a busy TR, so on
+// any other vendor it stays as saved.
+func restoreTRAvailableOnAMD(c *kvm.VCPU, st *kvm.VCPUState) {
+	if st.Sregs.TR.Type != trTypeBusy {
+		return
+	}
+	entries, err := c.CPUID2()
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		// "AuthenticAMD" in EBX, EDX, ECX of leaf 0.
+		if e.Function == 0 && e.EBX == 0x68747541 && e.EDX == 0x69746e65 && e.ECX == 0x444d4163 {
+			st.Sregs.TR.Type = trTypeAvailable
+			return
+		}
+	}
 }
 
 // advanceTSC moves the saved TSC on by deltaNs at the vCPU's frequency.
