@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -233,7 +234,10 @@ func newInstanceSerialCmd(f *instanceFlags) *cobra.Command {
 const ctrlBracket = 0x1d
 
 // attachSerial copies the console to out and in to the guest until Ctrl-],
-// ctx ends, or the instance is gone.
+// ctx ends, or the instance is gone. When the source of a migration says
+// where the instance went ({"migrated_to": URL}), it reconnects there
+// from the offset it had reached: the target's console history is the
+// source's, continued.
 func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.File, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -241,7 +245,13 @@ func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.Fil
 	if err != nil {
 		return err
 	}
-	defer conn.CloseNow()
+	// cur is the connection input goes to; the reader below replaces it
+	// when it follows a migration.
+	var (
+		mu  sync.Mutex
+		cur = conn
+	)
+	defer func() { mu.Lock(); cur.CloseNow(); mu.Unlock() }()
 	if term.IsTerminal(int(in.Fd())) {
 		old, err := term.MakeRaw(int(in.Fd()))
 		if err != nil {
@@ -250,10 +260,17 @@ func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.Fil
 		defer term.Restore(int(in.Fd()), old)
 		fmt.Fprint(out, "[attached; Ctrl-] leaves]\r\n")
 	}
+	write := func(data []byte) error {
+		mu.Lock()
+		conn := cur
+		mu.Unlock()
+		return conn.Write(ctx, websocket.MessageBinary, data)
+	}
 	// The reader of in may stay blocked in read(2) after we return; it is
 	// the process's, which exits right after. Ctrl-] leaves; the end of
 	// in does not (piped input still shows the guest's answers until the
-	// instance is gone or SIGINT).
+	// instance is gone or SIGINT). Input typed while the console moves
+	// to a migration's target may be lost.
 	go func() {
 		buf := make([]byte, 1024)
 		for {
@@ -262,12 +279,12 @@ func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.Fil
 				data := buf[:n]
 				if i := strings.IndexByte(string(data), ctrlBracket); i >= 0 {
 					if i > 0 {
-						conn.Write(ctx, websocket.MessageBinary, data[:i])
+						write(data[:i])
 					}
 					cancel()
 					return
 				}
-				if conn.Write(ctx, websocket.MessageBinary, data) != nil {
+				if write(data) != nil && ctx.Err() != nil {
 					return
 				}
 			}
@@ -276,17 +293,62 @@ func attachSerial(ctx context.Context, c *client.Client, from uint64, in *os.Fil
 			}
 		}
 	}()
+	offset := from
+	var movedTo string
 	for {
-		_, msg, err := conn.Read(ctx)
+		typ, msg, err := conn.Read(ctx)
 		if err != nil {
-			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				conn.Close(websocket.StatusNormalClosure, "")
+				return nil
+			}
+			if movedTo != "" {
+				// The source closed after naming the target: follow it.
+				next, err := c.At(movedTo)
+				if err != nil {
+					return fmt.Errorf("following the migrated console: %w", err)
+				}
+				nconn, err := next.Serial(ctx, offset)
+				if err != nil {
+					return fmt.Errorf("following the migrated console to %s: %w", movedTo, err)
+				}
+				mu.Lock()
+				cur.CloseNow()
+				cur, conn, c, movedTo = nconn, nconn, next, ""
+				mu.Unlock()
+				continue
+			}
+			if websocket.CloseStatus(err) == websocket.StatusNormalClosure {
 				conn.Close(websocket.StatusNormalClosure, "")
 				return nil
 			}
 			return fmt.Errorf("reading serial console: %w", err)
 		}
+		if typ == websocket.MessageText {
+			if u, ok := parseSerialMigratedTo(msg); ok {
+				movedTo = u
+			}
+			continue
+		}
+		offset += uint64(len(msg))
 		if _, err := out.Write(msg); err != nil {
 			return err
 		}
 	}
+}
+
+// parseSerialMigratedTo reads the text message a migration's source sends
+// its console watchers before it closes: {"migrated_to": URL}, URL being
+// the target's API (http://host:port). ok is false for anything else.
+func parseSerialMigratedTo(msg []byte) (url string, ok bool) {
+	var m struct {
+		MigratedTo string `json:"migrated_to"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.MigratedTo == "" {
+		return "", false
+	}
+	if _, err := client.New(m.MigratedTo, nil); err != nil {
+		return "", false
+	}
+	return m.MigratedTo, true
 }

@@ -1,8 +1,10 @@
 package guests
 
 import (
+	"math"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Lines the guests print on their serial console (without the CR LF), for
@@ -56,6 +58,27 @@ func ParseDirtyRate(line string) (mibPerSec uint64, ok bool) {
 	}
 	v, err := strconv.ParseUint(n, 10, 64)
 	return v, err == nil
+}
+
+// DirtyGapReportAbove is the shortest progress gap a continuous dirty
+// guest reports with a "dirty: progress gap N us" line.
+const DirtyGapReportAbove = time.Millisecond
+
+// ParseDirtyGap returns N of "dirty: progress gap N us", which a
+// continuous dirty guest prints for every stretch of over
+// DirtyGapReportAbove in which it did not run (a migration's downtime,
+// or the host not scheduling its vCPU); its own verifications do not
+// count. ok is false for any other line.
+func ParseDirtyGap(line string) (gap time.Duration, ok bool) {
+	n, found := cutAround(line, "dirty: progress gap ", " us")
+	if !found {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(n, 10, 64)
+	if err != nil || v > uint64(math.MaxInt64/int64(time.Microsecond)) {
+		return 0, false
+	}
+	return time.Duration(v) * time.Microsecond, true
 }
 
 // Lines of the demo guest (src/demo.c), which stays running: see

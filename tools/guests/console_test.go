@@ -1,6 +1,9 @@
 package guests
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestParseDirtyVerify(t *testing.T) {
 	for _, c := range []struct {
@@ -36,6 +39,26 @@ func TestParseDirtyRate(t *testing.T) {
 		got, ok := ParseDirtyRate(c.line)
 		if got != c.want || ok != c.ok {
 			t.Errorf("ParseDirtyRate(%q) = %d, %v; want %d, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestParseDirtyGap(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want time.Duration
+		ok   bool
+	}{
+		{"dirty: progress gap 1234 us", 1234 * time.Microsecond, true},
+		{"dirty: progress gap 0 us", 0, true},
+		{"dirty: progress gap -5 us", 0, false},
+		{"dirty: progress gap 99999999999999999 us", 0, false},
+		{"dirty: progress gap 12 ms", 0, false},
+		{"dirty: max progress gap 3 tsc ticks", 0, false},
+	} {
+		got, ok := ParseDirtyGap(c.line)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseDirtyGap(%q) = %v, %v; want %v, %v", c.line, got, ok, c.want, c.ok)
 		}
 	}
 }

@@ -75,8 +75,10 @@
 //     P want generation G found H", "dirty: verified N MiB in M ms", and at
 //     the end of a bounded run the longest TSC gap in its own progress
 //     (the guest-visible downtime of a migration). passes = ~0
-//     ([PassesForever]) runs until the VM is stopped. [ParseDirtyRate] and
-//     [ParseDirtyVerify] read those lines for a host. See src/dirty.c.
+//     ([PassesForever]) runs until the VM is stopped and prints
+//     "dirty: progress gap N us" for every gap over 1 ms as it happens.
+//     [ParseDirtyRate], [ParseDirtyVerify] and [ParseDirtyGap] read those
+//     lines for a host. See src/dirty.c.
 //   - disk drives the first virtio-mmio virtio-blk device (modern, virtio
 //     1.x) from CPL3: it writes a seeded pattern, flushes, reads back,
 //     verifies and prints "disk: PASS N sectors" or "disk: FAIL sector N".

@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -505,4 +507,46 @@ func TestQEMUDemoWithoutDiskKeepsRunningAndEchoes(t *testing.T) {
 		}
 		demoRounds(t, out)
 	})
+}
+
+func TestQEMUKVMDirtyForeverReportsAGapWhileStopped(t *testing.T) {
+	kvmUsable(t)
+	// A TSC frequency far below the real one makes the 1 ms threshold a
+	// few microseconds of real time: the time QEMU spends stopped by
+	// SIGSTOP is a gap the guest must report as it resumes.
+	p := Params{MemBytes: 2 << 20, WorkingSetBytes: 1 << 20, Passes: PassesForever, TSCkHz: 10_000, VerifyEverySec: 1000}
+	g := startQEMU(t, kvm, "dirty", &p)
+	g.waitFor(func(line string) bool { return strings.HasPrefix(line, "dirty: filled ") })
+	pid := g.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitProcState(t, pid, 'T')
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	line := g.waitFor(func(line string) bool { _, ok := ParseDirtyGap(line); return ok })
+	if gap, _ := ParseDirtyGap(line); gap <= DirtyGapReportAbove {
+		t.Errorf("%q: a reported gap must exceed %v", line, DirtyGapReportAbove)
+	}
+}
+
+// waitProcState waits until process pid's state (the field after its
+// name in /proc/PID/stat) is state.
+func waitProcState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %c: %s", pid, state, b)
+		}
+		runtime.Gosched()
+	}
 }

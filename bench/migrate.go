@@ -1,0 +1,371 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"tern/dataplane/tlsconf"
+	"tern/tools/guests"
+	"tern/tools/kvmhost"
+	"tern/vmm/api"
+	"tern/vmm/client"
+	"tern/vmm/instance"
+	"tern/vmm/kvm"
+)
+
+// MigrateOptions configure RunMigrate.
+type MigrateOptions struct {
+	// Tern is the tern binary whose `vmm serve` processes migrate.
+	Tern string
+	// SizesMiB are the guests' memory sizes (default 256 and 1024).
+	SizesMiB []uint64
+	// RatesMiBPerSec are the dirty guest's rates (default 1, 10, 100).
+	RatesMiBPerSec []uint64
+	// Progress, when set, gets a line as each step starts.
+	Progress io.Writer
+}
+
+// MigrateScenario is one row of `tern bench migrate --json`: the first
+// nine keys are the contract. Times are milliseconds; downtime_guest_ms
+// is the longest progress gap the dirty guest printed from the start of
+// the migration to its first verification after it (0: none over 1 ms).
+// The qemu_ keys are QEMU's live migration of the same guest at the same
+// size and rate (query-migrate's total-time and downtime), null without
+// QEMU.
+type MigrateScenario struct {
+	MemoryMiB       uint64   `json:"memory_mib"`
+	DirtyMiBPerSec  uint64   `json:"dirty_mib_per_sec"`
+	TotalMs         float64  `json:"total_ms"`
+	DowntimeGuestMs float64  `json:"downtime_guest_ms"`
+	DowntimeVMMMs   float64  `json:"downtime_vmm_ms"`
+	BytesSent       uint64   `json:"bytes_sent"`
+	Rounds          uint64   `json:"rounds"`
+	QEMUTotalMs     *float64 `json:"qemu_total_ms"`
+	QEMUDowntimeMs  *float64 `json:"qemu_downtime_ms"`
+	Scenario        string   `json:"scenario"`
+	SameHost        bool     `json:"same_host"`
+
+	// qemuGuestGapMs is the guest's own longest gap under QEMU, read the
+	// same way (the table shows it beside QEMU's downtime).
+	qemuGuestGapMs *float64
+}
+
+// MigrateReport is every scenario of one run, and why QEMU was skipped.
+type MigrateReport struct {
+	Scenarios   []MigrateScenario
+	QEMUSkipped string
+}
+
+// Targets of the migration benchmark.
+const (
+	// TargetGuestDowntimeOverQEMU bounds the guest-measured downtime over
+	// QEMU's at TargetRateMiBPerSec.
+	TargetGuestDowntimeOverQEMU = 0.1
+	// TargetRateMiBPerSec is the rate the downtime ratio is judged at.
+	TargetRateMiBPerSec = 10
+	// TargetSameHostDowntimeMs bounds the same-host path's downtime at
+	// any size.
+	TargetSameHostDowntimeMs = 5.0
+)
+
+// Bounds of the benchmark's waits.
+const (
+	guestSteadyWait   = 2 * time.Minute // boot, fill, first rate line
+	migrateWait       = 10 * time.Minute
+	afterMigrateWait  = 2 * time.Minute // the first verification after
+	benchDirtyMemSkip = 8               // MiB of guest RAM not patterned
+	benchWorkingSet   = 64              // MiB the guest rewrites
+)
+
+// RunMigrate runs every scenario: per size and rate, tern over QUIC, tern
+// on the same host (memfds), and QEMU between two processes. It refuses
+// to run inside the emulated test host and needs /dev/kvm.
+func RunMigrate(ctx context.Context, opts MigrateOptions) (*MigrateReport, error) {
+	if err := kvmhost.RefuseBenchmark(); err != nil {
+		return nil, err
+	}
+	if err := kvm.Probe(); err != nil {
+		return nil, fmt.Errorf("the migration benchmark needs a usable /dev/kvm: %w", err)
+	}
+	if opts.Tern == "" {
+		return nil, fmt.Errorf("the migration benchmark: no tern binary")
+	}
+	if len(opts.SizesMiB) == 0 {
+		opts.SizesMiB = []uint64{256, 1024}
+	}
+	if len(opts.RatesMiBPerSec) == 0 {
+		opts.RatesMiBPerSec = []uint64{1, 10, 100}
+	}
+	for _, s := range opts.SizesMiB {
+		if s < benchDirtyMemSkip+benchWorkingSet {
+			return nil, fmt.Errorf("the migration benchmark: %d MiB is under the %d MiB it needs", s, benchDirtyMemSkip+benchWorkingSet)
+		}
+	}
+	say := sayer(opts.Progress)
+	dir, removeDir, err := workDir("", "tern-bench-migrate")
+	if err != nil {
+		return nil, err
+	}
+	defer removeDir()
+	certs := filepath.Join(dir, "certs")
+	if err := tlsconf.Generate(certs, nil, false); err != nil {
+		return nil, fmt.Errorf("making certificates: %w", err)
+	}
+	rep := &MigrateReport{}
+	qemu, qerr := lookQEMU()
+	if qerr != nil {
+		rep.QEMUSkipped = qerr.Error()
+		say("%s", rep.QEMUSkipped)
+	}
+	for _, size := range opts.SizesMiB {
+		for _, rate := range opts.RatesMiBPerSec {
+			var rows []MigrateScenario
+			var khz uint64
+			for _, sameHost := range []bool{false, true} {
+				name := map[bool]string{false: "quic", true: "same_host"}[sameHost]
+				say("%d MiB at %d MiB/s: tern %s", size, rate, name)
+				row, k, err := runTernMigration(ctx, opts.Tern, certs, dir, size, rate, sameHost)
+				if err != nil {
+					return nil, fmt.Errorf("%d MiB at %d MiB/s, %s: %w", size, rate, name, err)
+				}
+				row.Scenario, row.SameHost = name, sameHost
+				rows, khz = append(rows, row), k
+			}
+			if qemu != "" {
+				say("%d MiB at %d MiB/s: QEMU", size, rate)
+				q, err := runQEMUMigration(ctx, qemu, dir, size, rate, khz)
+				if err != nil {
+					return nil, fmt.Errorf("%d MiB at %d MiB/s, QEMU: %w", size, rate, err)
+				}
+				for i := range rows {
+					rows[i].QEMUTotalMs, rows[i].QEMUDowntimeMs, rows[i].qemuGuestGapMs = &q.totalMs, &q.downtimeMs, &q.guestGapMs
+				}
+			}
+			rep.Scenarios = append(rep.Scenarios, rows...)
+		}
+	}
+	return rep, nil
+}
+
+// dirtyGuest is the benchmark's guest at size MiB dirtying rate MiB/s
+// over benchWorkingSet MiB, verifying every second.
+func dirtySpec(id string, size, rate uint64) instance.Spec {
+	return instance.Spec{ID: id, Name: "bench-migrate", VCPUs: 1, MemoryMiB: size,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: map[string]uint64{
+			"mem_mib": size - benchDirtyMemSkip, "working_set_mib": benchWorkingSet,
+			"dirty_mib_per_sec": rate, "verify_every_sec": 1,
+		}},
+		Disks: []instance.DiskSpec{}, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+}
+
+// runTernMigration boots the dirty guest in one `tern vmm serve`,
+// migrates it to another with client.Migrate (what `tern migrate` runs),
+// and reads the guest's gaps off the target's console up to its first
+// verification after the migration, which must pass. It also returns the
+// guest's TSC frequency, for the QEMU run.
+func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate uint64, sameHost bool) (MigrateScenario, uint64, error) {
+	row := MigrateScenario{MemoryMiB: size, DirtyMiBPerSec: rate}
+	var procs []*vmmProc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for _, name := range []string{"source", "target"} {
+		p, err := startVMMProc(tern, certs, filepath.Join(dir, fmt.Sprintf("%s-%d-%d-%s.log", name, size, rate, map[bool]string{false: "quic", true: "samehost"}[sameHost])))
+		if err != nil {
+			return row, 0, err
+		}
+		procs = append(procs, p)
+	}
+	src, dst := procs[0].client, procs[1].client
+	id := fmt.Sprintf("bench-%d-%d", size, rate)
+	v, err := src.Ensure(ctx, dirtySpec(id, size, rate))
+	if err != nil {
+		return row, 0, fmt.Errorf("ensuring the source: %w", err)
+	}
+	if err := src.RequestState(ctx, instance.Run); err != nil {
+		return row, 0, fmt.Errorf("running the source: %w", err)
+	}
+	if _, err := src.WaitFor(ctx, v.Gen, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		return row, 0, fmt.Errorf("waiting for the source to run: %w", err)
+	}
+	var khz uint64
+	offset, _, err := readConsole(ctx, src, 0, guestSteadyWait, "the guest's first rate line", func(line string) bool {
+		if n, ok := cutKHz(line); ok {
+			khz = n
+		}
+		_, ok := guests.ParseDirtyRate(line)
+		return ok
+	})
+	if err != nil {
+		return row, 0, err
+	}
+	mctx, cancel := context.WithTimeout(ctx, migrateWait)
+	r, err := client.Migrate(mctx, src, dst, client.MigrateOptions{SameHost: sameHost})
+	cancel()
+	if err != nil {
+		return row, 0, err
+	}
+	row.TotalMs, row.DowntimeVMMMs, row.BytesSent, row.Rounds = r.TotalMs, r.DowntimeMs, r.BytesSent, r.Rounds
+	// The console up to here was printed before or during the migration;
+	// the first verification after it must come later.
+	finished, err := consoleEnd(ctx, dst, offset)
+	if err != nil {
+		return row, 0, err
+	}
+	var maxGap time.Duration
+	var verify guests.DirtyVerify
+	at := offset
+	_, _, err = readConsole(ctx, dst, offset, afterMigrateWait, "the guest's first verification after the migration", func(line string) bool {
+		at += uint64(len(line)) + 1
+		if g, ok := guests.ParseDirtyGap(line); ok {
+			maxGap = max(maxGap, g)
+		}
+		v, ok := guests.ParseDirtyVerify(line)
+		verify = v
+		return ok && at > finished
+	})
+	if err != nil {
+		return row, 0, err
+	}
+	if !verify.Pass {
+		return row, 0, fmt.Errorf("the guest's memory is wrong after the migration: verify FAIL %s", verify.Detail)
+	}
+	row.DowntimeGuestMs = ms(maxGap)
+	return row, khz, procs[1].stopInstance(ctx, 0)
+}
+
+// consoleEnd returns the offset of the end of c's console now, reading
+// its history from offset.
+func consoleEnd(ctx context.Context, c *client.Client, offset uint64) (uint64, error) {
+	for {
+		h, err := c.SerialHistory(ctx, offset, api.MaxSerialMaxBytes)
+		if err != nil {
+			return 0, fmt.Errorf("reading the target's console: %w", err)
+		}
+		if h.NextOffset == offset {
+			return offset, nil
+		}
+		offset = h.NextOffset
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cutKHz reads N of the dirty guest's "dirty: tsc N kHz" line.
+func cutKHz(line string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(line, "dirty: tsc ")
+	if !ok {
+		return 0, false
+	}
+	var n uint64
+	_, err := fmt.Sscanf(rest, "%d kHz", &n)
+	return n, err == nil
+}
+
+// readConsole reads c's console from offset, line by line, until match
+// accepts a line; it returns the offset after that line. It gives up
+// after wait, naming what it waited for.
+func readConsole(ctx context.Context, c *client.Client, offset uint64, wait time.Duration, what string, match func(string) bool) (uint64, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	conn, err := c.Serial(ctx, offset)
+	if err != nil {
+		return 0, "", fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	defer conn.CloseNow()
+	var pending []byte
+	for {
+		typ, msg, err := conn.Read(ctx)
+		if err != nil {
+			return 0, "", fmt.Errorf("waiting for %s (%v): %w", what, wait, err)
+		}
+		if typ != websocket.MessageBinary {
+			continue
+		}
+		pending = append(pending, msg...)
+		for {
+			i := bytes.IndexByte(pending, '\n')
+			if i < 0 {
+				break
+			}
+			line := strings.TrimRight(string(pending[:i]), "\r")
+			pending = pending[i+1:]
+			offset += uint64(i + 1)
+			if match(line) {
+				return offset, line, nil
+			}
+		}
+	}
+}
+
+// lookQEMU finds qemu-system-x86_64, or says why the QEMU peer is skipped.
+func lookQEMU() (string, error) {
+	path, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return "", ErrNoQEMU
+	}
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("the QEMU peer was skipped: /dev/kvm: %w", err)
+	}
+	f.Close()
+	return path, nil
+}
+
+// WriteTable prints every scenario, then each target beside its figure.
+func (r *MigrateReport) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "%-10s %6s %6s %10s %10s %10s %10s %6s %10s %10s %10s\n", "path", "MiB", "MiB/s",
+		"total ms", "guest ms", "vmm ms", "MiB sent", "rounds", "qemu tot", "qemu down", "qemu guest")
+	opt := func(p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", *p)
+	}
+	for _, s := range r.Scenarios {
+		fmt.Fprintf(w, "%-10s %6d %6d %10.1f %10s %10.1f %10.1f %6d %10s %10s %10s\n", s.Scenario, s.MemoryMiB, s.DirtyMiBPerSec,
+			s.TotalMs, guestMs(s.DowntimeGuestMs), s.DowntimeVMMMs, float64(s.BytesSent)/(1<<20), s.Rounds,
+			opt(s.QEMUTotalMs), opt(s.QEMUDowntimeMs), opt(s.qemuGuestGapMs))
+	}
+	fmt.Fprintln(w, "guest ms: the dirty guest's longest progress gap from the migration's start to its first verification after (<1: none over 1 ms); qemu guest: the same under QEMU")
+	if r.QEMUSkipped != "" {
+		fmt.Fprintf(w, "QEMU: %s\n", r.QEMUSkipped)
+	}
+	for _, s := range r.Scenarios {
+		switch {
+		case s.SameHost:
+			fmt.Fprintf(w, "%d MiB at %d MiB/s, same host: guest downtime %.1f ms (target ≤ %.0f ms %s)\n", s.MemoryMiB, s.DirtyMiBPerSec,
+				s.DowntimeGuestMs, TargetSameHostDowntimeMs, met(s.DowntimeGuestMs <= TargetSameHostDowntimeMs))
+		case s.QEMUTotalMs != nil:
+			line := fmt.Sprintf("%d MiB at %d MiB/s: total / QEMU's = %.2f (target ≤ 1 %s)", s.MemoryMiB, s.DirtyMiBPerSec,
+				s.TotalMs / *s.QEMUTotalMs, met(s.TotalMs <= *s.QEMUTotalMs))
+			if s.DirtyMiBPerSec == TargetRateMiBPerSec && *s.QEMUDowntimeMs > 0 {
+				ratio := s.DowntimeGuestMs / *s.QEMUDowntimeMs
+				line += fmt.Sprintf("; guest downtime / QEMU's = %.3f (target ≤ %.1f %s)", ratio, TargetGuestDowntimeOverQEMU,
+					met(ratio <= TargetGuestDowntimeOverQEMU))
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+func guestMs(v float64) string {
+	if v == 0 {
+		return "<1"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// JSON returns the rows `--json` writes.
+func (r *MigrateReport) JSON() []MigrateScenario { return r.Scenarios }
