@@ -28,7 +28,8 @@ type MigrateOptions struct {
 	Tern string
 	// SizesMiB are the guests' memory sizes (default 256 and 1024).
 	SizesMiB []uint64
-	// RatesMiBPerSec are the dirty guest's rates (default 1, 10, 100).
+	// RatesMiBPerSec are the dirty guest's rates (default 0, 10, 100);
+	// 0 is the idle guest, which dirties nothing after its fill.
 	RatesMiBPerSec []uint64
 	// Progress, when set, gets a line as each step starts.
 	Progress io.Writer
@@ -103,7 +104,7 @@ func RunMigrate(ctx context.Context, opts MigrateOptions) (*MigrateReport, error
 		opts.SizesMiB = []uint64{256, 1024}
 	}
 	if len(opts.RatesMiBPerSec) == 0 {
-		opts.RatesMiBPerSec = []uint64{1, 10, 100}
+		opts.RatesMiBPerSec = []uint64{0, 10, 100}
 	}
 	for _, s := range opts.SizesMiB {
 		if s < benchDirtyMemSkip+benchWorkingSet {
@@ -156,14 +157,19 @@ func RunMigrate(ctx context.Context, opts MigrateOptions) (*MigrateReport, error
 	return rep, nil
 }
 
-// dirtyGuest is the benchmark's guest at size MiB dirtying rate MiB/s
-// over benchWorkingSet MiB, verifying every second.
+// dirtySpec is the benchmark's guest at size MiB dirtying rate MiB/s
+// over benchWorkingSet MiB, verifying every second; at rate 0 it is the
+// idle guest (the API's dirty_mib_per_sec 0 alone means unthrottled).
 func dirtySpec(id string, size, rate uint64) instance.Spec {
+	params := map[string]uint64{
+		"mem_mib": size - benchDirtyMemSkip, "working_set_mib": benchWorkingSet,
+		"dirty_mib_per_sec": rate, "verify_every_sec": 1,
+	}
+	if rate == 0 {
+		params["idle"] = 1
+	}
 	return instance.Spec{ID: id, Name: "bench-migrate", VCPUs: 1, MemoryMiB: size,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: map[string]uint64{
-			"mem_mib": size - benchDirtyMemSkip, "working_set_mib": benchWorkingSet,
-			"dirty_mib_per_sec": rate, "verify_every_sec": 1,
-		}},
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: params},
 		Disks: []instance.DiskSpec{}, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
 }
 

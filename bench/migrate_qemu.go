@@ -127,11 +127,11 @@ func (p *qemuProc) stop() {
 }
 
 // runQEMUMigration boots the same dirty guest under QEMU (the TSC
-// frequency tern reported, so the same rate), migrates it with QMP
-// migrate at QEMU's default settings to a second QEMU started with
-// -incoming on loopback, and reads query-migrate's times and the guest's
-// gaps (the source's after migrate, the target's up to its first
-// verification, which must pass).
+// frequency tern reported, so the same rate; idle at rate 0), migrates
+// it with QMP migrate at QEMU's default settings to a second QEMU
+// started with -incoming on loopback, and reads query-migrate's times
+// and the guest's gaps (the source's after migrate, the target's up to
+// its first verification, which must pass).
 func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz uint64) (qemuResult, error) {
 	elfBytes, err := guests.ELF("dirty")
 	if err != nil {
@@ -145,7 +145,10 @@ func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz uin
 		khz = guests.DefaultTSCkHz
 	}
 	p := guests.Params{MemStart: 4 << 20, MemBytes: (size - benchDirtyMemSkip) << 20, WorkingSetBytes: benchWorkingSet << 20,
-		Passes: guests.PassesForever, TSCkHz: khz, VerifyEverySec: 1, PageDelayTSC: khz * 1000 / (rate << 8)}
+		Passes: guests.PassesForever, TSCkHz: khz, VerifyEverySec: 1, Idle: rate == 0}
+	if rate > 0 {
+		p.PageDelayTSC = khz * 1000 / (rate << 8)
+	}
 	params := filepath.Join(dir, "params.bin")
 	if err := os.WriteFile(params, p.Encode(), 0o644); err != nil {
 		return qemuResult{}, err

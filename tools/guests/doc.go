@@ -77,6 +77,11 @@
 //     (the guest-visible downtime of a migration). passes = ~0
 //     ([PassesForever]) runs until the VM is stopped and prints
 //     "dirty: progress gap N us" for every gap over 1 ms as it happens.
+//     With idle ([Params.Idle]; the API's idle param) it fills once and
+//     then dirties nothing, printing "dirty: idle, dirtying nothing": it
+//     still watches the clock (so it reports its gaps), verifies
+//     generation 0 every verify_every_sec (after "dirty: rate 0 MiB/s")
+//     and on request; a bounded run ends after passes such intervals.
 //     [ParseDirtyRate], [ParseDirtyVerify] and [ParseDirtyGap] read those
 //     lines for a host. See src/dirty.c.
 //   - disk drives the first virtio-mmio virtio-blk device (modern, virtio

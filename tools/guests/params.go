@@ -17,7 +17,7 @@ const paramsVersion = 1
 // end), each zero meaning the default, so the version stays 1 and a host
 // that writes a shorter block still works: guest RAM it leaves alone is
 // zero.
-const ParamsSize = 0x78
+const ParamsSize = 0x80
 
 // Params is the host's side of the parameter block (src/guest.h). A zero
 // field means the guest's default.
@@ -58,6 +58,11 @@ type Params struct {
 	// HelloFault makes the hello guest raise an exception on purpose after
 	// its line (see the HelloFault constants); zero does not.
 	HelloFault uint64
+	// Idle makes the dirty guest fill its pattern once and then dirty
+	// nothing: it still watches the clock (printing its progress gaps),
+	// verifies every VerifyEverySec (after "dirty: rate 0 MiB/s") and on
+	// request, and a bounded run ends after Passes such intervals.
+	Idle bool
 }
 
 // DefaultTSCkHz is the TSC frequency the guests assume when Params.TSCkHz
@@ -100,6 +105,9 @@ func (p Params) Encode() []byte {
 	}
 	le.PutUint64(b[0x68:], p.VerifyEverySec)
 	le.PutUint64(b[0x70:], p.HelloFault)
+	if p.Idle {
+		le.PutUint64(b[0x78:], 1)
+	}
 	return b
 }
 

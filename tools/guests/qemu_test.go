@@ -327,6 +327,29 @@ func TestQEMUDirtyForeverVerifiesPeriodicallyAndPrintsItsRate(t *testing.T) {
 	}
 }
 
+func TestQEMUDirtyIdleVerifiesEachIntervalAndDirtiesNothing(t *testing.T) {
+	// A small TSC frequency makes the intervals short in wall-clock time.
+	p := Params{MemBytes: 2 << 20, WorkingSetBytes: 1 << 20, Passes: 3, TSCkHz: 200_000, Idle: true}
+	out, code := qemuRun(t, "dirty", &p)
+	if !strings.Contains(out, "\ndirty: idle, dirtying nothing\n") {
+		t.Errorf("serial output %q lacks the idle line", out)
+	}
+	// Every interval ends in "rate 0" and a verification of generation 0:
+	// nothing was rewritten after the fill.
+	if n := strings.Count(out, "\ndirty: rate 0 MiB/s\ndirty: verify PASS generation 0\ndirty: verified 2 MiB in "); n != 3 {
+		t.Errorf("serial output %q has %d intervals ending in a PASS of generation 0, want 3", out, n)
+	}
+	if !regexp.MustCompile(`\ndirty: max progress gap [0-9]+ tsc ticks\n$`).MatchString(out) {
+		t.Errorf("serial output %q does not end with the longest gap", out)
+	}
+	if strings.Contains(out, "FAIL") || regexp.MustCompile(`dirty: rate [1-9]`).MatchString(out) {
+		t.Errorf("serial output %q reports a failure or a rate above 0", out)
+	}
+	if code != qemuExitSuccess {
+		t.Errorf("qemu exit status %d, want %d", code, qemuExitSuccess)
+	}
+}
+
 // kvmUsable skips the test unless /dev/kvm can be opened for reading and
 // writing.
 func kvmUsable(t *testing.T) {

@@ -324,6 +324,10 @@ func TestBadInputIsRejectedAndNothingRuns(t *testing.T) {
 			m["guest"].(map[string]any)["path"] = "dirty"
 			m["guest"].(map[string]any)["params"] = map[string]any{"mem_mib": 8, "speed": 3}
 		}), 400, api.CodeInvalidSpec, "guest.params.speed"},
+		{"dirty idle neither 0 nor 1", specJSON(func(m map[string]any) {
+			m["guest"].(map[string]any)["path"] = "dirty"
+			m["guest"].(map[string]any)["params"] = map[string]any{"mem_mib": 8, "idle": 2}
+		}), 400, api.CodeInvalidSpec, "guest.params.idle"},
 		{"duplicate disk names", specJSON(func(m map[string]any) { m["disks"] = []any{fileDisk("a"), fileDisk("a")} }), 400, api.CodeInvalidSpec, "duplicate"},
 		{"unknown component kind", specJSON(func(m map[string]any) {
 			m["components"] = map[string]any{"x": map[string]any{"kind": "teapot"}}

@@ -94,8 +94,10 @@ func guestParamsFor(s Spec) (*guests.Params, uint64) {
 	switch g.Path {
 	case "dirty":
 		// Through the API dirty runs until stopped and verifies every
-		// verify_every_sec seconds (default 1, the guest's own).
+		// verify_every_sec seconds (default 1, the guest's own); idle 1
+		// makes it dirty nothing after the fill.
 		p.Passes = guests.PassesForever
+		p.Idle = g.Params["idle"] == 1
 		if v := g.Params["mem_mib"]; v != 0 {
 			p.MemStart, p.MemBytes = dirtyMemStartMiB<<20, v<<20
 		}

@@ -45,7 +45,7 @@ const dirtyMemStartMiB = 4
 // guestParams lists the parameters each built-in guest takes through the
 // API; a guest missing here takes none.
 var guestParams = map[string][]string{
-	"dirty": {"mem_mib", "working_set_mib", "dirty_mib_per_sec", "verify_every_sec"},
+	"dirty": {"mem_mib", "working_set_mib", "dirty_mib_per_sec", "verify_every_sec", "idle"},
 	"disk":  {"seed", "sectors", "device", "passes"},
 }
 
@@ -263,6 +263,12 @@ func (s *Spec) validateParams(bad func(string, ...any)) {
 		}
 		if ws != 0 && mem != 0 && ws > mem {
 			bad("guest.params.working_set_mib: %d is more than mem_mib %d", ws, mem)
+		}
+		switch idle := g.Params["idle"]; {
+		case idle > 1:
+			bad("guest.params.idle: %d; want 1 (fill once, then dirty nothing) or 0", idle)
+		case idle == 1 && g.Params["dirty_mib_per_sec"] != 0:
+			bad("guest.params.dirty_mib_per_sec: %d, but an idle guest dirties nothing", g.Params["dirty_mib_per_sec"])
 		}
 	case "disk":
 		if len(s.Disks) == 0 {

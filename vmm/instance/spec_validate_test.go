@@ -62,6 +62,22 @@ func TestValidateReportsEachProblem(t *testing.T) {
 			s.Guest.Path = "dirty"
 			s.Guest.Params = map[string]uint64{"mem_mib": 100, "working_set_mib": 200}
 		}, nil, []string{"does not fit", "more than mem_mib"}},
+		{"valid idle dirty", func(s *Spec) {
+			s.Guest.Path = "dirty"
+			s.Guest.Params = map[string]uint64{"mem_mib": 16, "idle": 1, "dirty_mib_per_sec": 0, "verify_every_sec": 2}
+		}, nil, nil},
+		{"valid dirty, idle 0", func(s *Spec) {
+			s.Guest.Path = "dirty"
+			s.Guest.Params = map[string]uint64{"idle": 0, "dirty_mib_per_sec": 10}
+		}, nil, nil},
+		{"dirty idle neither 0 nor 1", func(s *Spec) {
+			s.Guest.Path = "dirty"
+			s.Guest.Params = map[string]uint64{"idle": 2}
+		}, nil, []string{"guest.params.idle: 2"}},
+		{"idle dirty with a rate", func(s *Spec) {
+			s.Guest.Path = "dirty"
+			s.Guest.Params = map[string]uint64{"idle": 1, "dirty_mib_per_sec": 10}
+		}, nil, []string{"an idle guest dirties nothing"}},
 		{"disk guest without disk", func(s *Spec) { s.Guest.Path = "disk" }, nil, []string{"needs a disk"}},
 		{"duplicate disks", func(s *Spec) {
 			s.Disks = []DiskSpec{{Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}, {Name: "a", Backend: BackendSpec{Kind: BackendFile, Path: file}}}

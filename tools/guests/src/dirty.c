@@ -30,6 +30,11 @@
  * continuous run instead prints "dirty: progress gap N us" for every gap
  * over 1 ms, as it happens (its own verifications and printing are not
  * gaps), so a host reads a migration's downtime from the console.
+ * With idle = 1 it fills once and then dirties nothing: it only watches
+ * the clock (gaps are reported as above), verifies every verify_every_sec
+ * seconds (after "dirty: rate 0 MiB/s") and on request, and a bounded run
+ * ends after passes such intervals: a migration's floor, with no page
+ * for pre-copy to resend.
  * Exit status 0 when every verification passed, 1 otherwise.
  *
  * Everything runs at CPL3, where nested PVM runs it natively; the hot loops
@@ -139,6 +144,50 @@ static int verify(u64 *base, u64 pages, u64 ws_pages, u64 gen, u64 done)
 	return 0;
 }
 
+/*
+ * idle runs instead of the dirtying loop when the idle parameter is 1:
+ * it writes nothing more, but keeps looking at the clock (so a pause is
+ * still a progress gap), verifies generation 0 every verify_ticks, each
+ * time after "dirty: rate 0 MiB/s", and whenever the host changes the
+ * verify-request word. A bounded run (intervals > 0) ends after that many
+ * intervals, the last one's verification being the final one, with the
+ * lines a dirtying run ends with.
+ */
+static int idle(u64 *base, u64 pages, u64 intervals, u64 verify_ticks)
+{
+	volatile u64 *request = (volatile u64 *)(PARAMS_ADDR + P_VERIFY_REQUEST);
+	volatile u64 *ack = (volatile u64 *)(PARAMS_ADDR + P_VERIFY_ACK);
+	u64 seen_request = *request;
+	u64 verify_at = rdtsc() + verify_ticks;
+	u64 elapsed = 0;
+	int failed = 0;
+
+	puts("dirty: idle, dirtying nothing\n");
+	for (;;) {
+		u64 now = progress();
+		u64 req = *request;
+		if (now < verify_at && req == seen_request)
+			continue;
+		if (now >= verify_at) {
+			puts("dirty: rate 0 MiB/s\n");
+			if (intervals && ++elapsed == intervals)
+				break;
+		}
+		failed |= verify(base, pages, pages, 0, 0);
+		if (req != seen_request) {
+			seen_request = req;
+			*ack = req;
+		}
+		last_tsc = 0;	/* verification is not a progress gap */
+		verify_at = rdtsc() + verify_ticks;
+	}
+	failed |= verify(base, pages, pages, 0, 0);
+	puts("dirty: max progress gap ");
+	putdec(max_gap);
+	puts(" tsc ticks\n");
+	return failed;
+}
+
 int main(void)
 {
 	u64 start = param(P_MEM_START, 4UL << 20);
@@ -181,6 +230,8 @@ int main(void)
 
 	if (forever)
 		report_ticks = tsc_khz();	/* 1 ms */
+	if (param(P_IDLE, 0) == 1)
+		return idle(base, pages, forever ? 0 : passes, verify_ticks);
 	u64 seen_request = *request;
 	u64 gen = 1, next = 0;			/* next page to write, in gen */
 	u64 written = 0, dirty_ticks = 0;	/* since the last rate line */
