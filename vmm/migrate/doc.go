@@ -16,7 +16,8 @@
 //     ends both sides cleanly.
 //  2. sync: the source sends its preamble (the opaque instance spec, the
 //     RAM layout, the vCPU count, the memory method); the target builds
-//     its VM, paused and never yet run, and answers ready.
+//     its VM, paused and never yet run, and answers ready. Same-host, the
+//     memfds pass first (memfd.go) and the target builds on them.
 //  3. ram_push: rounds. The first sends every non-zero page; each later
 //     one the pages KVM's dirty log (and the VMM's own bitmap) recorded
 //     since the previous. The target acknowledges each round; the source
@@ -25,7 +26,8 @@
 //     the downtime target, or the round limit.
 //  4. pause: the source parks its vCPUs (the devices are driven by them)
 //     and runs SourceConfig.AfterPause (the controller flushes its disks).
-//  5. ram_push_dirty: the last dirty pages (or, same-host, the memfds).
+//  5. ram_push_dirty: the last dirty pages (same-host: nothing; the
+//     memory is shared).
 //  6. device: a list of {kind, version, payload} (devices.go): vCPU
 //     state, clock, UART, serial history, boot timer, the disk's
 //     virtio-mmio transport. The target decodes every entry before it

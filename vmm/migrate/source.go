@@ -223,6 +223,14 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.p.send(pr); err != nil {
 		return res, false, err
 	}
+	if fds != nil {
+		// The memory is shared, not sent: the target maps it and builds
+		// its VM now, while the guest runs on here, so none of that is
+		// downtime. Its vCPUs stay parked until commit.
+		if err := s.handOver(ctx, fds); err != nil {
+			return res, false, err
+		}
+	}
 	if err := expectEmpty(s.p, msgReady); err != nil {
 		return res, false, err
 	}
@@ -252,12 +260,10 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.enter(PhaseRAMPushDirty); err != nil {
 		return res, false, err
 	}
-	if fds != nil {
-		if err := s.handOver(ctx, fds); err != nil {
+	if fds == nil {
+		if err := s.round(uint32(res.Rounds+1), false, PhaseRAMPushDirty); err != nil {
 			return res, false, err
 		}
-	} else if err := s.round(uint32(res.Rounds+1), false, PhaseRAMPushDirty); err != nil {
-		return res, false, err
 	}
 	if err := s.enter(PhaseDevice); err != nil {
 		return res, false, err

@@ -131,14 +131,22 @@ func (t *target) run(ctx context.Context) (res Result, err error) {
 	if t.pr.VCPUs == 0 || len(t.pr.Regions) == 0 {
 		return res, fmt.Errorf("%w: %d vCPUs, %d regions", ErrIncompatible, t.pr.VCPUs, len(t.pr.Regions))
 	}
-	if t.pr.Method == MethodPages {
-		mem, err := memory.New(t.pr.Regions...)
+	var mem *memory.Memory
+	if t.pr.Method == MethodMemfd {
+		// The source's own pages, shared: mapped and built on before
+		// ready, while the guest still runs at the source (memfd.go).
+		fds, err := receiveFds(ctx, t.pr.Socket, t.pr.Nonce, len(t.pr.Regions))
 		if err != nil {
-			return res, fmt.Errorf("%w: %w", ErrIncompatible, err)
-		}
-		if err := t.build(mem); err != nil {
 			return res, err
 		}
+		if mem, err = memory.FromFds(t.pr.Regions, fds); err != nil {
+			return res, fmt.Errorf("%w: %w", ErrIncompatible, err)
+		}
+	} else if mem, err = memory.New(t.pr.Regions...); err != nil {
+		return res, fmt.Errorf("%w: %w", ErrIncompatible, err)
+	}
+	if err := t.build(mem); err != nil {
+		return res, err
 	}
 	if err := t.p.send(empty{msgReady}); err != nil {
 		return res, err
@@ -185,26 +193,13 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 	switch m := m.(type) {
 	case phaseMsg:
 		if m.Phase <= t.prog.Phase || m.Phase == PhaseError ||
-			m.Phase == PhaseFinish && !t.devicesDone || m.Phase > PhasePause && t.vm == nil && t.pr.Method == MethodPages {
+			m.Phase == PhaseFinish && !t.devicesDone || m.Phase > PhasePause && t.vm == nil {
 			return false, fmt.Errorf("receiving phase: %w: %v after %v", ErrMalformed, m.Phase, t.prog.Phase)
 		}
 		t.prog.Phase = m.Phase
 		t.publish()
 		if err := t.cfg.Injector.failImport(m.Phase); err != nil {
 			return false, err
-		}
-		if m.Phase == PhaseRAMPushDirty && t.pr.Method == MethodMemfd {
-			fds, err := receiveFds(ctx, t.pr.Socket, t.pr.Nonce, len(t.pr.Regions))
-			if err != nil {
-				return false, err
-			}
-			mem, err := memory.FromFds(t.pr.Regions, fds)
-			if err != nil {
-				return false, fmt.Errorf("%w: %w", ErrIncompatible, err)
-			}
-			if err := t.build(mem); err != nil {
-				return false, err
-			}
 		}
 		if m.Phase == PhaseFinish {
 			if t.cfg.BeforeFinish != nil {
