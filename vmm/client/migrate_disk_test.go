@@ -1,19 +1,13 @@
 package client_test
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -150,7 +144,7 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 	}
 	id := uuid.NewString()
 	var dirs [3]string
-	var procs [3]*downstairsProc
+	var procs [3]*kvmtest.Downstairs
 	var addrs []string
 	for i := range dirs {
 		dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
@@ -158,8 +152,8 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 			"--block-size", "512", "--extent-size", "64KiB", "--extent-count", "4"); code != 0 {
 			t.Fatalf("downstairs create: %s", stderr)
 		}
-		procs[i] = startDownstairs(t, dirs[i], certs)
-		addrs = append(addrs, procs[i].addr)
+		procs[i] = kvmtest.StartDownstairs(t, dirs[i], certs)
+		addrs = append(addrs, procs[i].Addr)
 	}
 	src := startVMM(t, certs)
 	dst := startVMM(t, certs)
@@ -183,7 +177,7 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 		t.Fatalf("the target's disks %+v; want the volume at the source's generation 2 + 1", v.Spec.Disks)
 	}
 	for i, p := range procs {
-		p.stop()
+		p.Stop()
 		region, err := extent.Open(dirs[i])
 		if err != nil {
 			t.Fatal(err)
@@ -196,64 +190,4 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 		}
 		checkDiskPattern(t, fmt.Sprintf("replica %d", i), got, passes)
 	}
-}
-
-// downstairsProc is one `tern downstairs run` process.
-type downstairsProc struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan error
-}
-
-// startDownstairs runs tern downstairs on dir and waits for its
-// "listening" log record; the cleanup stops it.
-func startDownstairs(t *testing.T, dir, certs string) *downstairsProc {
-	t.Helper()
-	cmd := exec.Command(kvmtest.Tern(t), "downstairs", "run", "--dir", dir, "--listen", "127.0.0.1:0", "--certs", certs)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &downstairsProc{cmd: cmd, exited: make(chan error, 1)}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
-				addr, _ := rec["addr"].(string)
-				listening <- addr
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		d.exited <- cmd.Wait()
-	}()
-	select {
-	case d.addr = <-listening:
-	case err := <-d.exited:
-		t.Fatalf("downstairs on %s exited before listening: %v", dir, err)
-	case <-time.After(generous):
-		cmd.Process.Kill()
-		t.Fatalf("downstairs on %s never logged listening", dir)
-	}
-	t.Cleanup(d.stop)
-	return d
-}
-
-// stop ends the process with SIGTERM (SIGKILL after generous) and waits.
-func (d *downstairsProc) stop() {
-	if d.cmd == nil {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(generous):
-		d.cmd.Process.Kill()
-		<-d.exited
-	}
-	d.cmd = nil
 }

@@ -1,17 +1,11 @@
 package vmmruntest
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/json"
-	"io"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -19,66 +13,6 @@ import (
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 )
-
-// downstairs is one `tern downstairs run` process.
-type downstairs struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan error
-}
-
-// startDownstairs runs tern downstairs on dir and waits for its
-// "listening" log record; the cleanup stops it with SIGTERM.
-func startDownstairs(t *testing.T, dir, certs string) *downstairs {
-	t.Helper()
-	cmd := exec.Command(kvmtest.Tern(t), "downstairs", "run", "--dir", dir, "--listen", "127.0.0.1:0", "--certs", certs)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &downstairs{cmd: cmd, exited: make(chan error, 1)}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
-				addr, _ := rec["addr"].(string)
-				listening <- addr
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		d.exited <- cmd.Wait()
-	}()
-	select {
-	case d.addr = <-listening:
-	case err := <-d.exited:
-		t.Fatalf("downstairs on %s exited before listening: %v", dir, err)
-	case <-time.After(generous):
-		cmd.Process.Kill()
-		t.Fatalf("downstairs on %s never logged listening", dir)
-	}
-	t.Cleanup(func() { d.stop() })
-	return d
-}
-
-// stop ends the process with SIGTERM (SIGKILL after a minute) and waits.
-func (d *downstairs) stop() {
-	if d.cmd == nil {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(time.Minute):
-		d.cmd.Process.Kill()
-		<-d.exited
-	}
-	d.cmd = nil
-}
 
 // TestVMMRunDiskGuestOnAThreeReplicaVolume runs the disk guest on a volume
 // served by three downstairs processes, then reads each replica's region
@@ -92,7 +26,7 @@ func TestVMMRunDiskGuestOnAThreeReplicaVolume(t *testing.T) {
 	}
 	id := uuid.NewString()
 	var dirs [3]string
-	var procs [3]*downstairs
+	var procs [3]*kvmtest.Downstairs
 	var addrs []string
 	for i := range dirs {
 		dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
@@ -100,8 +34,8 @@ func TestVMMRunDiskGuestOnAThreeReplicaVolume(t *testing.T) {
 			"--block-size", "512", "--extent-size", "1MiB", "--extent-count", "4"); code != 0 {
 			t.Fatalf("downstairs create: %s", stderr)
 		}
-		procs[i] = startDownstairs(t, dirs[i], certs)
-		addrs = append(addrs, procs[i].addr)
+		procs[i] = kvmtest.StartDownstairs(t, dirs[i], certs)
+		addrs = append(addrs, procs[i].Addr)
 	}
 	stdout, stderr, code := run(t, "", "vmm", "run", "--guest", "disk",
 		"--disk", "volume:"+strings.Join(addrs, ","), "--certs", certs, "--gen", "1")
@@ -109,7 +43,7 @@ func TestVMMRunDiskGuestOnAThreeReplicaVolume(t *testing.T) {
 		t.Fatalf("exit status %d; stdout %q; stderr %q", code, stdout, stderr)
 	}
 	for i, p := range procs {
-		p.stop()
+		p.Stop()
 		region, err := extent.Open(dirs[i])
 		if err != nil {
 			t.Fatal(err)
