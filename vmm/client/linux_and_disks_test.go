@@ -106,7 +106,11 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 		t.Fatalf("problems %q; want one about the kernel and one about the initrd", e.Body.Problems)
 	}
 	is := bad
-	is.Guest = instance.GuestSpec{Kind: instance.GuestLinux, Kernel: g.BzImage, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline}
+	// quiet: this test is about the API, not the kernel's log (the vmm
+	// package's tests read that); each console byte is an exit, slow in
+	// the emulated host, and the shorter the boot the less of it runs
+	// under a busy machine's timing.
+	is.Guest = instance.GuestSpec{Kind: instance.GuestLinux, Kernel: g.BzImage, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"}
 	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
 		t.Fatalf("ensure: %+v, %v", v, err)
 	}
@@ -141,8 +145,8 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := c.SerialHistory(ctx, 0, 0)
-	if err != nil || !strings.Contains(h.Data, "Linux version") || !strings.Contains(h.Data, linuxtest.InitLine) {
-		t.Fatalf("serial history %+v, %v; want the kernel's banner and the init's line", h, err)
+	if err != nil || !strings.Contains(h.Data, linuxtest.InitLine) || !strings.Contains(h.Data, linuxtest.EchoPrefix+"ping") {
+		t.Fatalf("serial history %+v, %v; want the init's line and its echo", h, err)
 	}
 	if v, err := c.Get(ctx); err != nil || v.Error != "" {
 		t.Fatalf("after the guest exited: %+v, %v; want destroyed without an error", v, err)
