@@ -16,21 +16,29 @@ import (
 // bootJSONKeys are the contract's keys of tern bench boot --json.
 var bootJSONKeys = []string{"tern_wall_ms_p50", "qemu_wall_ms_p50", "ratio_wall", "tern_rss_mib", "qemu_rss_mib", "inproc_boot_ms_p50", "bare_kvm_ms_p50"}
 
-// TestBenchBootRefusesInsideTheEmulatedTestHost runs tern bench boot as
-// the emulated test host's init would run it: it exits 1, saying why.
-func TestBenchBootRefusesInsideTheEmulatedTestHost(t *testing.T) {
-	cmd := exec.Command(ternBin, "bench", "boot", "--runs", "1")
+// wantBenchRefusedInside runs tern with args as the emulated test host's
+// init would run it and wants exit status 1 with the refusal alone on
+// stderr.
+func wantBenchRefusedInside(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command(ternBin, args...)
 	cmd.Env = append(os.Environ(), kvmhost.InsideEnv+"=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 {
-		t.Fatalf("tern bench boot inside: %v; want exit status 1", err)
+		t.Fatalf("tern %s inside: %v; want exit status 1", strings.Join(args, " "), err)
 	}
 	if want := "tern: " + kvmhost.ErrBenchmarkInEmulatedHost.Error() + "\n"; stderr.String() != want {
 		t.Fatalf("stderr = %q\nwant %q", stderr.String(), want)
 	}
+}
+
+// TestBenchBootRefusesInsideTheEmulatedTestHost runs tern bench boot as
+// the emulated test host's init would run it: it exits 1, saying why.
+func TestBenchBootRefusesInsideTheEmulatedTestHost(t *testing.T) {
+	wantBenchRefusedInside(t, "bench", "boot", "--runs", "1")
 }
 
 // runBenchBoot runs tern bench boot --runs 2 with env and returns its

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"tern/dataplane/tlsconf"
-	"tern/tools/kvmhost"
 	"tern/vmm/api"
 	"tern/vmm/client"
 )
@@ -96,18 +95,7 @@ func TestMigrateNeedsFromAndTo(t *testing.T) {
 // migrate as the emulated test host's init would run it: it exits 1,
 // saying why.
 func TestBenchMigrateRefusesInsideTheEmulatedTestHost(t *testing.T) {
-	cmd := exec.Command(ternBin, "bench", "migrate", "--sizes", "256", "--rates", "10")
-	cmd.Env = append(os.Environ(), kvmhost.InsideEnv+"=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 1 {
-		t.Fatalf("tern bench migrate inside: %v; want exit status 1", err)
-	}
-	if want := "tern: " + kvmhost.ErrBenchmarkInEmulatedHost.Error() + "\n"; stderr.String() != want {
-		t.Fatalf("stderr = %q\nwant %q", stderr.String(), want)
-	}
+	wantBenchRefusedInside(t, "bench", "migrate", "--sizes", "256", "--rates", "10")
 }
 
 func TestParseSerialMigratedTo(t *testing.T) {
