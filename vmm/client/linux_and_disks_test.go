@@ -2,16 +2,19 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"tern/tools/guests"
 	"tern/vmm/api"
+	"tern/vmm/client"
 	"tern/vmm/instance"
 	"tern/vmm/internal/linuxtest"
 	"tern/vmm/kvm/kvmtest"
@@ -47,9 +50,9 @@ func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
 		t.Fatalf("ensure answered disks %+v; want boot and data", v.Disks)
 	}
 	for _, n := range names {
-		d, err := c.Disk(ctx, n)
-		if err != nil || d.Name != n || d.Kind != instance.BackendFile || d.State != instance.DiskReady || d.Activation != nil {
-			t.Fatalf("disk %s: %+v, %v; want a ready file disk without activation", n, d, err)
+		d := waitDiskOpened(t, ctx, c, n)
+		if d.Name != n || d.Kind != instance.BackendFile || d.State != instance.DiskReady || d.Activation != nil {
+			t.Fatalf("disk %s: %+v; want a ready file disk without activation", n, d)
 		}
 	}
 	if _, err := c.Disk(ctx, "nosuch"); err == nil {
@@ -150,5 +153,27 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	}
 	if v, err := c.Get(ctx); err != nil || v.Error != "" {
 		t.Fatalf("after the guest exited: %+v, %v; want destroyed without an error", v, err)
+	}
+}
+
+// waitDiskOpened asks for disk name until it is no longer opening. The
+// instance opens its disks on its own goroutine after the ensure answered,
+// and publishes no generation for it while no run is requested, so this
+// asks again, bounded by ctx and a minute.
+func waitDiskOpened(t *testing.T, ctx context.Context, c *client.Client, name string) instance.DiskStatus {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, err := c.Disk(ctx, name)
+		if err != nil {
+			t.Fatalf("disk %s: %v", name, err)
+		}
+		if d.State != instance.DiskOpening {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("disk %s still opening after a minute: %+v", name, d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
