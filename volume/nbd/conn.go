@@ -213,7 +213,11 @@ func (c *conn) do(ctx context.Context, r request, buf *buffer, rep *reply) error
 		st.bytesRead.Add(int64(r.length))
 		return nil
 	case cmdWrite:
-		if _, err := dev.WriteAt(ctx, buf.b, off); err != nil {
+		var p []byte // nil for a write of no bytes
+		if buf != nil {
+			p = buf.b
+		}
+		if _, err := dev.WriteAt(ctx, p, off); err != nil {
 			return err
 		}
 	case cmdWriteZeroes:
