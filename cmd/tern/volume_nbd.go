@@ -78,7 +78,7 @@ type nbdAddr struct {
 func parseNBDListen(listen string, withTLS bool) (nbdAddr, error) {
 	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
 		if path == "" {
-			return nbdAddr{}, fmt.Errorf("--listen %q: no socket path after unix:", listen)
+			return nbdAddr{}, fmt.Errorf("--listen %q: want unix:/path, the socket path is missing", listen)
 		}
 		return nbdAddr{"unix", path}, nil
 	}
