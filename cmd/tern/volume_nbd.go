@@ -287,7 +287,7 @@ func activateShowingProgress(ctx context.Context, p *preparedVolume, w io.Writer
 			switch {
 			case pr.Phase == reconcile.PhaseNegotiating:
 				fmt.Fprintln(w, "activating: negotiating with the replicas")
-			case pr.Phase == reconcile.PhaseRepairing:
+			case pr.Phase == reconcile.PhaseRepairing && pr.ExtentsTotal > 0:
 				fmt.Fprintf(w, "activating: repairing %d extents on which the replicas differ\n", pr.ExtentsTotal)
 			case pr.Phase == reconcile.PhaseDone && pr.ExtentsTotal == 0:
 				fmt.Fprintln(w, "activating: done, the replicas agree")
