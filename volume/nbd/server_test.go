@@ -94,19 +94,26 @@ func TestWriteReadFlushRoundTrip(t *testing.T) {
 		_, addr := startServer(t, dev, nil)
 		rc := open(t, addr, structured)
 		data := bytes.Repeat([]byte("tern"), 2048) // 8 KiB
+		ok := func(n int) {
+			t.Helper()
+			for range n {
+				if structured {
+					if c := rc.chunk(); c.typ != replyNone || c.flags != replyFlagDone {
+						t.Fatalf("chunk %+v, want NONE with DONE", c)
+					}
+				} else if _, errno, _ := rc.simpleReply(nil); errno != 0 {
+					t.Fatalf("errno %d", errno)
+				}
+			}
+		}
+		// Requests in flight together are unordered: the zeroing
+		// follows the write's reply.
 		rc.send(request{cmd: cmdWrite, flags: cmdFlagFUA, cookie: 7, offset: 4096, length: uint32(len(data))}, data)
+		ok(1)
 		rc.send(request{cmd: cmdWriteZeroes, cookie: 8, offset: 4096, length: 4096}, nil)
 		rc.send(request{cmd: cmdTrim, cookie: 9, offset: 0, length: 4096}, nil)
 		rc.send(request{cmd: cmdFlush, cookie: 10}, nil)
-		for range 4 {
-			if structured {
-				if c := rc.chunk(); c.typ != replyNone || c.flags != replyFlagDone {
-					t.Fatalf("chunk %+v, want NONE with DONE", c)
-				}
-			} else if _, errno, _ := rc.simpleReply(nil); errno != 0 {
-				t.Fatalf("errno %d", errno)
-			}
-		}
+		ok(3)
 		want := append(make([]byte, 4096), data[4096:]...)
 		if got := dev.bytes(4096, 8192); !bytes.Equal(got, want) {
 			t.Fatalf("device holds the wrong bytes")
