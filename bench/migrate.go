@@ -13,7 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/tools/guests"
 	"tern/tools/kvmhost"
 	"tern/vmm/api"

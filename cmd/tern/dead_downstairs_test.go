@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/upstairs"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/vmm/client"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/vmm/api"
 	"tern/vmm/instance"
 	"tern/vmm/migrate"

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/inspect"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 )

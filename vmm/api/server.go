@@ -21,7 +21,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/telemetry"
+	"tern/internal/telemetry"
 	"tern/vmm/devices"
 	"tern/vmm/instance"
 	"tern/vmm/migrate"

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/vmm/migrate"
 	"tern/volume/transport"
 )

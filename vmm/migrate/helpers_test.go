@@ -11,7 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"

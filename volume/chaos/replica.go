@@ -16,8 +16,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
 	"tern/volume/extent"
 )
 

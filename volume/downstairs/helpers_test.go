@@ -19,7 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/extent"
 	"tern/volume/transport"
 	"tern/volume/wire"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 	"tern/volume/transport"

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/tools/guests"
 	"tern/vmm/api"
 	"tern/vmm/client"
