@@ -13,11 +13,11 @@ import (
 
 	"github.com/coder/websocket"
 
+	"tern/internal/kvmhost"
 	"tern/internal/tlsconf"
-	"tern/tools/guests"
-	"tern/tools/kvmhost"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
 )

@@ -8,9 +8,9 @@ import (
 	"os"
 	"strings"
 
-	"tern/tools/guests"
 	"tern/vmm/boot"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/memory"
 )
 

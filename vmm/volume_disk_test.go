@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"testing"
 
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 	"tern/volume/upstairs"

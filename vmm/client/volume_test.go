@@ -10,7 +10,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/volume/extent"
 	"tern/volume/volumetest"

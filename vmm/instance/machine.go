@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/memory"
 )
 

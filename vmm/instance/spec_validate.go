@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strings"
 
-	"tern/tools/guests"
 	"tern/vmm"
+	"tern/vmm/guests"
 )
 
 // ErrInvalidSpec is wrapped by every problem Validate finds.

@@ -12,9 +12,9 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/internal/tlsconf"
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
 	"tern/volume/transport"

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"tern/internal/tlsconf"
-	"tern/tools/guests"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm/kvmtest"
 )

@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"testing"
 
-	"tern/tools/guests"
 	"tern/vmm/boot"
+	"tern/vmm/guests"
 	"tern/vmm/kvm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"tern/tools/guests/internal/build"
+	"tern/vmm/guests/internal/build"
 )
 
 const xenElfnotePhys32Entry = 18

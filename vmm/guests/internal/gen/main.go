@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"tern/tools/guests/internal/build"
+	"tern/vmm/guests/internal/build"
 )
 
 func main() {
