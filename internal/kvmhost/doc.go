@@ -2,7 +2,10 @@
 // own kernel booted under QEMU with software emulation (TCG, two vCPUs,
 // 2 GiB) on a CPU model that offers AMD-V, so that its kvm and kvm-amd
 // modules give a real /dev/kvm on a machine that has none. Its command,
-// tools/kvmhost/cmd/kvmhost, is `go test -exec`-able.
+// tools/kvmhost/cmd/kvmhost, is `go test -exec`-able. The library lives
+// under internal/ rather than beside its command in tools/ because tern
+// itself uses it (`tern up` runs the vmm inside the emulated host where
+// /dev/kvm is not usable, and benchmarks refuse to measure in there).
 //
 // How a run works:
 //

@@ -1,5 +1,5 @@
 // Package guests embeds tern's freestanding x86-64 test guests, compiled
-// from the C and assembly in src/ by `go generate ./tools/guests` (which
+// from the C and assembly in src/ by `go generate ./vmm/guests` (which
 // runs ./internal/gen with the machine's cc) and committed under elf/, so
 // that building tern needs no C compiler.
 //

@@ -132,7 +132,7 @@ func TestGenerateReproducesCommittedELFs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s.elf differs from the committed file: run `go generate ./tools/guests` and commit", name)
+			t.Errorf("%s.elf differs from the committed file: run `go generate ./vmm/guests` and commit", name)
 		}
 	}
 }

@@ -39,7 +39,7 @@ const MaxDisks = vmm.MaxDisks
 const minMemoryMiB = 2
 
 // dirtyMemStartMiB is where the dirty guest's patterned area starts by
-// default (tools/guests: 4 MiB).
+// default (vmm/guests: 4 MiB).
 const dirtyMemStartMiB = 4
 
 // guestParams lists the parameters each built-in guest takes through the

@@ -100,7 +100,7 @@ func TestRealModeGuestWritesSerialAndHalts(t *testing.T) {
 	}
 }
 
-// 8250 UART registers and the exit port the guests use (tools/guests).
+// 8250 UART registers and the exit port the guests use (vmm/guests).
 const (
 	uartData       = 0x3f8
 	uartLineCtrl   = 0x3fb

@@ -82,7 +82,7 @@ func Build(ctx context.Context, srcDir, outDir string) error {
 	}
 	for _, name := range Guests {
 		args := append([]string{}, Flags...)
-		args = append(args, "-ffile-prefix-map="+absSrc+"=tools/guests/src")
+		args = append(args, "-ffile-prefix-map="+absSrc+"=vmm/guests/src")
 		args = append(args, commonSources...)
 		args = append(args, sharedSources[name]...)
 		args = append(args, name+".c", "-o", filepath.Join(absOut, name+".elf"))

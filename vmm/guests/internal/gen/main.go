@@ -1,5 +1,5 @@
-// Command gen builds tern's test guests into tools/guests/elf. It is run by
-// `go generate ./tools/guests` from the repository root.
+// Command gen builds tern's test guests into vmm/guests/elf. It is run by
+// `go generate ./vmm/guests` from the repository root.
 package main
 
 import (
