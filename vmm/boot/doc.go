@@ -2,7 +2,9 @@
 // tern's ELF64 test guests and Linux bzImages into vmm/memory, builds
 // identity-mapped long-mode page tables and a GDT in guest memory, and
 // returns the initial register and segment state as plain data (CPUState)
-// for a vCPU to apply.
+// for a vCPU to apply. Its segments and descriptor tables are vmm/kvm's
+// ABI types (kvm.Segment, kvm.DTable): the one thing boot takes from
+// vmm/kvm, no ioctl.
 //
 // Invariants:
 //   - Parsing is separate from loading: ParseELF and ParseBzImage read only

@@ -196,16 +196,9 @@ func applyState(cpu *kvm.VCPU, st boot.CPUState) error {
 	if err != nil {
 		return err
 	}
-	seg := func(s boot.Segment) kvm.Segment {
-		return kvm.Segment{
-			Base: s.Base, Limit: s.Limit, Selector: s.Selector, Type: s.Type,
-			Present: s.Present, DPL: s.DPL, DB: s.DB, S: s.S, L: s.L, G: s.G, AVL: s.AVL,
-		}
-	}
-	sregs.CS, sregs.DS, sregs.ES, sregs.FS = seg(st.CS), seg(st.DS), seg(st.ES), seg(st.FS)
-	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = seg(st.GS), seg(st.SS), seg(st.TR), seg(st.LDT)
-	sregs.GDT = kvm.DTable{Base: st.GDT.Base, Limit: st.GDT.Limit}
-	sregs.IDT = kvm.DTable{Base: st.IDT.Base, Limit: st.IDT.Limit}
+	sregs.CS, sregs.DS, sregs.ES, sregs.FS = st.CS, st.DS, st.ES, st.FS
+	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = st.GS, st.SS, st.TR, st.LDT
+	sregs.GDT, sregs.IDT = st.GDT, st.IDT
 	sregs.CR0, sregs.CR3, sregs.CR4, sregs.EFER = st.CR0, st.CR3, st.CR4, st.EFER
 	if err := cpu.SetSregs(sregs); err != nil {
 		return err
