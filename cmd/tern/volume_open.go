@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/internal/tlsconf"
+	"tern/volume/ids"
 	"tern/volume/inspect"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
@@ -219,7 +220,7 @@ func (p *preparedVolume) activate(ctx context.Context) error {
 			}
 		}
 	}()
-	err := p.up.Activate(actx, wire.Generation(p.flags.gen))
+	err := p.up.Activate(actx, ids.Generation(p.flags.gen))
 	cancel()
 	if <-timedOut && ctx.Err() == nil {
 		return fmt.Errorf("activating volume: not negotiated within --activate-timeout %v: %s",

@@ -9,6 +9,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/upstairs"
 	"tern/volume/volumetest"
 )
@@ -26,7 +27,7 @@ func newCluster(t *testing.T) *volumetest.Cluster {
 
 // writeOnReplica dirties (and optionally flushes) one extent of one
 // replica's region directly on disk, the way a crash mid-write leaves it.
-func writeOnReplica(t *testing.T, cl *volumetest.Cluster, i int, block extent.BlockIndex, flush bool) {
+func writeOnReplica(t *testing.T, cl *volumetest.Cluster, i int, block ids.BlockIndex, flush bool) {
 	t.Helper()
 	r, err := extent.Open(cl.RegionDir(i))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
@@ -276,7 +277,7 @@ func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d int, mended bool, d
 }
 
 func toExtentVersion(v reconcile.Version) extent.Version {
-	return extent.Version{Gen: extent.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+	return extent.Version{Gen: ids.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
 }
 
 // mendClean rewrites the blocks of src's clean copy of x's extent whose

@@ -6,6 +6,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
@@ -22,7 +23,7 @@ type upNode struct {
 	w      *world
 	n      int
 	uuid   uuid.UUID
-	gen    wire.Generation
+	gen    ids.Generation
 	core   *upstairs.Core
 	fenced bool
 	// activating: waiting for the first activation of every replica.
@@ -58,7 +59,7 @@ type upConn struct {
 // ujob is the driver's record of one engine job.
 type ujob struct {
 	kind   upstairs.CoreJobKind
-	first  wire.BlockIndex
+	first  ids.BlockIndex
 	count  uint32
 	buf    []byte   // the caller's buffer (write data, read destination)
 	hashes []uint64 // of a write's data
@@ -79,7 +80,7 @@ type call struct {
 	done  func(reply *message) // nil reply: the session ended
 }
 
-func newUpNode(w *world, n int, gen wire.Generation) *upNode {
+func newUpNode(w *world, n int, gen ids.Generation) *upNode {
 	u := &upNode{
 		w: w, n: n, gen: gen,
 		uuid:  uuid.UUID{0x7e, 0x51, byte(n + 1)},
@@ -253,7 +254,7 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 			left--
 			if m == nil || m.kind != mHashesReply {
 				failed = true
-			} else if wire.Generation(m.version.Gen) == u.gen {
+			} else if ids.Generation(m.version.Gen) == u.gen {
 				flushed = max(flushed, m.version.Flush)
 			}
 			if left > 0 || failed || u.conns[r].epoch != epoch || !u.core.Running() {
@@ -561,7 +562,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 
 // repairCopy copies the differing blocks of extent e from src to rw's
 // replica, then moves the walk on.
-func (u *upNode) repairCopy(rw *repairWalk, e reconcile.ExtentID, src int, srcH, dstH *message) {
+func (u *upNode) repairCopy(rw *repairWalk, e ids.ExtentID, src int, srcH, dstH *message) {
 	next := func() {
 		if err := rw.walk.Done(e); err != nil {
 			u.abortRepair(rw, err.Error())
@@ -662,7 +663,7 @@ func (u *upNode) flushAfterRepair() {
 }
 
 // submit adds a workload job; false when the engine refuses it now.
-func (u *upNode) submit(kind upstairs.CoreJobKind, first wire.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
+func (u *upNode) submit(kind upstairs.CoreJobKind, first ids.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
 	if !u.running() {
 		return 0, false
 	}

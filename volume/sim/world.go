@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
 )
@@ -450,7 +451,7 @@ func (w *world) checkStep() {
 // checkNotFenced is called as a mutation from session s applies on d: no
 // upstairs fenced by a higher generation may change the region.
 func (w *world) checkNotFenced(d *dsNode, s *dsSession) {
-	if g := wire.Generation(d.region.HighestGen()); g > s.gen {
+	if g := ids.Generation(d.region.HighestGen()); g > s.gen {
 		w.violate("d%d applies a mutation of u%d at gen %d after gen %d took over", d.id, s.up, s.gen, g)
 	}
 }
@@ -473,7 +474,7 @@ func (w *world) workload() {
 	e := uint32(w.s.intn(int(w.spec.ExtentCount)))
 	off := uint32(w.s.intn(int(eb)))
 	count := 1 + uint32(w.s.intn(int(min(3, eb-off))))
-	first := wire.BlockIndex(e*eb + off)
+	first := ids.BlockIndex(e*eb + off)
 	switch n := w.s.intn(100); {
 	case n < 50:
 		val := w.oracle.nextValue()

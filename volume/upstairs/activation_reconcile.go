@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -72,7 +73,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 		t.ExtentDone()
 		u.extentRepaired(repairActivation)
 		if u.hooks != nil && u.hooks.activationExtentDone != nil {
-			u.hooks.activationExtentDone(wire.ExtentID(rep.Extent))
+			u.hooks.activationExtentDone(ids.ExtentID(rep.Extent))
 		}
 	}
 	if len(plan.Extents) > 0 {
@@ -88,7 +89,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 // block no replica holds intact is zeroed instead of failing (mendSource).
 func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64, zeroLost bool) error {
-	e := wire.ExtentID(rep.Extent)
+	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
 	if rep.SourceNeedsStamp() {
@@ -176,7 +177,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
-	e := wire.ExtentID(rep.Extent)
+	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	need, err := u.readIntact(ctx, src, epochs[src], e, blocks, false, nil)
 	if err != nil || len(need) == 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -97,7 +98,7 @@ func BenchmarkEngineWriteCycle(b *testing.B) {
 	deps := make([]wire.JobID, 0, 16)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		id, err := e.submitWrite(wire.BlockIndex(i%1024), 1, 4096)
+		id, err := e.submitWrite(ids.BlockIndex(i%1024), 1, 4096)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -19,8 +19,8 @@ import (
 	"tern/internal/tlsconf"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/transport"
-	"tern/volume/wire"
 )
 
 // Test geometry: 8 extents of 64 blocks of 4 KiB (2 MiB).
@@ -157,7 +157,7 @@ func (c *cluster) config() Config {
 }
 
 // open activates a new upstairs at gen; it is closed at cleanup.
-func (c *cluster) open(cfg Config, gen wire.Generation) *Upstairs {
+func (c *cluster) open(cfg Config, gen ids.Generation) *Upstairs {
 	c.t.Helper()
 	u, err := New(cfg)
 	if err != nil {

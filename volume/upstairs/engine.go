@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -236,7 +237,7 @@ func (e *engine) allocID() wire.JobID {
 	return id
 }
 
-func (e *engine) newJob(kind jobKind, first wire.BlockIndex, count uint32, bytes int) *job {
+func (e *engine) newJob(kind jobKind, first ids.BlockIndex, count uint32, bytes int) *job {
 	var j *job
 	if n := len(e.free); n > 0 {
 		j = e.free[n-1]
@@ -256,7 +257,7 @@ func (e *engine) newJob(kind jobKind, first wire.BlockIndex, count uint32, bytes
 
 // submitWrite adds a caller's write of count blocks at first, whose data is
 // in the caller's buffer, and queues it to every replica taking IO.
-func (e *engine) submitWrite(first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+func (e *engine) submitWrite(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
 	if err := e.submitErr(kindWrite); err != nil {
 		return 0, err
 	}
@@ -283,7 +284,7 @@ func (e *engine) submitFlush() (wire.JobID, error) {
 
 // submitRead adds a read and routes it to the Active replica with the
 // least owed work, or parks it until one is Active.
-func (e *engine) submitRead(first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+func (e *engine) submitRead(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
 	if err := e.submitErr(kindRead); err != nil {
 		return 0, err
 	}
@@ -297,7 +298,7 @@ func (e *engine) submitRead(first wire.BlockIndex, count uint32, bytes int) (wir
 // submitScrubRead adds a read served by replica r first (if it is
 // Active): a block failing verification there is read from a peer and
 // rewritten on r from that good copy (actRepairRead), as any read does.
-func (e *engine) submitScrubRead(r int, first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+func (e *engine) submitScrubRead(r int, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
 	if err := e.submitErr(kindRead); err != nil {
 		return 0, err
 	}
@@ -314,7 +315,7 @@ func (e *engine) submitScrubRead(r int, first wire.BlockIndex, count uint32, byt
 // (returns false) when a write overlapping the range was submitted after the
 // read, since that write rewrites the blocks anyway and the good data would
 // be stale, or when r does not take IO.
-func (e *engine) submitRepair(r int, readID wire.JobID, first wire.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
+func (e *engine) submitRepair(r int, readID wire.JobID, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
 	if !e.running || e.replicas[r].state != ReplicaActive {
 		return 0, false
 	}

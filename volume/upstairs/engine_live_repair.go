@@ -1,6 +1,7 @@
 package upstairs
 
 import (
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -28,11 +29,11 @@ import (
 func (e *engine) setExtentBlocks(n uint32) { e.extentBlocks = n }
 
 // extentOf returns the extent job j touches (jobs do not cross extents).
-func (e *engine) extentOf(j *job) reconcile.ExtentID {
+func (e *engine) extentOf(j *job) ids.ExtentID {
 	if e.extentBlocks == 0 {
 		return 0
 	}
-	return reconcile.ExtentID(uint32(j.first) / e.extentBlocks)
+	return ids.ExtentID(uint32(j.first) / e.extentBlocks)
 }
 
 // attachLiveRepair starts routing guest writes to Repairing replica r by

@@ -1,6 +1,7 @@
 package upstairs
 
 import (
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -82,7 +83,7 @@ type CoreAction struct {
 type CoreJob struct {
 	ID          wire.JobID
 	Kind        CoreJobKind
-	First       wire.BlockIndex
+	First       ids.BlockIndex
 	Count       uint32
 	FlushNumber uint64
 	// FromCaller: a write's data is to be taken from the caller's buffer
@@ -127,12 +128,12 @@ func (c *Core) Activate(active [ReplicaCount]bool, nextFlush uint64) { c.e.activ
 func (c *Core) Stop(err error) { c.e.stop(err) }
 
 // SubmitWrite adds a write of count blocks at first.
-func (c *Core) SubmitWrite(first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+func (c *Core) SubmitWrite(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
 	return c.e.submitWrite(first, count, bytes)
 }
 
 // SubmitRead adds a read of count blocks at first.
-func (c *Core) SubmitRead(first wire.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+func (c *Core) SubmitRead(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
 	return c.e.submitRead(first, count, bytes)
 }
 
@@ -141,7 +142,7 @@ func (c *Core) SubmitFlush() (wire.JobID, error) { return c.e.submitFlush() }
 
 // SubmitRepair adds a write of good data to replica r only, fixing blocks
 // read job readID found bad there; false when refused (see engine).
-func (c *Core) SubmitRepair(r int, readID wire.JobID, first wire.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
+func (c *Core) SubmitRepair(r int, readID wire.JobID, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
 	return c.e.submitRepair(r, readID, first, count, bytes)
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -187,7 +188,7 @@ func (s *sim) completed(id wire.JobID, err error) {
 func (s *sim) submitWrite() {
 	first := s.rng.IntN(simBlocks)
 	count := 1 + s.rng.IntN(min(4, simBlocks-first))
-	id, err := s.e.submitWrite(wire.BlockIndex(first), uint32(count), count*4096)
+	id, err := s.e.submitWrite(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		return
 	}
@@ -205,7 +206,7 @@ func (s *sim) submitWrite() {
 func (s *sim) submitRead() {
 	first := s.rng.IntN(simBlocks)
 	count := 1 + s.rng.IntN(min(4, simBlocks-first))
-	id, err := s.e.submitRead(wire.BlockIndex(first), uint32(count), count*4096)
+	id, err := s.e.submitRead(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		return
 	}

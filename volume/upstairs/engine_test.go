@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -61,7 +62,7 @@ func (h *harness) drain() {
 
 func (h *harness) write(first, count int) wire.JobID {
 	h.t.Helper()
-	id, err := h.e.submitWrite(wire.BlockIndex(first), uint32(count), count*4096)
+	id, err := h.e.submitWrite(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		h.t.Fatalf("submitWrite: %v", err)
 	}
@@ -71,7 +72,7 @@ func (h *harness) write(first, count int) wire.JobID {
 
 func (h *harness) read(first, count int) wire.JobID {
 	h.t.Helper()
-	id, err := h.e.submitRead(wire.BlockIndex(first), uint32(count), count*4096)
+	id, err := h.e.submitRead(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		h.t.Fatalf("submitRead: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -122,7 +123,7 @@ func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, 
 			if kind == kindWrite {
 				hashes = w.hashes[pos/bs : (pos+n)/bs]
 			}
-			err = u.submitLocked(ctx, w, kind, p[pos:pos+n], hashes, wire.BlockIndex(at/bs))
+			err = u.submitLocked(ctx, w, kind, p[pos:pos+n], hashes, ids.BlockIndex(at/bs))
 			pos += n
 		}
 	}
@@ -182,7 +183,7 @@ func (u *Upstairs) checkIOLocked(kind jobKind, p []byte, off int64) error {
 
 // submitLocked waits for room (backpressure), then submits one job for
 // waiter w.
-func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, data []byte, hashes []uint64, first wire.BlockIndex) error {
+func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, data []byte, hashes []uint64, first ids.BlockIndex) error {
 	for !w.background && u.eng.full(len(data)) {
 		u.spaceWaiters++
 		ch := u.spaceCh

@@ -1,6 +1,9 @@
 package upstairs
 
-import "tern/volume/wire"
+import (
+	"tern/volume/ids"
+	"tern/volume/wire"
+)
 
 // replicaCount is the number of downstairs behind one upstairs.
 const replicaCount = 3
@@ -60,7 +63,7 @@ func (s slotState) pending() bool {
 type job struct {
 	id    wire.JobID
 	kind  jobKind
-	first wire.BlockIndex
+	first ids.BlockIndex
 	count uint32 // blocks
 	bytes int    // bulk data bytes (writes and reads)
 
@@ -144,7 +147,7 @@ func (j *job) anyPending() bool {
 
 // overlaps reports whether j and k touch a common block.
 func (j *job) overlaps(k *job) bool {
-	return j.first < k.first+wire.BlockIndex(k.count) && k.first < j.first+wire.BlockIndex(j.count)
+	return j.first < k.first+ids.BlockIndex(k.count) && k.first < j.first+ids.BlockIndex(j.count)
 }
 
 // conflicts reports whether j, queued after earlier job k on one replica,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -161,7 +162,7 @@ func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *re
 		if src < 0 {
 			return fmt.Errorf("live repair of replica %d: no active replica to copy from: %w", r, ErrNotEnoughReplicas)
 		}
-		if err := u.liveRepairExtent(ctx, r, epoch, src, wire.ExtentID(e), t); err != nil {
+		if err := u.liveRepairExtent(ctx, r, epoch, src, ids.ExtentID(e), t); err != nil {
 			return fmt.Errorf("live repair of replica %d, extent %d from replica %d: %w", r, e, src, err)
 		}
 		u.mu.Lock()
@@ -181,7 +182,7 @@ func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *re
 }
 
 // liveRepairExtent makes extent e of target r match replica src.
-func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, src int, e wire.ExtentID, t *reconcile.Tracker) error {
+func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, src int, e ids.ExtentID, t *reconcile.Tracker) error {
 	var srcV, dstV wire.ExtentVersion
 	var srcHashes, dstHashes []uint64
 	if u.cfg.RepairWholeExtents {

@@ -14,15 +14,15 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
-	"tern/volume/wire"
 )
 
 // divergence writes blocks (region block numbers) of pattern seed straight
 // into replica d's region while it is stopped, then flushes with
 // (flush, gen) unless flush is 0 (the extents stay dirty). It restarts d
 // unless keepStopped.
-func (d *testDownstairs) diverge(blocks []uint64, seed uint64, flush uint64, gen extent.Generation, keepStopped bool) {
+func (d *testDownstairs) diverge(blocks []uint64, seed uint64, flush uint64, gen ids.Generation, keepStopped bool) {
 	d.t.Helper()
 	d.stop()
 	r, err := extent.Open(d.dir)
@@ -34,7 +34,7 @@ func (d *testDownstairs) diverge(blocks []uint64, seed uint64, flush uint64, gen
 	for _, b := range blocks {
 		FillPattern(buf, testBlockSize, b, seed)
 		hashBlocks(h, buf, testBlockSize)
-		if err := r.WriteBlocks(extent.BlockIndex(b), buf, h); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(b), buf, h); err != nil {
 			d.t.Fatal(err)
 		}
 	}
@@ -230,7 +230,7 @@ func TestSourceLostMidReconciliationThenRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.hooks = &repairHooks{activationExtentDone: func(e wire.ExtentID) {
+	u.hooks = &repairHooks{activationExtentDone: func(e ids.ExtentID) {
 		if e == 2 {
 			c.ds[0].stop()
 		}
@@ -253,10 +253,10 @@ func TestSourceLostMidReconciliationThenRetried(t *testing.T) {
 		buf := make([]byte, testBlockSize)
 		h := make([]uint64, 1)
 		for e, b := range blocks {
-			if err := r.ReadBlocks(extent.BlockIndex(b), buf, h); err != nil {
+			if err := r.ReadBlocks(ids.BlockIndex(b), buf, h); err != nil {
 				t.Fatal(err)
 			}
-			v, _ := r.ExtentVersion(extent.ExtentID(e))
+			v, _ := r.ExtentVersion(ids.ExtentID(e))
 			repaired := bytes.Equal(buf, want[b*testBlockSize:(b+1)*testBlockSize])
 			untouched := bytes.Equal(buf, base[b*testBlockSize:(b+1)*testBlockSize])
 			switch {
@@ -346,7 +346,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 		m.write(p, int64(block)*testBlockSize)
 	}
 	var hookWrites atomic.Int64
-	u.hooks = &repairHooks{liveExtentCompared: func(r int, e wire.ExtentID) {
+	u.hooks = &repairHooks{liveExtentCompared: func(r int, e ids.ExtentID) {
 		for _, x := range []int64{int64(e) - 1, int64(e), int64(e) + 1} {
 			if x >= 0 && x < testExtentCount {
 				write(uint64(x)*testExtentBlocks+uint64(2*rand.IntN(testExtentBlocks/2)+1), 77+uint64(e))
@@ -435,7 +435,7 @@ func TestLiveRepairAbortedIsRetried(t *testing.T) {
 	defer u.Close()
 	var once sync.Once
 	stopped := make(chan struct{})
-	u.hooks = &repairHooks{liveExtentCompared: func(r int, e wire.ExtentID) {
+	u.hooks = &repairHooks{liveExtentCompared: func(r int, e ids.ExtentID) {
 		if e == 3 {
 			once.Do(func() { c.ds[2].stop(); close(stopped) })
 		}

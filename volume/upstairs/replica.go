@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
+	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/wire"
 )
@@ -277,7 +278,7 @@ func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec replyRea
 
 // await reports the negotiated region and returns the generation to
 // activate with once the upstairs lets this replica go ahead.
-func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Generation, error) {
+func (r *replica) await(ctx context.Context, region wire.RegionInfo) (ids.Generation, error) {
 	u := r.u
 	u.mu.Lock()
 	a := u.act
@@ -336,7 +337,7 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (wire.Gener
 func (r *replica) extentVersions(enc *wire.Encoder, dec replyReader, region wire.RegionInfo) ([]wire.ExtentVersion, error) {
 	versions := make([]wire.ExtentVersion, 0, region.ExtentCount)
 	for uint32(len(versions)) < region.ExtentCount {
-		req := &wire.ExtentVersionsRequest{JobID: versionsJobID, First: wire.ExtentID(len(versions))}
+		req := &wire.ExtentVersionsRequest{JobID: versionsJobID, First: ids.ExtentID(len(versions))}
 		if err := enc.Encode(req); err != nil {
 			return nil, fmt.Errorf("asking replica %d for extent versions: %w", r.id, err)
 		}
@@ -431,7 +432,7 @@ func (r *replica) refusedGen(err error) {
 }
 
 // fenceOrFail fences the running upstairs, or fails the activation.
-func (r *replica) fenceOrFail(byGen wire.Generation, err error) {
+func (r *replica) fenceOrFail(byGen ids.Generation, err error) {
 	u := r.u
 	u.mu.Lock()
 	running := u.eng.running
@@ -714,7 +715,7 @@ func (r *replica) jobError(m *wire.Error) {
 
 // flushedAt returns the greatest flush number of generation gen stamped on
 // any extent in versions (0 if none): that flush has run on the replica.
-func flushedAt(versions []wire.ExtentVersion, gen wire.Generation) uint64 {
+func flushedAt(versions []wire.ExtentVersion, gen ids.Generation) uint64 {
 	var f uint64
 	for _, v := range versions {
 		if v.Gen == gen {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -283,7 +284,7 @@ func (u *Upstairs) allExtentVersions(ctx context.Context, r int, epoch uint64) (
 	n := int(u.region.ExtentCount)
 	out := make([]reconcile.Version, 0, n)
 	for len(out) < n {
-		first := wire.ExtentID(len(out))
+		first := ids.ExtentID(len(out))
 		c, err := u.startCall(r, epoch, &wire.ExtentVersionsRequest{First: first, Count: uint32(n - len(out))}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("asking replica %d for extent versions: %w", r, err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/volumetest"
 )
@@ -66,7 +67,7 @@ func writeSeed(t *testing.T, r *extent.Region, model []byte, first, n int64, see
 	FillPattern(buf, testBlockSize, uint64(first), seed)
 	h := make([]uint64, n)
 	hashBlocks(h, buf, testBlockSize)
-	if err := r.WriteBlocks(extent.BlockIndex(first), buf, h); err != nil {
+	if err := r.WriteBlocks(ids.BlockIndex(first), buf, h); err != nil {
 		t.Fatal(err)
 	}
 	if model != nil {
@@ -115,7 +116,7 @@ func requireIdenticalOnDisk(t *testing.T, cl *volumetest.Cluster, want []byte) {
 	var versions [replicaCount][testExtentCount]extent.Version
 	for i := range replicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
-			for e := range extent.ExtentID(testExtentCount) {
+			for e := range ids.ExtentID(testExtentCount) {
 				h, err := r.ExtentHashes(e, nil)
 				if err != nil {
 					t.Fatal(err)

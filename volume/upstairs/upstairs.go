@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -55,7 +56,7 @@ type Upstairs struct {
 	region wire.RegionInfo
 	// blockSize is region.BlockSize as an int, 0 before activation.
 	blockSize int
-	gen       wire.Generation
+	gen       ids.Generation
 	// spaceCh is closed (and replaced) when backpressure eases and
 	// spaceWaiters > 0.
 	spaceCh      chan struct{}
@@ -80,7 +81,7 @@ type Upstairs struct {
 // activation is what Activate and the replica goroutines share while the
 // sessions are negotiated; guarded by Upstairs.mu.
 type activation struct {
-	gen wire.Generation
+	gen ids.Generation
 	// changed is closed (and replaced) whenever a replica reports.
 	changed chan struct{}
 	// proceed is closed when Activate has checked the regions and lets the
@@ -137,7 +138,7 @@ func New(cfg Config) (*Upstairs, error) {
 // its final value is always delivered. Replicas
 // that disagree on the region's UUID or geometry make Activate fail with an
 // error wrapping ErrRegionMismatch that names them.
-func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
+func (u *Upstairs) Activate(ctx context.Context, gen ids.Generation) error {
 	u.mu.Lock()
 	switch {
 	case u.closed:
@@ -431,7 +432,7 @@ func (u *Upstairs) Close() error {
 
 // fence stops all IO with ErrFenced after a downstairs said another
 // upstairs took over.
-func (u *Upstairs) fence(r int, byGen wire.Generation) {
+func (u *Upstairs) fence(r int, byGen ids.Generation) {
 	u.mu.Lock()
 	if u.eng.stopErr != nil {
 		u.mu.Unlock()
@@ -594,7 +595,7 @@ type Status struct {
 	// Active is true between a successful Activate and Close or fencing.
 	Active bool
 	// Gen is the activation generation.
-	Gen wire.Generation
+	Gen ids.Generation
 	// Region is the agreed region geometry (zero before activation).
 	Region wire.RegionInfo
 	// Replicas describes each downstairs, in target order.
