@@ -88,7 +88,7 @@ func (u *upNode) activationFailed(why string) {
 // repairPlan repairs plan.Extents[i:], then starts IO.
 func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
 	u.repairPlanThen(plan, i, func() {
-		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
+		u.eng.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
 		u.w.cur = u.n
 		u.w.oracle.takeover(u.n)
 		u.w.s.note("u%d activated at gen %d", u.n, u.gen)

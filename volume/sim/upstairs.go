@@ -12,7 +12,7 @@ import (
 	"tern/volume/wire"
 )
 
-// upNode is one simulated upstairs: the real job engine (upstairs.Core)
+// upNode is one simulated upstairs: the real job engine (upstairs.Engine)
 // with a driver that does, under the scheduler, what Upstairs' goroutines
 // do around it (replica.go, io.go, live_repair.go): dial and activate each
 // downstairs, send jobs and repair calls merged in ID order, apply
@@ -24,7 +24,7 @@ type upNode struct {
 	n      int
 	uuid   uuid.UUID
 	gen    ids.Generation
-	core   *upstairs.Core
+	eng    *upstairs.Engine
 	fenced bool
 	// activating: waiting for the first activation of every replica.
 	activating bool
@@ -58,7 +58,7 @@ type upConn struct {
 
 // ujob is the driver's record of one engine job.
 type ujob struct {
-	kind   upstairs.CoreJobKind
+	kind   upstairs.JobKind
 	first  ids.BlockIndex
 	count  uint32
 	buf    []byte   // the caller's buffer (write data, read destination)
@@ -86,12 +86,13 @@ func newUpNode(w *world, n int, gen ids.Generation) *upNode {
 		uuid:  uuid.UUID{0x7e, 0x51, byte(n + 1)},
 		jobs:  map[wire.JobID]*ujob{},
 		calls: map[wire.JobID]*call{},
-		core: upstairs.NewCore(upstairs.CoreLimits{
+		eng: upstairs.NewEngine(upstairs.Limits{
 			BacklogJobs: w.cfg.BacklogJobs, BacklogBytes: w.cfg.BacklogJobs * 3 * int(w.spec.BlockSize),
 			InflightJobs: w.cfg.InflightJobs, InflightBytes: w.cfg.InflightJobs * 3 * int(w.spec.BlockSize),
-		}, w.spec.ExtentBlocks),
+		}),
 		activating: true,
 	}
+	u.eng.SetExtentBlocks(w.spec.ExtentBlocks)
 	return u
 }
 
@@ -102,7 +103,7 @@ func (u *upNode) start() {
 	}
 }
 
-func (u *upNode) running() bool { return !u.fenced && u.core.Running() }
+func (u *upNode) running() bool { return !u.fenced && u.eng.Running() }
 
 // dial connects to downstairs r after delay and asks to activate.
 func (u *upNode) dial(r int, delay Tick) {
@@ -151,8 +152,8 @@ func (u *upNode) lost(r int, epoch uint64) {
 			cl.done(nil)
 		}
 	}
-	if was && u.core.Running() {
-		u.core.Disconnected(r)
+	if was && u.eng.Running() {
+		u.eng.Disconnected(r)
 		u.apply()
 	}
 	u.dial(r, u.w.s.between(5, 40))
@@ -189,7 +190,7 @@ func (u *upNode) receive(r int, epoch uint64, m *message) {
 	if !ok {
 		// checkReply: a reply to nothing outstanding is a protocol error.
 		u.w.s.note("u%d: d%d answered %v, which it was not sent: fault", u.n, r, m)
-		u.core.Fault(r)
+		u.eng.Fault(r)
 		u.apply()
 		return
 	}
@@ -209,8 +210,8 @@ func (u *upNode) activateReply(r int, m *message) {
 		// Refused (a higher generation holds the region, or the rejoin
 		// is not allowed): the replica cannot take part now.
 		u.w.s.note("u%d: d%d refused activation (%v)", u.n, r, m.code)
-		if u.core.Running() {
-			u.core.Fault(r)
+		if u.eng.Running() {
+			u.eng.Fault(r)
 			u.apply()
 		}
 		u.drop(r)
@@ -228,14 +229,14 @@ func (u *upNode) activateReply(r int, m *message) {
 			u.onActivated()
 			return
 		}
-		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, 1)
+		u.eng.Activate([upstairs.ReplicaCount]bool{true, true, true}, 1)
 		u.apply()
 		return
 	}
-	if !u.core.Running() {
+	if !u.eng.Running() {
 		return
 	}
-	if u.core.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyReplay {
+	if u.eng.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyReplay {
 		// replica.activated gets every session's extent versions first:
 		// the greatest flush of this generation on them ran there.
 		u.rejoinFlushed(r, c.epoch, m)
@@ -245,7 +246,7 @@ func (u *upNode) activateReply(r int, m *message) {
 }
 
 // rejoinFlushed reads r's extent versions, tells the engine which flush
-// they show applied (Core.FlushedOn), then rejoins r.
+// they show applied (Engine.FlushedOn), then rejoins r.
 func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 	n := int(u.w.spec.ExtentCount)
 	left, flushed, failed := n, uint64(0), false
@@ -257,11 +258,11 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 			} else if ids.Generation(m.version.Gen) == u.gen {
 				flushed = max(flushed, m.version.Flush)
 			}
-			if left > 0 || failed || u.conns[r].epoch != epoch || !u.core.Running() {
+			if left > 0 || failed || u.conns[r].epoch != epoch || !u.eng.Running() {
 				return
 			}
-			if u.core.State(r) == upstairs.ReplicaOffline {
-				u.core.FlushedOn(r, flushed)
+			if u.eng.State(r) == upstairs.ReplicaOffline {
+				u.eng.FlushedOn(r, flushed)
 			}
 			u.rejoin(r, ack)
 		})
@@ -270,33 +271,33 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 
 // rejoin brings r back into the activation after its session activated,
 // as replica.await and replica.activated do: a Faulted replica is
-// Repairing first, then the engine decides (Core.Rejoin).
+// Repairing first, then the engine decides (Engine.Rejoin).
 func (u *upNode) rejoin(r int, m *message) {
-	if u.core.State(r) == upstairs.ReplicaFaulted {
-		u.core.RepairStarted(r)
+	if u.eng.State(r) == upstairs.ReplicaFaulted {
+		u.eng.RepairStarted(r)
 	}
 	lost := m.lost && !u.w.cfg.legacyRejoin
-	k := u.core.Rejoin(r, lost)
+	k := u.eng.Rejoin(r, lost)
 	if k == upstairs.RejoinHold && u.w.cfg.legacyRepairNoSource {
 		k = upstairs.RejoinRepair
 	}
 	switch k {
 	case upstairs.RejoinReplay:
-		u.core.Connected(r)
+		u.eng.Connected(r)
 	case upstairs.RejoinRepair:
-		if u.core.State(r) == upstairs.ReplicaOffline {
+		if u.eng.State(r) == upstairs.ReplicaOffline {
 			// A replay cannot restore what it lost.
 			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
-			u.core.RepairStarted(r)
+			u.eng.RepairStarted(r)
 		}
 		u.startRepair(r)
 	case upstairs.RejoinHold:
 		u.hold(r)
 	default:
-		u.core.Connected(r)
+		u.eng.Connected(r)
 	}
 	u.apply()
-	if u.core.State(r) == upstairs.ReplicaActive {
+	if u.eng.State(r) == upstairs.ReplicaActive {
 		u.releaseHeld()
 	}
 }
@@ -307,11 +308,11 @@ func (u *upNode) jobReply(r int, kind msgKind, m *message) {
 	case mWrite, mFlush:
 		switch {
 		case m.kind == mAck:
-			u.core.Done(r, m.id)
+			u.eng.Done(r, m.id)
 		case m.kind == mError && m.code == wire.CodeHashMismatch:
-			u.core.Rejected(r, m.id)
+			u.eng.Rejected(r, m.id)
 		default:
-			u.core.Failed(r, m.id)
+			u.eng.Failed(r, m.id)
 		}
 	case mRead:
 		u.readReply(r, m)
@@ -324,14 +325,14 @@ func (u *upNode) readReply(r int, m *message) {
 	j := u.jobs[m.id]
 	switch {
 	case m.kind == mError && m.code == wire.CodeCorruptBlock:
-		u.core.ReadResult(r, m.id, upstairs.ReadBadData)
+		u.eng.ReadResult(r, m.id, upstairs.ReadBadData)
 		return
 	case m.kind != mReadResponse || j == nil:
-		u.core.ReadResult(r, m.id, upstairs.ReadFailed)
+		u.eng.ReadResult(r, m.id, upstairs.ReadFailed)
 		return
 	}
-	if !u.core.ReadBegin(r, m.id) {
-		u.core.ReadResult(r, m.id, upstairs.ReadFailed)
+	if !u.eng.ReadBegin(r, m.id) {
+		u.eng.ReadResult(r, m.id, upstairs.ReadFailed)
 		return
 	}
 	copy(j.buf, m.data)
@@ -342,7 +343,7 @@ func (u *upNode) readReply(r int, m *message) {
 			out = upstairs.ReadBadData
 		}
 	}
-	u.core.ReadResult(r, m.id, out)
+	u.eng.ReadResult(r, m.id, out)
 }
 
 // fence stops the upstairs: another took the region over.
@@ -352,7 +353,7 @@ func (u *upNode) fence(r int) {
 	}
 	u.w.s.note("u%d fenced (told by d%d)", u.n, r)
 	u.fenced = true
-	u.core.Stop(upstairs.ErrFenced)
+	u.eng.Stop(upstairs.ErrFenced)
 	u.apply()
 	for s := range u.conns {
 		u.drop(s)
@@ -362,7 +363,7 @@ func (u *upNode) fence(r int) {
 // apply carries out the engine's actions.
 func (u *upNode) apply() {
 	for {
-		acts := u.core.TakeActions()
+		acts := u.eng.TakeActions()
 		if len(acts) == 0 {
 			return
 		}
@@ -375,7 +376,7 @@ func (u *upNode) apply() {
 			case upstairs.ActPrivatize:
 				j := u.jobs[a.ID]
 				j.priv = append([]byte(nil), j.buf...)
-				u.core.Privatized(a.ID, true)
+				u.eng.Privatized(a.ID, true)
 			case upstairs.ActRetire:
 				delete(u.jobs, a.ID)
 			case upstairs.ActRepairRead:
@@ -389,14 +390,14 @@ func (u *upNode) apply() {
 					// one starts the repair.
 					r := a.Replica
 					u.w.s.after(0, fmt.Sprintf("u%d drop faulted d%d", u.n, r), func() {
-						if u.core.State(r) == upstairs.ReplicaFaulted {
+						if u.eng.State(r) == upstairs.ReplicaFaulted {
 							u.drop(r)
 						}
 					})
 				}
 			case upstairs.ActRewrite:
 				p := u.jobs[a.Parent]
-				u.jobs[a.ID] = &ujob{kind: upstairs.CoreWrite, first: p.first, count: p.count, buf: p.priv, hashes: p.hashes, priv: p.priv}
+				u.jobs[a.ID] = &ujob{kind: upstairs.KindWrite, first: p.first, count: p.count, buf: p.priv, hashes: p.hashes, priv: p.priv}
 			}
 		}
 	}
@@ -408,12 +409,12 @@ func (u *upNode) complete(id wire.JobID, err error) {
 	if j == nil {
 		return
 	}
-	if j.kind == upstairs.CoreRead && err == nil {
+	if j.kind == upstairs.KindRead && err == nil {
 		for _, r := range j.repairTo {
 			// Write the good data back to the replica that had it bad.
-			rid, ok := u.core.SubmitRepair(r, id, j.first, j.count, len(j.buf))
+			rid, ok := u.eng.SubmitRepair(r, id, j.first, j.count, len(j.buf))
 			if ok {
-				u.jobs[rid] = &ujob{kind: upstairs.CoreWrite, first: j.first, count: j.count,
+				u.jobs[rid] = &ujob{kind: upstairs.KindWrite, first: j.first, count: j.count,
 					buf: append([]byte(nil), j.buf...), hashes: u.w.hashBlocks(j.buf)}
 				u.w.s.note("u%d read repair %d of d%d from read %d", u.n, rid, r, id)
 			}
@@ -438,7 +439,7 @@ func (u *upNode) sendPending(r int) {
 	}
 	l := u.w.link(u.n, r)
 	for {
-		next := u.core.NextJobID(r)
+		next := u.eng.NextJobID(r)
 		if len(c.queue) > 0 && (next == 0 || c.queue[0].id < next) {
 			cl := c.queue[0]
 			c.queue = c.queue[1:]
@@ -446,29 +447,30 @@ func (u *upNode) sendPending(r int) {
 			l.send(toDownstairs, cl.msg)
 			continue
 		}
-		cj, ok := u.core.TakeNext(r, u.deps)
+		cj, ok := u.eng.TakeNext(r)
 		if !ok {
 			return
 		}
+		u.deps = u.eng.SendDeps(u.deps[:0], cj, r)
 		j := u.jobs[cj.ID]
-		m := &message{id: cj.ID, deps: append([]wire.JobID(nil), cj.Deps...), first: cj.First, count: cj.Count, from: u.n}
+		m := &message{id: cj.ID, deps: append([]wire.JobID(nil), u.deps...), first: cj.First, count: cj.Count, from: u.n}
 		switch cj.Kind {
-		case upstairs.CoreWrite:
+		case upstairs.KindWrite:
 			m.kind = mWrite
 			data := j.buf
-			if !cj.FromCaller && j.priv != nil {
+			if !cj.FromCaller(r) && j.priv != nil {
 				data = j.priv
 			}
 			m.data = append([]byte(nil), data...)
 			m.hashes = j.hashes
-		case upstairs.CoreRead:
+		case upstairs.KindRead:
 			m.kind = mRead
-		case upstairs.CoreFlush:
+		case upstairs.KindFlush:
 			m.kind, m.flush, m.gen = mFlush, cj.FlushNumber, u.gen
 		}
 		c.sent[cj.ID] = m.kind
 		l.send(toDownstairs, m)
-		u.core.Sent(r, cj.ID)
+		u.eng.Sent(r, cj.ID)
 		u.apply()
 		if c.epoch == 0 {
 			return
@@ -484,7 +486,7 @@ func (u *upNode) callOn(r int, m *message, done func(*message)) {
 		done(nil)
 		return
 	}
-	m.id = u.core.AllocID()
+	m.id = u.eng.AllocID()
 	m.from = u.n
 	cl := &call{id: m.id, r: r, epoch: c.epoch, msg: m, done: done}
 	u.calls[m.id] = cl
@@ -507,7 +509,7 @@ func (u *upNode) startRepair(r int) {
 	}
 	rw := &repairWalk{r: r, epoch: u.conns[r].epoch, walk: reconcile.NewLiveRepair(u.w.spec.ExtentCount)}
 	u.repairs[r] = rw
-	u.core.AttachLiveRepair(r, rw.walk)
+	u.eng.AttachLiveRepair(r, rw.walk)
 	u.w.s.note("u%d live repair of d%d starts", u.n, r)
 	u.repairNext(rw)
 }
@@ -518,7 +520,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 	if u.repairs[r] != rw {
 		return
 	}
-	if u.core.State(r) != upstairs.ReplicaRepairing || u.conns[r].epoch != rw.epoch {
+	if u.eng.State(r) != upstairs.ReplicaRepairing || u.conns[r].epoch != rw.epoch {
 		u.abortRepair(rw, "replica left repair")
 		return
 	}
@@ -531,7 +533,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 	// over the one that served bad data to the previous attempt.
 	src := -1
 	for s := range u.conns {
-		if s == r || u.core.State(s) != upstairs.ReplicaActive {
+		if s == r || u.eng.State(s) != upstairs.ReplicaActive {
 			continue
 		}
 		if src < 0 || src == u.badSource[r]-1 && !u.w.cfg.legacySourceChoice {
@@ -627,8 +629,8 @@ func (u *upNode) abortRepair(rw *repairWalk, why string) {
 	u.repairs[r] = nil
 	u.w.s.note("u%d live repair of d%d aborted: %s", u.n, r, why)
 	rw.walk.Abort()
-	u.core.DetachLiveRepair(r, rw.walk)
-	u.core.Fault(r)
+	u.eng.DetachLiveRepair(r, rw.walk)
+	u.eng.Fault(r)
 	u.apply()
 	u.drop(r)
 }
@@ -637,9 +639,9 @@ func (u *upNode) finishRepair(rw *repairWalk) {
 	r := rw.r
 	u.repairs[r] = nil
 	u.badSource[r] = 0
-	u.core.DetachLiveRepair(r, rw.walk)
-	if !u.core.RepairDone(r) {
-		u.core.Fault(r)
+	u.eng.DetachLiveRepair(r, rw.walk)
+	if !u.eng.RepairDone(r) {
+		u.eng.Fault(r)
 		u.apply()
 		return
 	}
@@ -656,36 +658,36 @@ func (u *upNode) flushAfterRepair() {
 	if !u.running() {
 		return
 	}
-	if id, err := u.core.SubmitFlush(); err == nil {
-		u.jobs[id] = &ujob{kind: upstairs.CoreFlush, background: true}
+	if id, err := u.eng.SubmitFlush(); err == nil {
+		u.jobs[id] = &ujob{kind: upstairs.KindFlush, background: true}
 		u.apply()
 	}
 }
 
 // submit adds a workload job; false when the engine refuses it now.
-func (u *upNode) submit(kind upstairs.CoreJobKind, first ids.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
+func (u *upNode) submit(kind upstairs.JobKind, first ids.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
 	if !u.running() {
 		return 0, false
 	}
 	bytes := int(count) * int(u.w.spec.BlockSize)
-	if kind == upstairs.CoreFlush {
+	if kind == upstairs.KindFlush {
 		bytes = 0
 	}
-	if u.core.Full(bytes) {
+	if u.eng.Full(bytes) {
 		return 0, false
 	}
 	var id wire.JobID
 	var err error
 	j := &ujob{kind: kind, first: first, count: count, caller: true}
 	switch kind {
-	case upstairs.CoreWrite:
-		id, err = u.core.SubmitWrite(first, count, bytes)
+	case upstairs.KindWrite:
+		id, err = u.eng.SubmitWrite(first, count, bytes)
 		j.buf, j.hashes = data, u.w.hashBlocks(data)
-	case upstairs.CoreRead:
-		id, err = u.core.SubmitRead(first, count, bytes)
+	case upstairs.KindRead:
+		id, err = u.eng.SubmitRead(first, count, bytes)
 		j.buf = make([]byte, bytes)
-	case upstairs.CoreFlush:
-		id, err = u.core.SubmitFlush()
+	case upstairs.KindFlush:
+		id, err = u.eng.SubmitFlush()
 	}
 	if err != nil {
 		return 0, false

@@ -313,7 +313,7 @@ func (w *world) crashAll() {
 func (w *world) othersHealthy(r int) bool {
 	u := w.up[w.cur]
 	for s := range upstairs.ReplicaCount {
-		if s != r && (!w.ds[s].alive() || u.core.State(s) != upstairs.ReplicaActive) {
+		if s != r && (!w.ds[s].alive() || u.eng.State(s) != upstairs.ReplicaActive) {
 			return false
 		}
 	}
@@ -375,7 +375,7 @@ func (w *world) replace(r int) {
 	}
 	clear(w.flipped[r])
 	w.s.note("replace d%d", r)
-	u.core.Fault(r)
+	u.eng.Fault(r)
 	u.apply()
 }
 
@@ -407,21 +407,21 @@ func (w *world) converged() bool {
 		return true
 	}
 	for r := range upstairs.ReplicaCount {
-		if u.core.State(r) != upstairs.ReplicaActive || !u.conns[r].activated {
+		if u.eng.State(r) != upstairs.ReplicaActive || !u.conns[r].activated {
 			return false
 		}
 	}
-	jobs, _ := u.core.Live()
+	jobs, _ := u.eng.Live()
 	return jobs == 0
 }
 
 func (w *world) describe() string {
 	u := w.up[w.cur]
-	jobs, _ := u.core.Live()
+	jobs, _ := u.eng.Live()
 	s := fmt.Sprintf("u%d running=%v live=%d", u.n, u.running(), jobs)
 	for r := range upstairs.ReplicaCount {
-		o, _ := u.core.Owed(r)
-		s += fmt.Sprintf(" d%d=%v(owed %d, epoch %d, activated %v, alive %v)", r, u.core.State(r), o, u.conns[r].epoch, u.conns[r].activated, w.ds[r].alive())
+		o, _ := u.eng.Owed(r)
+		s += fmt.Sprintf(" d%d=%v(owed %d, epoch %d, activated %v, alive %v)", r, u.eng.State(r), o, u.conns[r].epoch, u.conns[r].activated, w.ds[r].alive())
 	}
 	return s
 }
@@ -429,10 +429,10 @@ func (w *world) describe() string {
 // checkStep checks the invariants that hold after every step.
 func (w *world) checkStep() {
 	for _, u := range w.up {
-		if u == nil || !u.core.Running() {
+		if u == nil || !u.eng.Running() {
 			continue
 		}
-		jobs, _ := u.core.Live()
+		jobs, _ := u.eng.Live()
 		// Callers block at InflightJobs; read repairs and rewrites may
 		// add as many again (doc.go: twice the bound).
 		if jobs > 2*w.cfg.InflightJobs {
@@ -441,7 +441,7 @@ func (w *world) checkStep() {
 		for r := range upstairs.ReplicaCount {
 			// The backlog bound holds while a replica is Active (with
 			// none, the in-flight bound does: engine.checkBacklogs).
-			if o, _ := u.core.Owed(r); u.core.State(r) == upstairs.ReplicaOffline && o > w.cfg.BacklogJobs && u.core.AnyActive() {
+			if o, _ := u.eng.Owed(r); u.eng.State(r) == upstairs.ReplicaOffline && o > w.cfg.BacklogJobs && u.eng.AnyActive() {
 				w.violate("u%d: offline d%d owes %d jobs, backlog bound %d", u.n, r, o, w.cfg.BacklogJobs)
 			}
 		}
@@ -482,7 +482,7 @@ func (w *world) workload() {
 		for i := range count {
 			w.fillBlock(data[int(i)*int(w.spec.BlockSize):][:w.spec.BlockSize], val, uint64(first)+uint64(i))
 		}
-		if id, ok := u.submit(upstairs.CoreWrite, first, count, data); ok {
+		if id, ok := u.submit(upstairs.KindWrite, first, count, data); ok {
 			w.oracle.submitWrite(u.n, id, val, uint64(first), count)
 			w.s.note("u%d write %d [%d,+%d) value %d", u.n, id, first, count, val)
 			u.apply()
@@ -490,13 +490,13 @@ func (w *world) workload() {
 			w.oracle.unused(val)
 		}
 	case n < 88:
-		if id, ok := u.submit(upstairs.CoreRead, first, count, nil); ok {
+		if id, ok := u.submit(upstairs.KindRead, first, count, nil); ok {
 			w.oracle.submitRead(u.n, id, uint64(first), count)
 			w.s.note("u%d read %d [%d,+%d)", u.n, id, first, count)
 			u.apply()
 		}
 	default:
-		if id, ok := u.submit(upstairs.CoreFlush, 0, 0, nil); ok {
+		if id, ok := u.submit(upstairs.KindFlush, 0, 0, nil); ok {
 			w.oracle.submitFlush(u.n, id)
 			w.s.note("u%d flush %d", u.n, id)
 			u.apply()
@@ -508,11 +508,11 @@ func (w *world) workload() {
 func (w *world) completed(u *upNode, id wire.JobID, j *ujob, err error) {
 	w.s.note("u%d complete %v %d err=%v", u.n, j.kind, id, err)
 	switch j.kind {
-	case upstairs.CoreWrite:
+	case upstairs.KindWrite:
 		w.oracle.writeDone(u.n, id, err == nil)
-	case upstairs.CoreFlush:
+	case upstairs.KindFlush:
 		w.oracle.flushDone(u.n, id, err == nil)
-	case upstairs.CoreRead:
+	case upstairs.KindRead:
 		if err != nil {
 			w.oracle.readDone(u.n, id)
 			return
@@ -569,7 +569,7 @@ func (w *world) hashBlocks(p []byte) []uint64 {
 func (w *world) finish() error {
 	u := w.up[w.cur]
 	if u.running() {
-		id, ok := u.submit(upstairs.CoreFlush, 0, 0, nil)
+		id, ok := u.submit(upstairs.KindFlush, 0, 0, nil)
 		if ok {
 			w.oracle.submitFlush(u.n, id)
 			u.apply()

@@ -38,8 +38,8 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 
 	u.mu.Lock()
 	var present []reconcile.ReplicaVersions
-	var epochs [replicaCount]uint64
-	for r := range replicaCount {
+	var epochs [ReplicaCount]uint64
+	for r := range ReplicaCount {
 		if !a.done[r] {
 			continue
 		}
@@ -88,7 +88,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 // restart) plan, publishing its progress on t. With zeroLost, a torn
 // block no replica holds intact is zeroed instead of failing (mendSource).
 func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64, zeroLost bool) error {
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [ReplicaCount]uint64, zeroLost bool) error {
 	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
@@ -175,7 +175,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 // The source keeps its version srcV. A block no replica holds intact
 // fails with a *CorruptBlockError, or with zeroLost is zeroed.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [ReplicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
 	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
@@ -185,7 +185,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 	}
 	asked := []int{src}
 	var got blockCopies
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if _, present := versions[reconcile.ReplicaID(r)]; r == src || !present || len(need) == 0 {
 			continue
 		}
@@ -241,7 +241,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 // donors of an older copy.
 func newestFirst(rep reconcile.ExtentRepair, versions map[reconcile.ReplicaID][]reconcile.Version, src int) []int {
 	var out []int
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if _, present := versions[reconcile.ReplicaID(r)]; r != src && present {
 			out = append(out, r)
 		}

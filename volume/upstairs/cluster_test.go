@@ -72,7 +72,7 @@ type testDownstairs struct {
 // cluster is three downstairs of one region.
 type cluster struct {
 	t    testing.TB
-	ds   [replicaCount]*testDownstairs
+	ds   [ReplicaCount]*testDownstairs
 	spec extent.Spec
 }
 
@@ -174,9 +174,9 @@ func (c *cluster) open(cfg Config, gen ids.Generation) *Upstairs {
 
 // readRegions stops every downstairs and returns each replica's blocks,
 // read from its extent files.
-func (c *cluster) readRegions() [replicaCount][]byte {
+func (c *cluster) readRegions() [ReplicaCount][]byte {
 	c.t.Helper()
-	var out [replicaCount][]byte
+	var out [ReplicaCount][]byte
 	size := int(c.spec.ExtentBlocks) * int(c.spec.ExtentCount) * int(c.spec.BlockSize)
 	for i, d := range c.ds {
 		d.stop()

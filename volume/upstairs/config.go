@@ -114,8 +114,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf(format, args...))
 	}
-	if len(cfg.Targets) != replicaCount {
-		bad("targets: want %d addresses, got %d", replicaCount, len(cfg.Targets))
+	if len(cfg.Targets) != ReplicaCount {
+		bad("targets: want %d addresses, got %d", ReplicaCount, len(cfg.Targets))
 	}
 	seen := map[string]int{}
 	for i, t := range cfg.Targets {
@@ -206,11 +206,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-func (cfg Config) limits() engineLimits {
-	return engineLimits{
-		backlogJobs:   cfg.BacklogJobs,
-		backlogBytes:  int(cfg.BacklogBytes),
-		inflightJobs:  2 * cfg.BacklogJobs,
-		inflightBytes: int(2 * cfg.BacklogBytes),
+func (cfg Config) limits() Limits {
+	return Limits{
+		BacklogJobs:   cfg.BacklogJobs,
+		BacklogBytes:  int(cfg.BacklogBytes),
+		InflightJobs:  2 * cfg.BacklogJobs,
+		InflightBytes: int(2 * cfg.BacklogBytes),
 	}
 }

@@ -74,7 +74,7 @@
 // An Offline replica overflows its backlog only while another is Active:
 // with none, faulting it would free nothing, and backpressure bounds the
 // jobs instead. A rejoining replica is not replayed what its extent versions
-// show flushed (engine.flushedOn): a replay cut short must not leave it
+// show flushed (Engine.FlushedOn): a replay cut short must not leave it
 // older than its own flushed state. Replay needs the downstairs to
 // accept an Activate from the same upstairs at the generation it already
 // holds. Live repair copies from the lowest-numbered Active replica, one

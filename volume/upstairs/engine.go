@@ -9,14 +9,14 @@ import (
 	"tern/volume/wire"
 )
 
-// engine is the upstairs' decision core: the job list, per-replica queues
+// Engine is the upstairs' decision core: the job list, per-replica queues
 // and dependencies, quorum accounting and the replica state machine. It is
 // plain data: no locks, no goroutines, no clock, no IO. Each input (a
 // submission, a reply, a connection event) is one method call; the decisions
 // it makes pile up in actions for the driver to carry out, in order, after
 // the call. The driver serializes calls (it holds Upstairs.mu).
-type engine struct {
-	limits engineLimits
+type Engine struct {
+	limits Limits
 
 	nextID    wire.JobID
 	nextFlush uint64
@@ -30,14 +30,14 @@ type engine struct {
 	allAway bool
 	// flushedThrough is the newest flush acknowledged to its caller:
 	// every write before it is durable on two replicas, so a restart
-	// reconciliation's sources hold it (engine.restarted).
+	// reconciliation's sources hold it (Engine.Restarted).
 	flushedThrough wire.JobID
 
-	jobs  map[wire.JobID]*job
-	order []*job // live jobs in increasing ID order
-	free  []*job
+	jobs  map[wire.JobID]*Job
+	order []*Job // live jobs in increasing ID order
+	free  []*Job
 
-	replicas [replicaCount]replicaCore
+	replicas [ReplicaCount]replicaCore
 	// extentBlocks is the region's extent size, for routing writes to a
 	// replica under live repair (engine_live_repair.go).
 	extentBlocks uint32
@@ -46,18 +46,18 @@ type engine struct {
 	liveJobs  int
 	liveBytes int
 
-	actions []action
-	spare   []action
+	actions []Action
+	spare   []Action
 }
 
-// engineLimits bounds memory: an Offline replica faults once it owes more
+// Limits bounds memory: an Offline replica faults once it owes more
 // than backlogJobs or backlogBytes, and submission waits while more than
 // inflightJobs or inflightBytes are unretired.
-type engineLimits struct {
-	backlogJobs   int
-	backlogBytes  int
-	inflightJobs  int
-	inflightBytes int
+type Limits struct {
+	BacklogJobs   int
+	BacklogBytes  int
+	InflightJobs  int
+	InflightBytes int
 }
 
 // replicaCore is the engine's view of one replica.
@@ -72,100 +72,124 @@ type replicaCore struct {
 	live *reconcile.LiveRepair
 }
 
-// actionKind says what the driver must do.
-type actionKind uint8
+// ActionKind says what the driver must do.
+type ActionKind uint8
 
 const (
-	// actWake: replica has jobs queued; wake its connection goroutine.
-	actWake actionKind = iota + 1
-	// actComplete: tell the caller of job its result (err may be nil).
-	actComplete
-	// actPrivatize: copy write job's data out of the caller's buffer,
+	// ActWake: replica has jobs queued; wake its connection goroutine.
+	ActWake ActionKind = iota + 1
+	// ActComplete: tell the caller of job its result (err may be nil).
+	ActComplete
+	// ActPrivatize: copy write job's data out of the caller's buffer,
 	// recompute its hashes and report with privatized.
-	actPrivatize
-	// actRetire: the engine forgot job; free the driver's record of it.
-	actRetire
-	// actRepairRead: read job got good data after replica returned bad
+	ActPrivatize
+	// ActRetire: the engine forgot job; free the driver's record of it.
+	ActRetire
+	// ActRepairRead: read job got good data after replica returned bad
 	// blocks; the driver may copy the good data and call submitRepair.
-	actRepairRead
-	// actState: replica changed state (to state, on event).
-	actState
-	// actRewrite: job id is the rewrite of torn write parent; it sends the
+	ActRepairRead
+	// ActState: replica changed state (to state, on event).
+	ActState
+	// ActRewrite: job id is the rewrite of torn write parent; it sends the
 	// parent's private copy.
-	actRewrite
+	ActRewrite
 )
 
-// action is one decision for the driver.
-type action struct {
-	kind    actionKind
-	id      wire.JobID
-	replica int
-	state   ReplicaState
-	event   replicaEvent // of actState
-	parent  wire.JobID
-	err     error
+// Action is one decision for the driver.
+type Action struct {
+	Kind    ActionKind
+	ID      wire.JobID
+	Replica int
+	State   ReplicaState
+	Event   ReplicaEvent // of actState
+	Parent  wire.JobID
+	Err     error
 }
 
 // Errors the engine hands to callers.
 var (
-	// errAbandoned completes a job whose caller gave up; the driver
+	// ErrAbandoned completes a job whose caller gave up; the driver
 	// reports the caller's context error instead.
-	errAbandoned = errors.New("job abandoned by caller")
+	ErrAbandoned = errors.New("job abandoned by caller")
 )
 
-func newEngine(limits engineLimits) *engine {
-	return &engine{
+func NewEngine(limits Limits) *Engine {
+	return &Engine{
 		limits: limits,
 		nextID: 1000,
-		jobs:   make(map[wire.JobID]*job),
+		jobs:   make(map[wire.JobID]*Job),
 	}
 }
 
-// takeActions hands the pending actions to the driver. The slice stays
+// State returns replica r's state.
+func (e *Engine) State(r int) ReplicaState { return e.replicas[r].state }
+
+// Owed returns the jobs, and their bytes, replica r still owes an answer.
+func (e *Engine) Owed(r int) (jobs, bytes int) {
+	return e.replicas[r].owedJobs, e.replicas[r].owedBytes
+}
+
+// Live returns the unretired jobs and their bytes (what backpressure counts).
+func (e *Engine) Live() (jobs, bytes int) { return e.liveJobs, e.liveBytes }
+
+// Limits returns the bounds the engine was created with.
+func (e *Engine) Limits() Limits { return e.limits }
+
+// Running reports whether the engine is activated and not stopped.
+func (e *Engine) Running() bool { return e.running }
+
+// StopErr returns the error the engine was stopped with, or nil.
+func (e *Engine) StopErr() error { return e.stopErr }
+
+// NextFlush returns the flush number the next flush gets: every flush
+// number issued so far is below it.
+func (e *Engine) NextFlush() uint64 { return e.nextFlush }
+
+// TakeActions hands the pending actions to the driver. The slice stays
 // valid while the driver calls into the engine again (which collects new
 // actions elsewhere) and is reused by the call after next.
-func (e *engine) takeActions() []action {
+func (e *Engine) TakeActions() []Action {
 	a := e.actions
 	e.actions = e.spare[:0]
 	e.spare = a
 	return a
 }
 
-func (e *engine) emit(a action) { e.actions = append(e.actions, a) }
+func (e *Engine) emit(a Action) { e.actions = append(e.actions, a) }
 
-// activate starts IO with replicas Active (true) and the rest Faulted,
+// Activate starts IO with replicas Active (true) and the rest Faulted,
 // numbering flushes from nextFlush.
-func (e *engine) activate(active [replicaCount]bool, nextFlush uint64) {
+func (e *Engine) Activate(active [ReplicaCount]bool, nextFlush uint64) {
 	e.running = true
 	e.nextFlush = nextFlush
 	for r := range e.replicas {
 		if active[r] {
-			e.transition(r, evConnected)
+			e.transition(r, EventConnected)
 		} else {
-			e.transition(r, evFault)
+			e.transition(r, EventFault)
 		}
 	}
 }
 
-// stop fails every job with err and stops all replicas; no IO is accepted
+// Stop fails every job with err and stops all replicas; no IO is accepted
 // afterwards. Jobs whose slots are busy in the driver stay until released.
-func (e *engine) stop(err error) {
+func (e *Engine) Stop(err error) {
 	if e.stopErr == nil {
 		e.stopErr = err
 	}
 	e.running = false
 	for r := range e.replicas {
-		e.transition(r, evStop)
+		e.transition(r, EventStop)
 	}
 	for _, j := range slices.Clone(e.order) {
 		e.progress(j)
 	}
 }
 
-// drained reports whether no Active replica owes a job: everything sent
+// Drained reports whether no Active replica owes a job: everything sent
 // has been answered, so deactivating loses nothing a connected replica was
 // given.
-func (e *engine) drained() bool {
+func (e *Engine) Drained() bool {
 	for r := range e.replicas {
 		if e.replicas[r].state == ReplicaActive && e.replicas[r].owedJobs > 0 {
 			return false
@@ -175,7 +199,7 @@ func (e *engine) drained() bool {
 }
 
 // takers reports how many replicas can take a write now.
-func (e *engine) takers() int {
+func (e *Engine) takers() int {
 	n := 0
 	for r := range e.replicas {
 		if e.replicas[r].state.takesIO() {
@@ -185,16 +209,16 @@ func (e *engine) takers() int {
 	return n
 }
 
-// full reports whether a submission of bytes must wait for space.
-func (e *engine) full(bytes int) bool {
+// Full reports whether a submission of bytes must wait for space.
+func (e *Engine) Full(bytes int) bool {
 	if e.liveJobs == 0 {
 		return false
 	}
-	return e.liveJobs >= e.limits.inflightJobs || e.liveBytes+bytes > e.limits.inflightBytes
+	return e.liveJobs >= e.limits.InflightJobs || e.liveBytes+bytes > e.limits.InflightBytes
 }
 
-// submitErr reports why no job can be submitted now, or nil.
-func (e *engine) submitErr(kind jobKind) error {
+// SubmitErr reports why no job can be submitted now, or nil.
+func (e *Engine) SubmitErr(kind JobKind) error {
 	if e.stopErr != nil {
 		return e.stopErr
 	}
@@ -202,7 +226,7 @@ func (e *engine) submitErr(kind jobKind) error {
 		return ErrNotActive
 	}
 	switch kind {
-	case kindRead:
+	case KindRead:
 		for r := range e.replicas {
 			if e.replicas[r].state.takesIO() {
 				return nil
@@ -222,119 +246,119 @@ func (e *engine) submitErr(kind jobKind) error {
 				n++
 			}
 		}
-		if n < quorum {
+		if n < Quorum {
 			return ErrNotEnoughReplicas
 		}
 	}
 	return nil
 }
 
-// allocID reserves a JobID outside the engine's jobs (a repair call), so
+// AllocID reserves a JobID outside the engine's jobs (a repair call), so
 // every request of a session carries an ID from the one sequence.
-func (e *engine) allocID() wire.JobID {
+func (e *Engine) AllocID() wire.JobID {
 	id := e.nextID
 	e.nextID++
 	return id
 }
 
-func (e *engine) newJob(kind jobKind, first ids.BlockIndex, count uint32, bytes int) *job {
-	var j *job
+func (e *Engine) newJob(kind JobKind, first ids.BlockIndex, count uint32, bytes int) *Job {
+	var j *Job
 	if n := len(e.free); n > 0 {
 		j = e.free[n-1]
 		e.free = e.free[:n-1]
 	} else {
-		j = new(job)
+		j = new(Job)
 	}
-	j.id = e.nextID
+	j.ID = e.nextID
 	e.nextID++
-	j.kind, j.first, j.count, j.bytes = kind, first, count, bytes
-	e.jobs[j.id] = j
+	j.Kind, j.First, j.Count, j.Bytes = kind, first, count, bytes
+	e.jobs[j.ID] = j
 	e.order = append(e.order, j)
 	e.liveJobs++
 	e.liveBytes += bytes
 	return j
 }
 
-// submitWrite adds a caller's write of count blocks at first, whose data is
+// SubmitWrite adds a caller's write of count blocks at first, whose data is
 // in the caller's buffer, and queues it to every replica taking IO.
-func (e *engine) submitWrite(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
-	if err := e.submitErr(kindWrite); err != nil {
+func (e *Engine) SubmitWrite(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.SubmitErr(KindWrite); err != nil {
 		return 0, err
 	}
-	j := e.newJob(kindWrite, first, count, bytes)
+	j := e.newJob(KindWrite, first, count, bytes)
 	j.hasCaller, j.callerMem = true, true
-	id := j.id // j may complete and retire (and be reused) while queued
+	id := j.ID // j may complete and retire (and be reused) while queued
 	e.queueAll(j)
 	return id, nil
 }
 
-// submitFlush adds a flush of everything submitted before it.
-func (e *engine) submitFlush() (wire.JobID, error) {
-	if err := e.submitErr(kindFlush); err != nil {
+// SubmitFlush adds a flush of everything submitted before it.
+func (e *Engine) SubmitFlush() (wire.JobID, error) {
+	if err := e.SubmitErr(KindFlush); err != nil {
 		return 0, err
 	}
-	j := e.newJob(kindFlush, 0, 0, 0)
+	j := e.newJob(KindFlush, 0, 0, 0)
 	j.hasCaller = true
-	j.flushNumber = e.nextFlush
+	j.FlushNumber = e.nextFlush
 	e.nextFlush++
-	id := j.id
+	id := j.ID
 	e.queueAll(j)
 	return id, nil
 }
 
-// submitRead adds a read and routes it to the Active replica with the
+// SubmitRead adds a read and routes it to the Active replica with the
 // least owed work, or parks it until one is Active.
-func (e *engine) submitRead(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
-	if err := e.submitErr(kindRead); err != nil {
+func (e *Engine) SubmitRead(first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.SubmitErr(KindRead); err != nil {
 		return 0, err
 	}
-	j := e.newJob(kindRead, first, count, bytes)
+	j := e.newJob(KindRead, first, count, bytes)
 	j.hasCaller = true
-	id := j.id
+	id := j.ID
 	e.routeRead(j)
 	return id, nil
 }
 
-// submitScrubRead adds a read served by replica r first (if it is
+// SubmitScrubRead adds a read served by replica r first (if it is
 // Active): a block failing verification there is read from a peer and
 // rewritten on r from that good copy (actRepairRead), as any read does.
-func (e *engine) submitScrubRead(r int, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
-	if err := e.submitErr(kindRead); err != nil {
+func (e *Engine) SubmitScrubRead(r int, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, error) {
+	if err := e.SubmitErr(KindRead); err != nil {
 		return 0, err
 	}
-	j := e.newJob(kindRead, first, count, bytes)
+	j := e.newJob(KindRead, first, count, bytes)
 	j.hasCaller = true
 	j.pin = int8(r + 1)
-	id := j.id
+	id := j.ID
 	e.routeRead(j)
 	return id, nil
 }
 
-// submitRepair adds a write of good data to replica r only, fixing blocks
+// SubmitRepair adds a write of good data to replica r only, fixing blocks
 // that failed verification when read job readID was served. It refuses
 // (returns false) when a write overlapping the range was submitted after the
 // read, since that write rewrites the blocks anyway and the good data would
 // be stale, or when r does not take IO.
-func (e *engine) submitRepair(r int, readID wire.JobID, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
+func (e *Engine) SubmitRepair(r int, readID wire.JobID, first ids.BlockIndex, count uint32, bytes int) (wire.JobID, bool) {
 	if !e.running || e.replicas[r].state != ReplicaActive {
 		return 0, false
 	}
-	probe := job{kind: kindWrite, first: first, count: count}
-	for i := len(e.order) - 1; i >= 0 && e.order[i].id > readID; i-- {
-		if k := e.order[i]; k.kind == kindWrite && k.overlaps(&probe) {
+	probe := Job{Kind: KindWrite, First: first, Count: count}
+	for i := len(e.order) - 1; i >= 0 && e.order[i].ID > readID; i-- {
+		if k := e.order[i]; k.Kind == KindWrite && k.overlaps(&probe) {
 			return 0, false
 		}
 	}
-	j := e.newJob(kindWrite, first, count, bytes)
+	j := e.newJob(KindWrite, first, count, bytes)
 	j.completed = true // nobody waits
-	id := j.id
+	id := j.ID
 	e.queueTo(j, r)
 	return id, true
 }
 
 // queueAll queues j to every replica that takes IO, and a write to a
 // replica under live repair when its route says so.
-func (e *engine) queueAll(j *job) {
+func (e *Engine) queueAll(j *Job) {
 	for r := range e.replicas {
 		if e.receives(r, j) {
 			e.queueTo(j, r)
@@ -345,31 +369,31 @@ func (e *engine) queueAll(j *job) {
 
 // queueTo queues j to replica r, recording the earlier jobs it must follow
 // there.
-func (e *engine) queueTo(j *job, r int) {
+func (e *Engine) queueTo(j *Job, r int) {
 	deps := j.deps[r][:0]
 	for _, k := range e.order {
-		if k.id >= j.id {
+		if k.ID >= j.ID {
 			break
 		}
 		if k.slot[r].pending() && j.conflicts(k) {
-			deps = append(deps, k.id)
+			deps = append(deps, k.ID)
 		}
 	}
 	j.deps[r] = deps
 	j.slot[r] = slotQueued
 	rc := &e.replicas[r]
 	rc.owedJobs++
-	rc.owedBytes += j.bytes
+	rc.owedBytes += j.Bytes
 	rc.queue.insert(j)
 	if rc.state == ReplicaActive || rc.state == ReplicaRepairing {
-		e.emit(action{kind: actWake, replica: r})
+		e.emit(Action{Kind: ActWake, Replica: r})
 	}
 }
 
 // routeRead queues read j to the Active replica with the least owed work
 // that has not answered it yet; it parks j when none is Active but one may
 // come back, and fails it when none can.
-func (e *engine) routeRead(j *job) {
+func (e *Engine) routeRead(j *Job) {
 	if p := int(j.pin) - 1; p >= 0 && !j.readTried[p] && e.replicas[p].state == ReplicaActive {
 		// A scrub read: this replica's copy is the one checked.
 		j.parked = false
@@ -404,14 +428,14 @@ func (e *engine) routeRead(j *job) {
 	}
 }
 
-// takeNext hands the driver of replica r the next job to send and marks it
+// TakeNext hands the driver of replica r the next job to send and marks it
 // sending. The driver calls sent (or disconnected) afterwards. A write
 // being privatized waits: the driver is copying its data out of the
 // caller's buffer, and a send started now would read that buffer after
 // the caller may have been released. privatized wakes r when it may go
 // on. It still counts as r's next job (nextJobID), so no call queued
 // after it overtakes it.
-func (e *engine) takeNext(r int) (*job, bool) {
+func (e *Engine) TakeNext(r int) (*Job, bool) {
 	rc := &e.replicas[r]
 	j := e.peekNext(r)
 	if j == nil || j.privatizing {
@@ -424,10 +448,10 @@ func (e *engine) takeNext(r int) (*job, bool) {
 	return j, true
 }
 
-// sendDeps appends to dst the dependencies of j on r that are still pending
+// SendDeps appends to dst the dependencies of j on r that are still pending
 // there: jobs known to be done need no waiting, and jobs done in an earlier
 // session are unknown to the downstairs.
-func (e *engine) sendDeps(dst []wire.JobID, j *job, r int) []wire.JobID {
+func (e *Engine) SendDeps(dst []wire.JobID, j *Job, r int) []wire.JobID {
 	for _, d := range j.deps[r] {
 		if k, ok := e.jobs[d]; ok && k.slot[r].pending() {
 			dst = append(dst, d)
@@ -436,9 +460,9 @@ func (e *engine) sendDeps(dst []wire.JobID, j *job, r int) []wire.JobID {
 	return dst
 }
 
-// sent records that the driver finished writing j's request to r (or gave
+// Sent records that the driver finished writing j's request to r (or gave
 // up on it); it no longer reads the job's data.
-func (e *engine) sent(r int, id wire.JobID) {
+func (e *Engine) Sent(r int, id wire.JobID) {
 	j, ok := e.jobs[id]
 	if !ok || !j.sending[r] {
 		return
@@ -447,8 +471,8 @@ func (e *engine) sent(r int, id wire.JobID) {
 	e.progress(j)
 }
 
-// lookup returns the live job id.
-func (e *engine) lookup(id wire.JobID) (*job, bool) {
+// Lookup returns the live job id.
+func (e *Engine) Lookup(id wire.JobID) (*Job, bool) {
 	j, ok := e.jobs[id]
 	return j, ok
 }

@@ -6,35 +6,35 @@ import (
 	"tern/volume/wire"
 )
 
-// readOutcome is what the driver found in a read reply.
-type readOutcome uint8
+// ReadOutcome is what the driver found in a read reply.
+type ReadOutcome uint8
 
 const (
-	// readGood: every block matched the hash the replica returned.
-	readGood readOutcome = iota + 1
-	// readBadData: a block failed verification (or the replica reported a
+	// ReadGood: every block matched the hash the replica returned.
+	ReadGood ReadOutcome = iota + 1
+	// ReadBadData: a block failed verification (or the replica reported a
 	// corrupt block); the replica's copy needs fixing.
-	readBadData
-	// readFailed: the replica could not serve the read.
-	readFailed
+	ReadBadData
+	// ReadFailed: the replica could not serve the read.
+	ReadFailed
 )
 
-// done records that replica r applied write or flush id. Jobs that id had
+// Done records that replica r applied write or flush id. Jobs that id had
 // to follow on r are necessarily applied too, even if their own replies were
 // lost with the connection; marking them keeps a replay from running an old
 // write over a newer one.
-func (e *engine) done(r int, id wire.JobID) {
+func (e *Engine) Done(r int, id wire.JobID) {
 	j, ok := e.jobs[id]
-	if !ok || j.kind == kindRead || !j.slot[r].pending() {
+	if !ok || j.Kind == KindRead || !j.slot[r].pending() {
 		return
 	}
 	e.markDone(j, r)
 	for i := 0; i < len(j.deps[r]); i++ {
-		if k, ok := e.jobs[j.deps[r][i]]; ok && k.kind != kindRead && k.slot[r] == slotSent {
-			e.done(r, k.id)
+		if k, ok := e.jobs[j.deps[r][i]]; ok && k.Kind != KindRead && k.slot[r] == slotSent {
+			e.Done(r, k.ID)
 		}
 	}
-	if j.kind == kindFlush && e.replicas[r].state == ReplicaActive {
+	if j.Kind == KindFlush && e.replicas[r].state == ReplicaActive {
 		e.creditRepaired(r, j)
 	}
 	e.progress(j)
@@ -49,13 +49,13 @@ func (e *engine) done(r int, id wire.JobID) {
 // everything, made it durable. Without the credit such a job counts only
 // the replicas it was sent to, and when one of them dies before answering
 // it waits for that one (or fails) although two Active replicas hold it.
-func (e *engine) creditRepaired(r int, f *job) {
+func (e *Engine) creditRepaired(r int, f *Job) {
 	// Completing a job can retire others: walk a snapshot.
 	for _, k := range slices.Clone(e.order) {
-		if k.id >= f.id {
+		if k.ID >= f.ID {
 			break
 		}
-		if e.jobs[k.id] != k || k.kind == kindRead || k.completed || k.torn {
+		if e.jobs[k.ID] != k || k.Kind == KindRead || k.completed || k.torn {
 			continue
 		}
 		if s := k.slot[r]; s == slotNone || s == slotSkipped {
@@ -65,33 +65,33 @@ func (e *engine) creditRepaired(r int, f *job) {
 	}
 }
 
-func (e *engine) markDone(j *job, r int) {
+func (e *Engine) markDone(j *Job, r int) {
 	e.settle(j, r, slotDone)
 	j.done++
 }
 
 // settle ends j's pending slot on r with state s.
-func (e *engine) settle(j *job, r int, s slotState) {
+func (e *Engine) settle(j *Job, r int, s slotState) {
 	if j.slot[r].pending() {
 		rc := &e.replicas[r]
 		rc.owedJobs--
-		rc.owedBytes -= j.bytes
+		rc.owedBytes -= j.Bytes
 	}
 	j.slot[r] = s
 }
 
-// rejected records that r refused write id because its data did not match
+// Rejected records that r refused write id because its data did not match
 // the hashes. If r was sent the data from the caller's buffer, the caller
 // changed it in flight: the write is torn and is rewritten to every replica
 // from a private copy, so all replicas end with the same bytes. A mismatch
 // of private data is the replica's fault.
-func (e *engine) rejected(r int, id wire.JobID) {
+func (e *Engine) Rejected(r int, id wire.JobID) {
 	j, ok := e.jobs[id]
 	if !ok || !j.slot[r].pending() {
 		return
 	}
-	if j.kind != kindWrite || !j.fromCaller[r] {
-		e.fault(r)
+	if j.Kind != KindWrite || !j.fromCaller[r] {
+		e.Fault(r)
 		return
 	}
 	e.settle(j, r, slotFailed)
@@ -104,60 +104,60 @@ func (e *engine) rejected(r int, id wire.JobID) {
 
 // spawnRewrite queues a rewrite of torn write j from its private copy to
 // every replica taking IO, ordered after everything submitted before it.
-func (e *engine) spawnRewrite(j *job) wire.JobID {
+func (e *Engine) spawnRewrite(j *Job) wire.JobID {
 	if !e.running || e.takers() == 0 {
 		return 0
 	}
-	c := e.newJob(kindWrite, j.first, j.count, j.bytes)
-	id := c.id
-	c.parent, j.child = j.id, id
-	e.emit(action{kind: actRewrite, id: id, parent: j.id})
+	c := e.newJob(KindWrite, j.First, j.Count, j.Bytes)
+	id := c.ID
+	c.parent, j.child = j.ID, id
+	e.emit(Action{Kind: ActRewrite, ID: id, Parent: j.ID})
 	e.queueAll(c)
 	return id
 }
 
-// failed records that r could not run write or flush id: the replica is
+// Failed records that r could not run write or flush id: the replica is
 // faulted, as it no longer holds what its peers hold.
-func (e *engine) failed(r int, id wire.JobID) {
+func (e *Engine) Failed(r int, id wire.JobID) {
 	if j, ok := e.jobs[id]; ok && j.slot[r].pending() {
-		e.fault(r)
+		e.Fault(r)
 	}
 }
 
-// readBegin is called before the driver decodes read id's data from r. It
+// ReadBegin is called before the driver decodes read id's data from r. It
 // returns false when the data must be discarded instead of landing in the
 // caller's buffer (the caller gave up, or the job moved on).
-func (e *engine) readBegin(r int, id wire.JobID) bool {
+func (e *Engine) ReadBegin(r int, id wire.JobID) bool {
 	j, ok := e.jobs[id]
-	if !ok || j.kind != kindRead || j.slot[r] != slotSent || j.abandoned || j.completed {
+	if !ok || j.Kind != KindRead || j.slot[r] != slotSent || j.abandoned || j.completed {
 		return false
 	}
 	j.slot[r] = slotReceiving
 	return true
 }
 
-// readResult records the outcome of read id on r. A read whose data failed
+// ReadResult records the outcome of read id on r. A read whose data failed
 // verification is tried on another replica; once one serves it, the bad
 // replicas are offered to the driver for repair.
-func (e *engine) readResult(r int, id wire.JobID, out readOutcome) {
+func (e *Engine) ReadResult(r int, id wire.JobID, out ReadOutcome) {
 	j, ok := e.jobs[id]
-	if !ok || j.kind != kindRead || !j.slot[r].pending() {
+	if !ok || j.Kind != KindRead || !j.slot[r].pending() {
 		return
 	}
-	if out == readGood {
+	if out == ReadGood {
 		e.settle(j, r, slotDone)
 		j.done++
 	} else {
 		e.settle(j, r, slotFailed)
 		j.readTried[r] = true
-		j.readBad[r] = out == readBadData
+		j.readBad[r] = out == ReadBadData
 	}
 	switch {
 	case j.completed || j.abandoned:
-	case out == readGood:
+	case out == ReadGood:
 		for x := range j.readBad {
 			if j.readBad[x] {
-				e.emit(action{kind: actRepairRead, id: j.id, replica: x})
+				e.emit(Action{Kind: ActRepairRead, ID: j.ID, Replica: x})
 			}
 		}
 		e.complete(j, nil)
@@ -167,11 +167,11 @@ func (e *engine) readResult(r int, id wire.JobID, out readOutcome) {
 	e.progress(j)
 }
 
-// privatized records that the driver copied write id's data out of the
+// Privatized records that the driver copied write id's data out of the
 // caller's buffer; same reports whether the copy still has the hashes the
 // replicas were sent. If not, or if a replica already rejected the data, the
 // write is torn and a rewrite from the copy is queued (actRewrite).
-func (e *engine) privatized(id wire.JobID, same bool) {
+func (e *Engine) Privatized(id wire.JobID, same bool) {
 	j, ok := e.jobs[id]
 	if !ok || !j.privatizing {
 		return
@@ -180,7 +180,7 @@ func (e *engine) privatized(id wire.JobID, same bool) {
 	// Replicas that held the job back while it was copied send the copy.
 	for r := range j.slot {
 		if j.slot[r] == slotQueued {
-			e.emit(action{kind: actWake, replica: r})
+			e.emit(Action{Kind: ActWake, Replica: r})
 		}
 	}
 	if !same {
@@ -192,16 +192,16 @@ func (e *engine) privatized(id wire.JobID, same bool) {
 	e.progress(j)
 }
 
-// abandon records that the caller of id gave up. The caller is released
+// Abandon records that the caller of id gave up. The caller is released
 // (actComplete with errAbandoned) as soon as no replica touches its buffer;
 // the job itself runs on so the replicas stay consistent.
-func (e *engine) abandon(id wire.JobID) {
+func (e *Engine) Abandon(id wire.JobID) {
 	j, ok := e.jobs[id]
 	if !ok || j.completed {
 		return
 	}
 	j.abandoned = true
-	if j.kind == kindRead {
+	if j.Kind == KindRead {
 		j.parked = false
 		for r := range j.slot {
 			if j.slot[r] == slotQueued {
@@ -212,31 +212,31 @@ func (e *engine) abandon(id wire.JobID) {
 	e.progress(j)
 }
 
-// flushedOn records that replica r's extents show flush number flush of
+// FlushedOn records that replica r's extents show flush number flush of
 // this activation applied (a reconnecting replica reports its extent
 // versions): that flush, and so every job it followed on r, is done
 // there even if the replies were lost with the connection. Without this,
 // a replay re-sends writes r applied before flushes it also applied; a
 // replay cut short (a fence, a disconnect) then leaves r with older data
 // than its flushed state, dirty, which reconciliation prefers.
-func (e *engine) flushedOn(r int, flush uint64) {
-	var best *job
+func (e *Engine) FlushedOn(r int, flush uint64) {
+	var best *Job
 	for _, j := range e.order {
-		if j.kind == kindFlush && j.flushNumber <= flush && j.slot[r].pending() {
+		if j.Kind == KindFlush && j.FlushNumber <= flush && j.slot[r].pending() {
 			best = j
 		}
 	}
 	if best != nil && best.slot[r] == slotSent {
-		e.done(r, best.id)
+		e.Done(r, best.ID)
 	}
 }
 
-// connected records that replica r has a new activated session. An Offline
+// Connected records that replica r has a new activated session. An Offline
 // replica gets its whole backlog requeued in ID order for replay.
-func (e *engine) connected(r int) {
+func (e *Engine) Connected(r int) {
 	rc := &e.replicas[r]
 	prev := rc.state
-	if !e.transition(r, evConnected) {
+	if !e.transition(r, EventConnected) {
 		return
 	}
 	if prev == ReplicaOffline {
@@ -248,21 +248,21 @@ func (e *engine) connected(r int) {
 			}
 		}
 		if rc.queue.len() > 0 {
-			e.emit(action{kind: actWake, replica: r})
+			e.emit(Action{Kind: ActWake, Replica: r})
 		}
 	}
 	for _, j := range slices.Clone(e.order) {
-		if j.parked && e.jobs[j.id] == j {
+		if j.parked && e.jobs[j.ID] == j {
 			e.routeRead(j)
 		}
 	}
 }
 
-// disconnected records that replica r's connection is gone, with no send
+// Disconnected records that replica r's connection is gone, with no send
 // or receive of its driver still running. Writes and flushes in flight are
 // kept for replay; reads move to another replica.
-func (e *engine) disconnected(r int) {
-	if !e.transition(r, evDisconnected) {
+func (e *Engine) Disconnected(r int) {
+	if !e.transition(r, EventDisconnected) {
 		return
 	}
 	e.requeueReads(r)
@@ -270,10 +270,10 @@ func (e *engine) disconnected(r int) {
 }
 
 // requeueReads moves reads pending on r elsewhere.
-func (e *engine) requeueReads(r int) {
+func (e *Engine) requeueReads(r int) {
 	// Completing a job can retire others: walk a snapshot.
 	for _, j := range slices.Clone(e.order) {
-		if j.kind == kindRead && j.slot[r].pending() && e.jobs[j.id] == j {
+		if j.Kind == KindRead && j.slot[r].pending() && e.jobs[j.ID] == j {
 			e.settle(j, r, slotNone)
 			if !j.completed && !j.abandoned {
 				e.routeRead(j)
@@ -283,50 +283,50 @@ func (e *engine) requeueReads(r int) {
 	}
 }
 
-// fault marks replica r as needing repair: it gets no more IO, and what it
+// Fault marks replica r as needing repair: it gets no more IO, and what it
 // owes is skipped.
-func (e *engine) fault(r int) { e.transition(r, evFault) }
+func (e *Engine) Fault(r int) { e.transition(r, EventFault) }
 
-// repairStarted and repairDone are the seam for the repair engine: a
+// RepairStarted and repairDone are the seam for the repair engine: a
 // Faulted replica (or an Offline one that may have lost writes, so is
 // repaired rather than replayed) moves to Repairing, and after repair to
 // Active, taking IO again from then on.
-func (e *engine) repairStarted(r int) bool { return e.transition(r, evRepairStart) }
+func (e *Engine) RepairStarted(r int) bool { return e.transition(r, EventRepairStart) }
 
-func (e *engine) repairDone(r int) bool { return e.transition(r, evRepairDone) }
+func (e *Engine) RepairDone(r int) bool { return e.transition(r, EventRepairDone) }
 
 // checkBacklogs faults Offline replicas that owe more than the backlog
 // bounds, while a replica is Active: jobs can then retire without them.
 // With none Active (every replica away, or held for a restart
 // reconciliation) faulting one frees nothing, as the others owe the same
 // jobs; the in-flight bound holds callers back instead (backpressure).
-func (e *engine) checkBacklogs() {
-	if !e.anyActive() {
+func (e *Engine) checkBacklogs() {
+	if !e.AnyActive() {
 		return
 	}
 	for r := range e.replicas {
 		rc := &e.replicas[r]
-		if rc.state == ReplicaOffline && (rc.owedJobs > e.limits.backlogJobs || rc.owedBytes > e.limits.backlogBytes) {
-			e.transition(r, evOverflow)
+		if rc.state == ReplicaOffline && (rc.owedJobs > e.limits.BacklogJobs || rc.owedBytes > e.limits.BacklogBytes) {
+			e.transition(r, EventOverflow)
 		}
 	}
 }
 
 // transition applies ev to replica r and its consequences; it reports
 // whether the state changed.
-func (e *engine) transition(r int, ev replicaEvent) bool {
+func (e *Engine) transition(r int, ev ReplicaEvent) bool {
 	rc := &e.replicas[r]
 	next := nextReplicaState(rc.state, ev)
 	if next == rc.state {
 		return false
 	}
 	prev := rc.state
-	hadActive := e.anyActive()
+	hadActive := e.AnyActive()
 	rc.state = next
-	e.emit(action{kind: actState, replica: r, state: next, event: ev})
+	e.emit(Action{Kind: ActState, Replica: r, State: next, Event: ev})
 	switch {
 	case !e.running:
-	case !e.anyActive():
+	case !e.AnyActive():
 		e.allAway = true
 	case e.replicas[0].state == ReplicaActive && e.replicas[1].state == ReplicaActive && e.replicas[2].state == ReplicaActive:
 		e.allAway = false
@@ -346,12 +346,12 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		rc.queue.clear()
 		// Completing a job can retire others: walk a snapshot.
 		for _, j := range slices.Clone(e.order) {
-			if e.jobs[j.id] != j {
+			if e.jobs[j.ID] != j {
 				continue
 			}
 			if s := j.slot[r]; s == slotQueued || s == slotSent && !j.sending[r] {
 				e.settle(j, r, slotSkipped)
-				if j.kind == kindRead && !j.completed && !j.abandoned && e.running {
+				if j.Kind == KindRead && !j.completed && !j.abandoned && e.running {
 					e.routeRead(j)
 				}
 				e.progress(j)
@@ -359,7 +359,7 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 		}
 		// Parked reads may have lost their last hope.
 		for _, j := range slices.Clone(e.order) {
-			if j.parked && e.jobs[j.id] == j && e.running {
+			if j.parked && e.jobs[j.ID] == j && e.running {
 				e.routeRead(j)
 				e.progress(j)
 			}
@@ -374,11 +374,11 @@ func (e *engine) transition(r int, ev replicaEvent) bool {
 // replica's next flush once Active; the driver flushes after every
 // repair). So a job a replica skipped while it was repaired does not
 // fail when a peer drops meanwhile; it waits for the repair.
-func (e *engine) possible(j *job) int {
+func (e *Engine) possible(j *Job) int {
 	if e.allAway {
 		// Every replica went away: whichever come back are replayed,
 		// reconciled with each other and replayed every live job
-		// (engine.restarted), or repaired from the first one back and
+		// (Engine.Restarted), or repaired from the first one back and
 		// credited. The job waits for them.
 		n := 0
 		for r := range e.replicas {
@@ -400,7 +400,7 @@ func (e *engine) possible(j *job) int {
 }
 
 // failErr is the error of a job that can no longer reach quorum.
-func (e *engine) failErr() error {
+func (e *Engine) failErr() error {
 	if e.stopErr != nil {
 		return e.stopErr
 	}
@@ -411,8 +411,8 @@ func (e *engine) failErr() error {
 // the outcome is known and its buffer is free, asks for a private copy of a
 // write's data when replicas still need it after the caller leaves, and
 // retires j when nothing refers to it any more.
-func (e *engine) progress(j *job) {
-	if e.jobs[j.id] != j {
+func (e *Engine) progress(j *Job) {
+	if e.jobs[j.ID] != j {
 		return
 	}
 	// Busy slots of replicas that stopped taking IO settle here once the
@@ -422,25 +422,25 @@ func (e *engine) progress(j *job) {
 			e.settle(j, r, slotSkipped)
 		}
 	}
-	switch j.kind {
-	case kindWrite:
+	switch j.Kind {
+	case KindWrite:
 		e.progressWrite(j)
-	case kindFlush:
+	case KindFlush:
 		if !j.completed {
 			switch {
 			case j.abandoned:
-				e.complete(j, errAbandoned)
-			case int(j.done) >= quorum:
+				e.complete(j, ErrAbandoned)
+			case int(j.done) >= Quorum:
 				e.complete(j, nil)
-			case e.possible(j) < quorum || e.stopErr != nil:
+			case e.possible(j) < Quorum || e.stopErr != nil:
 				e.complete(j, e.failErr())
 			}
 		}
-	case kindRead:
+	case KindRead:
 		if !j.completed && !j.anySlot(slotReceiving) {
 			switch {
 			case j.abandoned:
-				e.complete(j, errAbandoned)
+				e.complete(j, ErrAbandoned)
 			case e.stopErr != nil:
 				e.complete(j, e.stopErr)
 			}
@@ -449,7 +449,7 @@ func (e *engine) progress(j *job) {
 	e.maybeRetire(j)
 }
 
-func (e *engine) progressWrite(j *job) {
+func (e *Engine) progressWrite(j *Job) {
 	if j.privatizing {
 		return
 	}
@@ -457,13 +457,13 @@ func (e *engine) progressWrite(j *job) {
 		if j.anySending() {
 			return
 		}
-		settled := j.torn || j.abandoned || int(j.done) >= quorum || e.possible(j) < quorum || e.stopErr != nil
+		settled := j.torn || j.abandoned || int(j.done) >= Quorum || e.possible(j) < Quorum || e.stopErr != nil
 		if !settled {
 			return
 		}
 		if j.anyPending() || j.torn && e.stopErr == nil {
 			j.privatizing = true
-			e.emit(action{kind: actPrivatize, id: j.id})
+			e.emit(Action{Kind: ActPrivatize, ID: j.ID})
 			return
 		}
 		j.callerMem = false
@@ -473,7 +473,7 @@ func (e *engine) progressWrite(j *job) {
 	}
 	switch {
 	case j.abandoned:
-		e.complete(j, errAbandoned)
+		e.complete(j, ErrAbandoned)
 	case e.stopErr != nil:
 		e.complete(j, e.stopErr)
 	case j.torn:
@@ -481,27 +481,27 @@ func (e *engine) progressWrite(j *job) {
 		if _, ok := e.jobs[j.child]; !ok {
 			e.complete(j, e.failErr())
 		}
-	case int(j.done) >= quorum:
+	case int(j.done) >= Quorum:
 		e.complete(j, nil)
-	case e.possible(j) < quorum:
+	case e.possible(j) < Quorum:
 		e.complete(j, ErrNotEnoughReplicas)
 	}
 }
 
 // complete settles j's outcome: its caller is told, and a rewrite passes
 // its outcome to the torn write it stands for.
-func (e *engine) complete(j *job, err error) {
+func (e *Engine) complete(j *Job, err error) {
 	if j.completed {
 		return
 	}
 	j.completed = true
-	if j.kind == kindFlush && err == nil {
-		e.flushedThrough = max(e.flushedThrough, j.id)
+	if j.Kind == KindFlush && err == nil {
+		e.flushedThrough = max(e.flushedThrough, j.ID)
 	}
 	if j.hasCaller {
-		e.emit(action{kind: actComplete, id: j.id, err: err})
+		e.emit(Action{Kind: ActComplete, ID: j.ID, Err: err})
 	}
-	if p, ok := e.jobs[j.parent]; ok && j.parent != 0 && p.child == j.id {
+	if p, ok := e.jobs[j.parent]; ok && j.parent != 0 && p.child == j.ID {
 		p.child = 0
 		if !p.completed {
 			e.complete(p, err)
@@ -510,25 +510,25 @@ func (e *engine) complete(j *job, err error) {
 	}
 }
 
-func (e *engine) maybeRetire(j *job) {
+func (e *Engine) maybeRetire(j *Job) {
 	if !j.completed || j.privatizing || j.anyPending() || j.anySending() {
 		return
 	}
 	e.retire(j)
 }
 
-func (e *engine) retire(j *job) {
-	if e.jobs[j.id] != j {
+func (e *Engine) retire(j *Job) {
+	if e.jobs[j.ID] != j {
 		return
 	}
-	delete(e.jobs, j.id)
-	if i, ok := slices.BinarySearchFunc(e.order, j.id, func(k *job, id wire.JobID) int {
-		return compareIDs(k.id, id)
+	delete(e.jobs, j.ID)
+	if i, ok := slices.BinarySearchFunc(e.order, j.ID, func(k *Job, id wire.JobID) int {
+		return compareIDs(k.ID, id)
 	}); ok {
-		if j.kind == kindWrite {
+		if j.Kind == KindWrite {
 			// Jobs mostly retire in order, so few older ones are live.
 			for _, k := range e.order[:i] {
-				if k.kind == kindWrite && k.overlaps(j) {
+				if k.Kind == KindWrite && k.overlaps(j) {
 					k.superseded = true
 				}
 			}
@@ -536,8 +536,8 @@ func (e *engine) retire(j *job) {
 		e.order = slices.Delete(e.order, i, i+1)
 	}
 	e.liveJobs--
-	e.liveBytes -= j.bytes
-	e.emit(action{kind: actRetire, id: j.id})
+	e.liveBytes -= j.Bytes
+	e.emit(Action{Kind: ActRetire, ID: j.ID})
 	j.reset()
 	e.free = append(e.free, j)
 }

@@ -25,24 +25,24 @@ import (
 // peers carry with other data. The final flush after completion stamps
 // what it was written since.
 
-// setExtentBlocks records the region geometry the routing needs.
-func (e *engine) setExtentBlocks(n uint32) { e.extentBlocks = n }
+// SetExtentBlocks records the region geometry the routing needs.
+func (e *Engine) SetExtentBlocks(n uint32) { e.extentBlocks = n }
 
 // extentOf returns the extent job j touches (jobs do not cross extents).
-func (e *engine) extentOf(j *job) ids.ExtentID {
+func (e *Engine) extentOf(j *Job) ids.ExtentID {
 	if e.extentBlocks == 0 {
 		return 0
 	}
-	return ids.ExtentID(uint32(j.first) / e.extentBlocks)
+	return ids.ExtentID(uint32(j.First) / e.extentBlocks)
 }
 
-// attachLiveRepair starts routing guest writes to Repairing replica r by
+// AttachLiveRepair starts routing guest writes to Repairing replica r by
 // walk; detachLiveRepair stops it (the walk completed or was aborted).
-func (e *engine) attachLiveRepair(r int, walk *reconcile.LiveRepair) {
+func (e *Engine) AttachLiveRepair(r int, walk *reconcile.LiveRepair) {
 	e.replicas[r].live = walk
 }
 
-func (e *engine) detachLiveRepair(r int, walk *reconcile.LiveRepair) {
+func (e *Engine) DetachLiveRepair(r int, walk *reconcile.LiveRepair) {
 	if e.replicas[r].live == walk {
 		e.replicas[r].live = nil
 	}
@@ -50,25 +50,25 @@ func (e *engine) detachLiveRepair(r int, walk *reconcile.LiveRepair) {
 
 // receives reports whether job j is queued to replica r when submitted:
 // every job for a replica taking IO, routed writes for one under repair.
-func (e *engine) receives(r int, j *job) bool {
+func (e *Engine) receives(r int, j *Job) bool {
 	rc := &e.replicas[r]
 	if rc.state.takesIO() {
 		return true
 	}
-	if rc.state != ReplicaRepairing || rc.live == nil || j.kind != kindWrite {
+	if rc.state != ReplicaRepairing || rc.live == nil || j.Kind != KindWrite {
 		return false
 	}
 	return rc.live.RouteWrite(e.extentOf(j)) != reconcile.WriteSkip
 }
 
 // sendable reports whether replica r may be sent job j now.
-func (e *engine) sendable(r int, j *job) bool {
+func (e *Engine) sendable(r int, j *Job) bool {
 	rc := &e.replicas[r]
 	switch rc.state {
 	case ReplicaActive:
 		return true
 	case ReplicaRepairing:
-		return rc.live != nil && j.kind == kindWrite &&
+		return rc.live != nil && j.Kind == KindWrite &&
 			rc.live.RouteWrite(e.extentOf(j)) == reconcile.WriteSend
 	}
 	return false
@@ -76,7 +76,7 @@ func (e *engine) sendable(r int, j *job) bool {
 
 // peekNext returns the next job replica r may be sent, without taking it:
 // nil when its queue is empty or held.
-func (e *engine) peekNext(r int) *job {
+func (e *Engine) peekNext(r int) *Job {
 	rc := &e.replicas[r]
 	for {
 		j, ok := rc.queue.peek()
@@ -94,10 +94,10 @@ func (e *engine) peekNext(r int) *job {
 	}
 }
 
-// nextJobID returns the ID of the next job r may be sent, or 0.
-func (e *engine) nextJobID(r int) wire.JobID {
+// NextJobID returns the ID of the next job r may be sent, or 0.
+func (e *Engine) NextJobID(r int) wire.JobID {
 	if j := e.peekNext(r); j != nil {
-		return j.id
+		return j.ID
 	}
 	return 0
 }

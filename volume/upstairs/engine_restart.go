@@ -16,57 +16,57 @@ import "slices"
 // is not replayed: it would put its older data back over the newer; nor
 // is one an acknowledged flush covers (the reconciled blocks hold it).
 
-// rejoinKind is what becomes of a replica whose new session activated
+// RejoinDecision is what becomes of a replica whose new session activated
 // while the volume runs.
-type rejoinKind uint8
+type RejoinDecision uint8
 
 const (
-	// rejoinNone: nothing to decide (not running, or the replica is
+	// RejoinNone: nothing to decide (not running, or the replica is
 	// neither Offline nor Repairing).
-	rejoinNone rejoinKind = iota
-	// rejoinReplay: an Offline replica with its store intact; connected
+	RejoinNone RejoinDecision = iota
+	// RejoinReplay: an Offline replica with its store intact; connected
 	// replays its backlog.
-	rejoinReplay
-	// rejoinRepair: the replica needs repair (it may have lost writes,
+	RejoinReplay
+	// RejoinRepair: the replica needs repair (it may have lost writes,
 	// or it is Repairing) and an Active peer can be its source: an
 	// Offline one is faulted, then live repair runs.
-	rejoinRepair
-	// rejoinHold: it needs repair and no peer is Active: its session is
+	RejoinRepair
+	// RejoinHold: it needs repair and no peer is Active: its session is
 	// held for a restart reconciliation.
-	rejoinHold
+	RejoinHold
 )
 
 var rejoinNames = [...]string{
-	rejoinNone:   "none",
-	rejoinReplay: "replay",
-	rejoinRepair: "repair",
-	rejoinHold:   "hold",
+	RejoinNone:   "none",
+	RejoinReplay: "replay",
+	RejoinRepair: "repair",
+	RejoinHold:   "hold",
 }
 
-func (k rejoinKind) String() string { return rejoinNames[k] }
+func (k RejoinDecision) String() string { return rejoinNames[k] }
 
-// rejoin decides what becomes of replica r, whose new session activated;
+// Rejoin decides what becomes of replica r, whose new session activated;
 // lostWrites is what its downstairs said (ActivateAck.LostWrites).
-func (e *engine) rejoin(r int, lostWrites bool) rejoinKind {
+func (e *Engine) Rejoin(r int, lostWrites bool) RejoinDecision {
 	if !e.running {
-		return rejoinNone
+		return RejoinNone
 	}
 	switch st := e.replicas[r].state; {
 	case st == ReplicaOffline && !lostWrites:
-		return rejoinReplay
+		return RejoinReplay
 	case st != ReplicaOffline && st != ReplicaRepairing:
-		return rejoinNone
+		return RejoinNone
 	}
 	for s := range e.replicas {
 		if s != r && e.replicas[s].state == ReplicaActive {
-			return rejoinRepair
+			return RejoinRepair
 		}
 	}
-	return rejoinHold
+	return RejoinHold
 }
 
-// anyActive reports whether a replica is Active.
-func (e *engine) anyActive() bool {
+// AnyActive reports whether a replica is Active.
+func (e *Engine) AnyActive() bool {
 	for r := range e.replicas {
 		if e.replicas[r].state == ReplicaActive {
 			return true
@@ -75,7 +75,7 @@ func (e *engine) anyActive() bool {
 	return false
 }
 
-// restarted ends a restart reconciliation: the replicas in part hold the
+// Restarted ends a restart reconciliation: the replicas in part hold the
 // same blocks, stamped with flush numbers below nextFlush. Each is sent
 // every live write and flush again, in ID order (its backlog included:
 // what it acknowledged before the crash may be gone, and the
@@ -86,16 +86,16 @@ func (e *engine) anyActive() bool {
 // blocks, and those not yet acknowledged fail with ErrRestarted: a write
 // they cover may be lost. Torn writes that no participant still owes are
 // left to their rewrites.
-func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
+func (e *Engine) Restarted(part [ReplicaCount]bool, nextFlush uint64) {
 	if !e.running {
 		return
 	}
 	e.nextFlush = max(e.nextFlush, nextFlush)
 	for _, j := range slices.Clone(e.order) {
-		if j.kind != kindFlush || e.jobs[j.id] != j {
+		if j.Kind != KindFlush || e.jobs[j.ID] != j {
 			continue
 		}
-		j.flushNumber = e.nextFlush
+		j.FlushNumber = e.nextFlush
 		e.nextFlush++
 		// A write it covers may be gone: one every replica had
 		// acknowledged (so retired) and the reconciliation's source lost.
@@ -105,7 +105,7 @@ func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 		if part[r] && e.replicas[r].state == ReplicaFaulted {
 			// Faulted while held (its session failed a job, say): the
 			// replay brings what it skipped.
-			e.transition(r, evRepairStart)
+			e.transition(r, EventRepairStart)
 		}
 	}
 	for r := range e.replicas {
@@ -115,7 +115,7 @@ func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 	}
 	for r := range e.replicas {
 		if !part[r] {
-			e.fault(r)
+			e.Fault(r)
 		}
 	}
 	for r := range e.replicas {
@@ -124,14 +124,14 @@ func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 		}
 		switch e.replicas[r].state {
 		case ReplicaRepairing:
-			e.transition(r, evRepairDone)
+			e.transition(r, EventRepairDone)
 		default:
-			e.transition(r, evConnected)
+			e.transition(r, EventConnected)
 		}
-		e.emit(action{kind: actWake, replica: r})
+		e.emit(Action{Kind: ActWake, Replica: r})
 	}
 	for _, j := range e.order {
-		if j.parked && e.jobs[j.id] == j {
+		if j.parked && e.jobs[j.ID] == j {
 			e.routeRead(j)
 		}
 	}
@@ -145,15 +145,15 @@ func (e *engine) restarted(part [replicaCount]bool, nextFlush uint64) {
 // replayAll queues every live write and flush to replica r again, in ID
 // order, each depending on the earlier ones it conflicts with (what r
 // acknowledged in an earlier session is unknown to its downstairs now).
-func (e *engine) replayAll(r int) {
+func (e *Engine) replayAll(r int) {
 	rc := &e.replicas[r]
 	rc.queue.clear()
-	var replayed []*job
+	var replayed []*Job
 	for _, j := range e.order {
-		if j.kind == kindRead || j.sending[r] {
+		if j.Kind == KindRead || j.sending[r] {
 			continue
 		}
-		if j.id < e.flushedThrough {
+		if j.ID < e.flushedThrough {
 			// Durable, so the reconciled blocks hold it (or newer data):
 			// replaying it could only, if cut short (a fence), put its
 			// older data back over a newer write.
@@ -172,13 +172,13 @@ func (e *engine) replayAll(r int) {
 			fallthrough
 		case !s.pending():
 			rc.owedJobs++
-			rc.owedBytes += j.bytes
+			rc.owedBytes += j.Bytes
 		}
 		j.slot[r] = slotQueued
 		deps := j.deps[r][:0]
 		for _, k := range replayed {
 			if j.conflicts(k) {
-				deps = append(deps, k.id)
+				deps = append(deps, k.ID)
 			}
 		}
 		j.deps[r] = deps

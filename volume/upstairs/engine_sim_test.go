@@ -25,7 +25,7 @@ var simTrace = os.Getenv("SIM_TRACE") != ""
 
 type simMsg struct {
 	id       wire.JobID
-	kind     jobKind
+	kind     JobKind
 	first    int
 	count    int
 	data     uint64 // a write's block content (all blocks alike)
@@ -62,8 +62,8 @@ type simRead struct {
 type sim struct {
 	t       *testing.T
 	rng     *rand.Rand
-	e       *engine
-	reps    [replicaCount]simReplica
+	e       *Engine
+	reps    [ReplicaCount]simReplica
 	writes  map[wire.JobID]*simWrite
 	reads   map[wire.JobID]*simRead
 	pending map[wire.JobID]bool // caller jobs not yet completed
@@ -72,7 +72,7 @@ type sim struct {
 		value uint64
 	}
 	nextVal uint64
-	sending [replicaCount][]wire.JobID
+	sending [ReplicaCount][]wire.JobID
 	// privatizing are writes whose private copy the driver is making:
 	// like the real driver, which copies with the lock released, the
 	// simulation lets other steps run before the copy is done.
@@ -81,16 +81,16 @@ type sim struct {
 	complete    int
 }
 
-func newSim(t *testing.T, seed uint64, limits engineLimits) *sim {
+func newSim(t *testing.T, seed uint64, limits Limits) *sim {
 	s := &sim{
-		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), e: newEngine(limits),
+		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), e: NewEngine(limits),
 		writes: map[wire.JobID]*simWrite{}, reads: map[wire.JobID]*simRead{}, pending: map[wire.JobID]bool{},
 		nextVal: 1,
 	}
 	for r := range s.reps {
 		s.reps[r].connected = true
 	}
-	s.e.activate([replicaCount]bool{true, true, true}, 1)
+	s.e.Activate([ReplicaCount]bool{true, true, true}, 1)
 	s.drain()
 	return s
 }
@@ -102,27 +102,27 @@ func (s *sim) fatalf(format string, args ...any) {
 
 func (s *sim) drain() {
 	for {
-		acts := s.e.takeActions()
+		acts := s.e.TakeActions()
 		if len(acts) == 0 {
 			return
 		}
 		for _, a := range acts {
-			switch a.kind {
-			case actComplete:
-				s.completed(a.id, a.err)
-			case actPrivatize:
-				s.privatizing = append(s.privatizing, a.id)
-			case actRewrite:
-				p := s.writes[a.parent]
+			switch a.Kind {
+			case ActComplete:
+				s.completed(a.ID, a.Err)
+			case ActPrivatize:
+				s.privatizing = append(s.privatizing, a.ID)
+			case ActRewrite:
+				p := s.writes[a.Parent]
 				if simTrace {
-					s.t.Logf("rewrite %d of %d value %d", a.id, a.parent, p.priv)
+					s.t.Logf("rewrite %d of %d value %d", a.ID, a.Parent, p.priv)
 				}
-				p.child = a.id
-				s.writes[a.id] = &simWrite{first: p.first, count: p.count, hash: p.priv, buf: p.priv, priv: p.priv, hasPriv: true, parent: a.parent, seen: []uint64{p.priv}}
-			case actRepairRead:
+				p.child = a.ID
+				s.writes[a.ID] = &simWrite{first: p.first, count: p.count, hash: p.priv, buf: p.priv, priv: p.priv, hasPriv: true, parent: a.Parent, seen: []uint64{p.priv}}
+			case ActRepairRead:
 				s.fatalf("repair offered without corruption")
-			case actState:
-				if a.state == ReplicaFaulted {
+			case ActState:
+				if a.State == ReplicaFaulted {
 					s.faults++
 				}
 			}
@@ -143,7 +143,7 @@ func (s *sim) finishPrivatize() {
 		s.t.Logf("privatize %d buf %d hash %d", id, w.buf, w.hash)
 	}
 	w.priv, w.hasPriv = w.buf, true
-	s.e.privatized(id, w.buf == w.hash)
+	s.e.Privatized(id, w.buf == w.hash)
 	s.drain()
 }
 
@@ -152,7 +152,7 @@ func (s *sim) completed(id wire.JobID, err error) {
 		s.fatalf("job %d completed twice or never submitted", id)
 	}
 	if j, ok := s.e.jobs[id]; ok {
-		for r := range replicaCount {
+		for r := range ReplicaCount {
 			if j.sending[r] && j.fromCaller[r] {
 				s.fatalf("job %d completed while replica %d still sends it from the caller's buffer", id, r)
 			}
@@ -188,7 +188,7 @@ func (s *sim) completed(id wire.JobID, err error) {
 func (s *sim) submitWrite() {
 	first := s.rng.IntN(simBlocks)
 	count := 1 + s.rng.IntN(min(4, simBlocks-first))
-	id, err := s.e.submitWrite(ids.BlockIndex(first), uint32(count), count*4096)
+	id, err := s.e.SubmitWrite(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		return
 	}
@@ -206,7 +206,7 @@ func (s *sim) submitWrite() {
 func (s *sim) submitRead() {
 	first := s.rng.IntN(simBlocks)
 	count := 1 + s.rng.IntN(min(4, simBlocks-first))
-	id, err := s.e.submitRead(ids.BlockIndex(first), uint32(count), count*4096)
+	id, err := s.e.SubmitRead(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		return
 	}
@@ -238,7 +238,7 @@ func (s *sim) submitRead() {
 }
 
 func (s *sim) submitFlush() {
-	id, err := s.e.submitFlush()
+	id, err := s.e.SubmitFlush()
 	if err != nil {
 		return
 	}
@@ -282,7 +282,7 @@ func (s *sim) abandon() {
 	if simTrace {
 		s.t.Logf("abandon %d", id)
 	}
-	s.e.abandon(id)
+	s.e.Abandon(id)
 	s.drain()
 }
 
@@ -291,19 +291,19 @@ func (s *sim) startSend(r int) {
 	if !s.reps[r].connected {
 		return
 	}
-	j, ok := s.e.takeNext(r)
+	j, ok := s.e.TakeNext(r)
 	if !ok {
 		return
 	}
-	m := simMsg{id: j.id, kind: j.kind, first: int(j.first), count: int(j.count)}
+	m := simMsg{id: j.ID, kind: j.Kind, first: int(j.First), count: int(j.Count)}
 	if simTrace {
-		s.t.Logf("send %d to replica %d (queue %d)", j.id, r, s.e.replicas[r].queue.len())
+		s.t.Logf("send %d to replica %d (queue %d)", j.ID, r, s.e.replicas[r].queue.len())
 	}
-	if j.kind == kindWrite {
-		w := s.writes[j.id]
+	if j.Kind == KindWrite {
+		w := s.writes[j.ID]
 		if w == nil {
 			// A read repair is not simulated; nothing else lacks a record.
-			s.fatalf("write %d has no record", j.id)
+			s.fatalf("write %d has no record", j.ID)
 		}
 		m.hash = w.hash
 		if j.fromCaller[r] {
@@ -313,7 +313,7 @@ func (s *sim) startSend(r int) {
 		}
 	}
 	s.reps[r].inbox = append(s.reps[r].inbox, m)
-	s.sending[r] = append(s.sending[r], j.id)
+	s.sending[r] = append(s.sending[r], j.ID)
 }
 
 func (s *sim) finishSend(r int) {
@@ -322,7 +322,7 @@ func (s *sim) finishSend(r int) {
 	}
 	id := s.sending[r][0]
 	s.sending[r] = s.sending[r][1:]
-	s.e.sent(r, id)
+	s.e.Sent(r, id)
 	s.drain()
 }
 
@@ -335,7 +335,7 @@ func (s *sim) execute(r int) {
 	m := rep.inbox[0]
 	rep.inbox = rep.inbox[1:]
 	switch m.kind {
-	case kindWrite:
+	case KindWrite:
 		if simTrace {
 			s.t.Logf("replica %d runs write %d [%d,%d) data %d hash %d", r, m.id, m.first, m.first+m.count, m.data, m.hash)
 		}
@@ -346,7 +346,7 @@ func (s *sim) execute(r int) {
 				rep.blocks[b] = m.data
 			}
 		}
-	case kindRead:
+	case KindRead:
 		m.values = slices.Clone(rep.blocks[m.first : m.first+m.count])
 	}
 	rep.replies = append(rep.replies, m)
@@ -361,8 +361,8 @@ func (s *sim) deliver(r int) {
 	m := rep.replies[0]
 	rep.replies = rep.replies[1:]
 	switch {
-	case m.kind == kindRead:
-		if s.e.readBegin(r, m.id) {
+	case m.kind == KindRead:
+		if s.e.ReadBegin(r, m.id) {
 			rd := s.reads[m.id]
 			for i, v := range m.values {
 				if !rd.allowed[i][v] && !s.laterWrite(m.id, rd.first+i, v) {
@@ -370,17 +370,17 @@ func (s *sim) deliver(r int) {
 				}
 			}
 		}
-		s.e.readResult(r, m.id, readGood)
+		s.e.ReadResult(r, m.id, ReadGood)
 	case m.mismatch:
 		if simTrace {
 			s.t.Logf("replica %d rejected %d", r, m.id)
 		}
-		s.e.rejected(r, m.id)
+		s.e.Rejected(r, m.id)
 	default:
 		if simTrace {
 			s.t.Logf("replica %d done %d", r, m.id)
 		}
-		s.e.done(r, m.id)
+		s.e.Done(r, m.id)
 	}
 	s.drain()
 }
@@ -409,7 +409,7 @@ func (s *sim) disconnect(r int) {
 	if simTrace {
 		s.t.Logf("disconnect %d", r)
 	}
-	s.e.disconnected(r)
+	s.e.Disconnected(r)
 	s.drain()
 }
 
@@ -421,22 +421,22 @@ func (s *sim) reconnect(r int) {
 	if simTrace {
 		s.t.Logf("reconnect %d", r)
 	}
-	s.e.connected(r)
+	s.e.Connected(r)
 	s.drain()
 }
 
 // checkInvariants verifies the engine's bookkeeping after every step.
 func (s *sim) checkInvariants(what string) {
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		owed, owedBytes := 0, 0
 		for _, j := range s.e.order {
 			st := j.slot[r]
 			if st.pending() {
 				owed++
-				owedBytes += j.bytes
+				owedBytes += j.Bytes
 			}
 			if !s.e.replicas[r].state.takesIO() && (st == slotQueued || st == slotSent && !j.sending[r]) {
-				s.fatalf("after %s: job %d slot %d on %v replica %d", what, j.id, st, s.e.replicas[r].state, r)
+				s.fatalf("after %s: job %d slot %d on %v replica %d", what, j.ID, st, s.e.replicas[r].state, r)
 			}
 		}
 		if owed != s.e.replicas[r].owedJobs || owedBytes != s.e.replicas[r].owedBytes {
@@ -446,16 +446,16 @@ func (s *sim) checkInvariants(what string) {
 }
 
 func (s *sim) step() {
-	r := s.rng.IntN(replicaCount)
+	r := s.rng.IntN(ReplicaCount)
 	n := s.rng.IntN(100)
 	defer s.checkInvariants(fmt.Sprintf("step %d on replica %d", n, r))
 	switch {
 	case n < 12:
-		if !s.e.full(4096) {
+		if !s.e.Full(4096) {
 			s.submitWrite()
 		}
 	case n < 20:
-		if !s.e.full(4096) {
+		if !s.e.Full(4096) {
 			s.submitRead()
 		}
 	case n < 22:
@@ -500,16 +500,16 @@ func (s *sim) quiesce() {
 // replayed). It reports whether it did anything.
 func (s *sim) repairFaulted() bool {
 	src := -1
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if s.e.replicas[r].state == ReplicaActive {
 			src = r
 			break
 		}
 	}
 	if src < 0 {
-		var part [replicaCount]bool
+		var part [ReplicaCount]bool
 		ref := -1
-		for r := range replicaCount {
+		for r := range ReplicaCount {
 			if s.e.replicas[r].state == ReplicaStopped {
 				continue
 			}
@@ -523,20 +523,20 @@ func (s *sim) repairFaulted() bool {
 		if ref < 0 {
 			return false
 		}
-		s.e.restarted(part, s.e.nextFlush)
+		s.e.Restarted(part, s.e.nextFlush)
 		s.drain()
 		return true
 	}
 	repaired := false
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if s.e.replicas[r].state != ReplicaFaulted {
 			continue
 		}
-		s.e.repairStarted(r)
+		s.e.RepairStarted(r)
 		s.drain()
 		s.reps[r].blocks = s.reps[src].blocks
 		s.reps[r].connected, s.reps[r].inbox, s.reps[r].replies = true, nil, nil
-		s.e.repairDone(r)
+		s.e.RepairDone(r)
 		s.drain()
 		repaired = true
 	}
@@ -549,13 +549,13 @@ func (s *sim) repairFaulted() bool {
 // settle reconnects every Offline replica and runs everything in flight
 // to the end.
 func (s *sim) settle() {
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		s.reconnect(r)
 	}
 	for range 100000 {
 		busy := len(s.privatizing) > 0
 		s.finishPrivatize()
-		for r := range replicaCount {
+		for r := range ReplicaCount {
 			for len(s.sending[r]) > 0 {
 				s.finishSend(r)
 				busy = true
@@ -593,9 +593,9 @@ func envInt(name string, def int) int {
 }
 
 func TestEngineSimulation(t *testing.T) {
-	limits := []engineLimits{
-		{backlogJobs: 1000, backlogBytes: 1 << 30, inflightJobs: 64, inflightBytes: 1 << 30},
-		{backlogJobs: 6, backlogBytes: 1 << 30, inflightJobs: 12, inflightBytes: 1 << 30},
+	limits := []Limits{
+		{BacklogJobs: 1000, BacklogBytes: 1 << 30, InflightJobs: 64, InflightBytes: 1 << 30},
+		{BacklogJobs: 6, BacklogBytes: 1 << 30, InflightJobs: 12, InflightBytes: 1 << 30},
 	}
 	for li, l := range limits {
 		for seed := range uint64(simSeeds) {
@@ -608,7 +608,7 @@ func TestEngineSimulation(t *testing.T) {
 				if len(s.pending) != 0 {
 					for _, j := range s.e.order {
 						t.Logf("job %d %v slots %v sending %v done %d completed %v callerMem %v priv %v torn %v aband %v parent %d child %d parked %v",
-							j.id, j.kind, j.slot, j.sending, j.done, j.completed, j.callerMem, j.privatizing, j.torn, j.abandoned, j.parent, j.child, j.parked)
+							j.ID, j.Kind, j.slot, j.sending, j.done, j.completed, j.callerMem, j.privatizing, j.torn, j.abandoned, j.parent, j.child, j.parked)
 					}
 					t.Logf("replicas %v %v %v", s.e.replicas[0].state, s.e.replicas[1].state, s.e.replicas[2].state)
 					t.Fatalf("%d caller jobs never completed: %v", len(s.pending), s.pending)
@@ -616,13 +616,13 @@ func TestEngineSimulation(t *testing.T) {
 				if s.e.liveJobs != 0 || len(s.e.jobs) != 0 {
 					for _, j := range s.e.order {
 						t.Logf("job %d %v slots %v sending %v done %d completed %v callerMem %v priv %v torn %v aband %v parent %d child %d parked %v",
-							j.id, j.kind, j.slot, j.sending, j.done, j.completed, j.callerMem, j.privatizing, j.torn, j.abandoned, j.parent, j.child, j.parked)
+							j.ID, j.Kind, j.slot, j.sending, j.done, j.completed, j.callerMem, j.privatizing, j.torn, j.abandoned, j.parent, j.child, j.parked)
 					}
 					t.Logf("replicas %v %v %v", s.e.replicas[0].state, s.e.replicas[1].state, s.e.replicas[2].state)
 					t.Fatalf("%d jobs never retired", s.e.liveJobs)
 				}
 				ref := -1
-				for r := range replicaCount {
+				for r := range ReplicaCount {
 					if s.e.replicas[r].state != ReplicaActive {
 						continue
 					}

@@ -12,49 +12,49 @@ import (
 // harness drives an engine like the driver does and records what it says.
 type harness struct {
 	t         *testing.T
-	e         *engine
+	e         *Engine
 	completed map[wire.JobID]error
 	retired   map[wire.JobID]bool
 	privatize []wire.JobID
-	repairs   []action
+	repairs   []Action
 	rewrites  map[wire.JobID]wire.JobID // child -> parent
-	woken     [replicaCount]int
+	woken     [ReplicaCount]int
 }
 
-func newHarness(t *testing.T, limits engineLimits) *harness {
+func newHarness(t *testing.T, limits Limits) *harness {
 	t.Helper()
-	if limits == (engineLimits{}) {
-		limits = engineLimits{backlogJobs: 8, backlogBytes: 1 << 20, inflightJobs: 64, inflightBytes: 8 << 20}
+	if limits == (Limits{}) {
+		limits = Limits{BacklogJobs: 8, BacklogBytes: 1 << 20, InflightJobs: 64, InflightBytes: 8 << 20}
 	}
-	h := &harness{t: t, e: newEngine(limits), completed: map[wire.JobID]error{}, retired: map[wire.JobID]bool{}, rewrites: map[wire.JobID]wire.JobID{}}
-	h.e.activate([replicaCount]bool{true, true, true}, 1)
+	h := &harness{t: t, e: NewEngine(limits), completed: map[wire.JobID]error{}, retired: map[wire.JobID]bool{}, rewrites: map[wire.JobID]wire.JobID{}}
+	h.e.Activate([ReplicaCount]bool{true, true, true}, 1)
 	h.drain()
 	return h
 }
 
 func (h *harness) drain() {
 	for {
-		acts := h.e.takeActions()
+		acts := h.e.TakeActions()
 		if len(acts) == 0 {
 			return
 		}
 		for _, a := range acts {
-			switch a.kind {
-			case actComplete:
-				if _, dup := h.completed[a.id]; dup {
-					h.t.Fatalf("job %d completed twice", a.id)
+			switch a.Kind {
+			case ActComplete:
+				if _, dup := h.completed[a.ID]; dup {
+					h.t.Fatalf("job %d completed twice", a.ID)
 				}
-				h.completed[a.id] = a.err
-			case actRetire:
-				h.retired[a.id] = true
-			case actPrivatize:
-				h.privatize = append(h.privatize, a.id)
-			case actRepairRead:
+				h.completed[a.ID] = a.Err
+			case ActRetire:
+				h.retired[a.ID] = true
+			case ActPrivatize:
+				h.privatize = append(h.privatize, a.ID)
+			case ActRepairRead:
 				h.repairs = append(h.repairs, a)
-			case actRewrite:
-				h.rewrites[a.id] = a.parent
-			case actWake:
-				h.woken[a.replica]++
+			case ActRewrite:
+				h.rewrites[a.ID] = a.Parent
+			case ActWake:
+				h.woken[a.Replica]++
 			}
 		}
 	}
@@ -62,7 +62,7 @@ func (h *harness) drain() {
 
 func (h *harness) write(first, count int) wire.JobID {
 	h.t.Helper()
-	id, err := h.e.submitWrite(ids.BlockIndex(first), uint32(count), count*4096)
+	id, err := h.e.SubmitWrite(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		h.t.Fatalf("submitWrite: %v", err)
 	}
@@ -72,7 +72,7 @@ func (h *harness) write(first, count int) wire.JobID {
 
 func (h *harness) read(first, count int) wire.JobID {
 	h.t.Helper()
-	id, err := h.e.submitRead(ids.BlockIndex(first), uint32(count), count*4096)
+	id, err := h.e.SubmitRead(ids.BlockIndex(first), uint32(count), count*4096)
 	if err != nil {
 		h.t.Fatalf("submitRead: %v", err)
 	}
@@ -85,20 +85,20 @@ func (h *harness) read(first, count int) wire.JobID {
 func (h *harness) send(r int) (ids []wire.JobID, deps map[wire.JobID][]wire.JobID) {
 	deps = map[wire.JobID][]wire.JobID{}
 	for {
-		j, ok := h.e.takeNext(r)
+		j, ok := h.e.TakeNext(r)
 		if !ok {
 			break
 		}
-		ids = append(ids, j.id)
-		deps[j.id] = h.e.sendDeps(nil, j, r)
-		h.e.sent(r, j.id)
+		ids = append(ids, j.ID)
+		deps[j.ID] = h.e.SendDeps(nil, j, r)
+		h.e.Sent(r, j.ID)
 		h.drain()
 	}
 	return ids, deps
 }
 
 func (h *harness) done(r int, id wire.JobID) {
-	h.e.done(r, id)
+	h.e.Done(r, id)
 	h.drain()
 }
 
@@ -121,7 +121,7 @@ func (h *harness) mustPend(id wire.JobID) {
 }
 
 func TestWriteAcksAtTwoAndPrivatizesForTheThird(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 4)
 	for r := range 3 {
 		h.send(r)
@@ -135,7 +135,7 @@ func TestWriteAcksAtTwoAndPrivatizesForTheThird(t *testing.T) {
 	if !slices.Equal(h.privatize, []wire.JobID{w}) {
 		t.Fatalf("privatize = %v, want [%d]", h.privatize, w)
 	}
-	h.e.privatized(w, true)
+	h.e.Privatized(w, true)
 	h.drain()
 	h.mustComplete(w, nil)
 	if h.retired[w] {
@@ -148,7 +148,7 @@ func TestWriteAcksAtTwoAndPrivatizesForTheThird(t *testing.T) {
 }
 
 func TestWriteDoneEverywhereNeedsNoCopy(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 1)
 	for r := range 3 {
 		h.send(r)
@@ -159,7 +159,7 @@ func TestWriteDoneEverywhereNeedsNoCopy(t *testing.T) {
 	if len(h.privatize) != 1 {
 		t.Fatalf("privatize = %v", h.privatize)
 	}
-	h.e.privatized(w, true)
+	h.e.Privatized(w, true)
 	h.drain()
 	h.mustComplete(w, nil)
 	if !h.retired[w] {
@@ -173,7 +173,7 @@ func TestWriteDoneEverywhereNeedsNoCopy(t *testing.T) {
 // driver's lock released); it is woken once the copy is in place, and
 // the write still counts as its next job, so no call overtakes it.
 func TestLaggingReplicaWaitsWhileAWriteIsPrivatized(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 2)
 	h.send(0)
 	h.send(1)
@@ -182,14 +182,14 @@ func TestLaggingReplicaWaitsWhileAWriteIsPrivatized(t *testing.T) {
 	if !slices.Equal(h.privatize, []wire.JobID{w}) {
 		t.Fatalf("privatize = %v, want [%d]", h.privatize, w)
 	}
-	if j, ok := h.e.takeNext(2); ok {
-		t.Fatalf("replica 2 took job %d while it was being privatized", j.id)
+	if j, ok := h.e.TakeNext(2); ok {
+		t.Fatalf("replica 2 took job %d while it was being privatized", j.ID)
 	}
-	if next := h.e.nextJobID(2); next != w {
+	if next := h.e.NextJobID(2); next != w {
 		t.Fatalf("replica 2's next job is %d, want the privatizing write %d", next, w)
 	}
 	woken := h.woken[2]
-	h.e.privatized(w, true)
+	h.e.Privatized(w, true)
 	h.drain()
 	h.mustComplete(w, nil)
 	if h.woken[2] == woken {
@@ -201,18 +201,18 @@ func TestLaggingReplicaWaitsWhileAWriteIsPrivatized(t *testing.T) {
 }
 
 func TestWriteWaitsWhileItsDataIsBeingSent(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 1)
 	h.send(0)
 	h.send(1)
-	j, _ := h.e.takeNext(2) // replica 2 is writing from the caller's buffer
+	j, _ := h.e.TakeNext(2) // replica 2 is writing from the caller's buffer
 	h.done(0, w)
 	h.done(1, w)
 	if len(h.privatize) != 0 {
 		t.Fatal("privatize while a send reads the caller's buffer")
 	}
 	h.mustPend(w)
-	h.e.sent(2, j.id)
+	h.e.Sent(2, j.ID)
 	h.drain()
 	if len(h.privatize) != 1 {
 		t.Fatal("no privatize after the send finished")
@@ -220,7 +220,7 @@ func TestWriteWaitsWhileItsDataIsBeingSent(t *testing.T) {
 }
 
 func TestDependenciesFollowOverlapAndKind(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w1 := h.write(0, 4)
 	w2 := h.write(8, 4)  // no overlap with w1
 	r1 := h.read(3, 1)   // overlaps w1
@@ -261,7 +261,7 @@ func TestDependenciesFollowOverlapAndKind(t *testing.T) {
 
 func mustFlush(t *testing.T, h *harness) wire.JobID {
 	t.Helper()
-	id, err := h.e.submitFlush()
+	id, err := h.e.SubmitFlush()
 	if err != nil {
 		t.Fatalf("submitFlush: %v", err)
 	}
@@ -270,7 +270,7 @@ func mustFlush(t *testing.T, h *harness) wire.JobID {
 }
 
 func TestReadGoesToLeastLoadedReplica(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	// Load replicas 0 and 1 with a read each; the next read goes to 2.
 	a := h.read(0, 1)
 	b := h.read(1, 1)
@@ -290,7 +290,7 @@ func TestReadGoesToLeastLoadedReplica(t *testing.T) {
 }
 
 func TestBadReadRetriesElsewhereAndOffersRepair(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	rd := h.read(5, 2)
 	var first int
 	for r := range 3 {
@@ -298,10 +298,10 @@ func TestBadReadRetriesElsewhereAndOffersRepair(t *testing.T) {
 			first = r
 		}
 	}
-	if !h.e.readBegin(first, rd) {
+	if !h.e.ReadBegin(first, rd) {
 		t.Fatal("readBegin refused")
 	}
-	h.e.readResult(first, rd, readBadData)
+	h.e.ReadResult(first, rd, ReadBadData)
 	h.drain()
 	h.mustPend(rd)
 	second := -1
@@ -313,15 +313,15 @@ func TestBadReadRetriesElsewhereAndOffersRepair(t *testing.T) {
 	if second < 0 || second == first {
 		t.Fatalf("retried on %d after bad data from %d", second, first)
 	}
-	h.e.readBegin(second, rd)
-	h.e.readResult(second, rd, readGood)
+	h.e.ReadBegin(second, rd)
+	h.e.ReadResult(second, rd, ReadGood)
 	h.drain()
 	h.mustComplete(rd, nil)
-	if len(h.repairs) != 1 || h.repairs[0].replica != first {
+	if len(h.repairs) != 1 || h.repairs[0].Replica != first {
 		t.Fatalf("repairs = %+v, want replica %d", h.repairs, first)
 	}
 	// The repair write goes to the bad replica only.
-	rep, ok := h.e.submitRepair(first, rd, 5, 2, 8192)
+	rep, ok := h.e.SubmitRepair(first, rd, 5, 2, 8192)
 	if !ok {
 		t.Fatal("submitRepair refused")
 	}
@@ -335,22 +335,22 @@ func TestBadReadRetriesElsewhereAndOffersRepair(t *testing.T) {
 }
 
 func TestRepairRefusedAfterNewerOverlappingWrite(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	rd := h.read(5, 2)
 	h.write(6, 1)
-	if _, ok := h.e.submitRepair(0, rd, 5, 2, 8192); ok {
+	if _, ok := h.e.SubmitRepair(0, rd, 5, 2, 8192); ok {
 		t.Fatal("repair accepted over a newer write")
 	}
 }
 
 func TestCorruptEverywhereFailsRead(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	rd := h.read(0, 1)
 	for range 3 {
 		for r := range 3 {
 			if ids, _ := h.send(r); len(ids) == 1 {
-				h.e.readBegin(r, rd)
-				h.e.readResult(r, rd, readBadData)
+				h.e.ReadBegin(r, rd)
+				h.e.ReadResult(r, rd, ReadBadData)
 				h.drain()
 			}
 		}
@@ -359,12 +359,12 @@ func TestCorruptEverywhereFailsRead(t *testing.T) {
 }
 
 func TestOfflineReplicaReplaysBacklogInOrder(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w1 := h.write(0, 1)
 	for r := range 3 {
 		h.send(r)
 	}
-	h.e.disconnected(2)
+	h.e.Disconnected(2)
 	h.drain()
 	w2 := h.write(0, 1)
 	h.send(0)
@@ -372,14 +372,14 @@ func TestOfflineReplicaReplaysBacklogInOrder(t *testing.T) {
 	for _, w := range []wire.JobID{w1, w2} {
 		h.done(0, w)
 		h.done(1, w)
-		h.e.privatized(w, true)
+		h.e.Privatized(w, true)
 		h.drain()
 		h.mustComplete(w, nil)
 	}
 	if ids, _ := h.send(2); len(ids) != 0 {
 		t.Fatalf("offline replica sent %v", ids)
 	}
-	h.e.connected(2)
+	h.e.Connected(2)
 	h.drain()
 	ids, deps := h.send(2)
 	if !slices.Equal(ids, []wire.JobID{w1, w2}) {
@@ -396,7 +396,7 @@ func TestOfflineReplicaReplaysBacklogInOrder(t *testing.T) {
 }
 
 func TestAckOfLaterWriteImpliesItsDependencies(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w1 := h.write(0, 1)
 	w2 := h.write(0, 1)
 	h.send(0)
@@ -407,8 +407,8 @@ func TestAckOfLaterWriteImpliesItsDependencies(t *testing.T) {
 }
 
 func TestBacklogOverflowFaultsOfflineReplica(t *testing.T) {
-	h := newHarness(t, engineLimits{backlogJobs: 3, backlogBytes: 1 << 30, inflightJobs: 100, inflightBytes: 1 << 30})
-	h.e.disconnected(1)
+	h := newHarness(t, Limits{BacklogJobs: 3, BacklogBytes: 1 << 30, InflightJobs: 100, InflightBytes: 1 << 30})
+	h.e.Disconnected(1)
 	h.drain()
 	var ws []wire.JobID
 	for i := range 4 {
@@ -429,19 +429,19 @@ func TestBacklogOverflowFaultsOfflineReplica(t *testing.T) {
 }
 
 func TestWriteFailsWithFewerThanTwoReplicas(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 1)
-	h.e.fault(0)
-	h.e.fault(1)
+	h.e.Fault(0)
+	h.e.Fault(1)
 	h.drain()
 	// The remaining replica still needs the data; then the write fails.
 	if len(h.privatize) != 1 {
 		t.Fatalf("privatize = %v", h.privatize)
 	}
-	h.e.privatized(w, true)
+	h.e.Privatized(w, true)
 	h.drain()
 	h.mustComplete(w, ErrNotEnoughReplicas)
-	if _, err := h.e.submitWrite(0, 1, 4096); !errors.Is(err, ErrNotEnoughReplicas) {
+	if _, err := h.e.SubmitWrite(0, 1, 4096); !errors.Is(err, ErrNotEnoughReplicas) {
 		t.Fatalf("submitWrite = %v, want ErrNotEnoughReplicas", err)
 	}
 	// Reads still work from the one replica.
@@ -449,20 +449,20 @@ func TestWriteFailsWithFewerThanTwoReplicas(t *testing.T) {
 }
 
 func TestTornWriteIsRewrittenToAllReplicas(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 2)
 	for r := range 3 {
 		h.send(r)
 	}
 	h.done(0, w)
-	h.e.rejected(1, w) // the caller changed the buffer in flight
+	h.e.Rejected(1, w) // the caller changed the buffer in flight
 	h.drain()
 	h.done(2, w)
 	if !slices.Equal(h.privatize, []wire.JobID{w}) {
 		t.Fatalf("privatize = %v", h.privatize)
 	}
 	h.mustPend(w)
-	h.e.privatized(w, false)
+	h.e.Privatized(w, false)
 	h.drain()
 	var child wire.JobID
 	for c, p := range h.rewrites {
@@ -494,15 +494,15 @@ func TestTornWriteIsRewrittenToAllReplicas(t *testing.T) {
 }
 
 func TestRewriteFollowsConcurrentOverlappingWrite(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 2)
 	later := h.write(1, 1) // submitted while w is in flight
 	for r := range 3 {
 		h.send(r)
 	}
-	h.e.rejected(0, w)
+	h.e.Rejected(0, w)
 	h.drain()
-	h.e.privatized(w, false)
+	h.e.Privatized(w, false)
 	h.drain()
 	var child wire.JobID
 	for c := range h.rewrites {
@@ -521,7 +521,7 @@ func TestRewriteFollowsConcurrentOverlappingWrite(t *testing.T) {
 }
 
 func TestAbandonedReadReleasedOnlyAfterReceive(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	rd := h.read(0, 1)
 	var at int
 	for r := range 3 {
@@ -529,22 +529,22 @@ func TestAbandonedReadReleasedOnlyAfterReceive(t *testing.T) {
 			at = r
 		}
 	}
-	if !h.e.readBegin(at, rd) {
+	if !h.e.ReadBegin(at, rd) {
 		t.Fatal("readBegin refused")
 	}
-	h.e.abandon(rd)
+	h.e.Abandon(rd)
 	h.drain()
 	h.mustPend(rd) // data is landing in the caller's buffer right now
-	h.e.readResult(at, rd, readGood)
+	h.e.ReadResult(at, rd, ReadGood)
 	h.drain()
-	h.mustComplete(rd, errAbandoned)
+	h.mustComplete(rd, ErrAbandoned)
 	if !h.retired[rd] {
 		t.Fatal("not retired")
 	}
 }
 
 func TestAbandonedReadDiscardsLateData(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	rd := h.read(0, 1)
 	var at int
 	for r := range 3 {
@@ -552,13 +552,13 @@ func TestAbandonedReadDiscardsLateData(t *testing.T) {
 			at = r
 		}
 	}
-	h.e.abandon(rd)
+	h.e.Abandon(rd)
 	h.drain()
-	h.mustComplete(rd, errAbandoned)
-	if h.e.readBegin(at, rd) {
+	h.mustComplete(rd, ErrAbandoned)
+	if h.e.ReadBegin(at, rd) {
 		t.Fatal("late data allowed into an abandoned caller's buffer")
 	}
-	h.e.readResult(at, rd, readFailed)
+	h.e.ReadResult(at, rd, ReadFailed)
 	h.drain()
 	if !h.retired[rd] {
 		t.Fatal("not retired")
@@ -566,7 +566,7 @@ func TestAbandonedReadDiscardsLateData(t *testing.T) {
 }
 
 func TestDisconnectMovesReadsElsewhere(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	rd := h.read(0, 1)
 	var at int
 	for r := range 3 {
@@ -574,7 +574,7 @@ func TestDisconnectMovesReadsElsewhere(t *testing.T) {
 			at = r
 		}
 	}
-	h.e.disconnected(at)
+	h.e.Disconnected(at)
 	h.drain()
 	moved := false
 	for r := range 3 {
@@ -588,9 +588,9 @@ func TestDisconnectMovesReadsElsewhere(t *testing.T) {
 }
 
 func TestReadParksWhileAllReplicasOffline(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	for r := range 3 {
-		h.e.disconnected(r)
+		h.e.Disconnected(r)
 	}
 	h.drain()
 	rd := h.read(0, 1)
@@ -599,7 +599,7 @@ func TestReadParksWhileAllReplicasOffline(t *testing.T) {
 			t.Fatalf("sent %v to offline replica", ids)
 		}
 	}
-	h.e.connected(1)
+	h.e.Connected(1)
 	h.drain()
 	if ids, _ := h.send(1); !slices.Equal(ids, []wire.JobID{rd}) {
 		t.Fatalf("replica 1 sent %v after reconnect, want the parked read", ids)
@@ -607,10 +607,10 @@ func TestReadParksWhileAllReplicasOffline(t *testing.T) {
 }
 
 func TestFlushAcksAtTwo(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	f := mustFlush(t, h)
 	f2 := mustFlush(t, h)
-	if h.e.jobs[f].flushNumber+1 != h.e.jobs[f2].flushNumber {
+	if h.e.jobs[f].FlushNumber+1 != h.e.jobs[f2].FlushNumber {
 		t.Fatal("flush numbers not consecutive")
 	}
 	for r := range 3 {
@@ -623,44 +623,44 @@ func TestFlushAcksAtTwo(t *testing.T) {
 }
 
 func TestStopFailsEverythingButWaitsForBusyBuffers(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w := h.write(0, 1)
-	j, _ := h.e.takeNext(0)
-	h.e.stop(ErrFenced)
+	j, _ := h.e.TakeNext(0)
+	h.e.Stop(ErrFenced)
 	h.drain()
 	h.mustPend(w) // replica 0's driver still reads the caller's buffer
-	h.e.sent(0, j.id)
+	h.e.Sent(0, j.ID)
 	h.drain()
 	h.mustComplete(w, ErrFenced)
 	if !h.retired[w] {
 		t.Fatal("not retired")
 	}
-	if _, err := h.e.submitRead(0, 1, 4096); !errors.Is(err, ErrFenced) {
+	if _, err := h.e.SubmitRead(0, 1, 4096); !errors.Is(err, ErrFenced) {
 		t.Fatalf("submitRead after stop = %v", err)
 	}
 }
 
 func TestBackpressureCountsLiveJobs(t *testing.T) {
-	h := newHarness(t, engineLimits{backlogJobs: 10, backlogBytes: 1 << 30, inflightJobs: 2, inflightBytes: 1 << 30})
+	h := newHarness(t, Limits{BacklogJobs: 10, BacklogBytes: 1 << 30, InflightJobs: 2, InflightBytes: 1 << 30})
 	h.write(0, 1)
-	if h.e.full(4096) {
+	if h.e.Full(4096) {
 		t.Fatal("full after one job")
 	}
 	h.write(1, 1)
-	if !h.e.full(4096) {
+	if !h.e.Full(4096) {
 		t.Fatal("not full after two jobs")
 	}
 }
 
 func TestFaultedReplicaRepairSeam(t *testing.T) {
-	h := newHarness(t, engineLimits{})
-	h.e.fault(2)
+	h := newHarness(t, Limits{})
+	h.e.Fault(2)
 	h.drain()
 	w := h.write(0, 1)
 	if h.e.jobs[w].slot[2] != slotNone {
 		t.Fatal("faulted replica got IO")
 	}
-	if !h.e.repairStarted(2) || !h.e.repairDone(2) {
+	if !h.e.RepairStarted(2) || !h.e.RepairDone(2) {
 		t.Fatal("repair seam refused")
 	}
 	w2 := h.write(0, 1)
@@ -674,7 +674,7 @@ func TestFaultedReplicaRepairSeam(t *testing.T) {
 // what came after the flush is replayed, so a replay cut short cannot
 // leave it older than its flushed state (found by volume/sim).
 func TestRejoinDoesNotReplayWhatTheReplicaFlushed(t *testing.T) {
-	h := newHarness(t, engineLimits{})
+	h := newHarness(t, Limits{})
 	w1 := h.write(0, 1)
 	f := mustFlush(t, h)
 	w2 := h.write(0, 1)
@@ -686,16 +686,16 @@ func TestRejoinDoesNotReplayWhatTheReplicaFlushed(t *testing.T) {
 		h.done(1, id)
 	}
 	for _, id := range h.privatize {
-		h.e.privatized(id, true)
+		h.e.Privatized(id, true)
 	}
 	h.drain()
 	// Replica 2 ran all three, but its replies were lost.
-	h.e.disconnected(2)
+	h.e.Disconnected(2)
 	h.drain()
-	flushNumber := h.e.jobs[f].flushNumber
-	h.e.flushedOn(2, flushNumber)
+	flushNumber := h.e.jobs[f].FlushNumber
+	h.e.FlushedOn(2, flushNumber)
 	h.drain()
-	h.e.connected(2)
+	h.e.Connected(2)
 	h.drain()
 	ids, _ := h.send(2)
 	if !slices.Equal(ids, []wire.JobID{w2}) {
@@ -709,11 +709,11 @@ func TestRejoinDoesNotReplayWhatTheReplicaFlushed(t *testing.T) {
 // then 2 dies before answering. The write and the flush are held by two
 // Active replicas, 0 and 1, and must complete, not wait for 2.
 func TestJobsSkippedDuringRepairCountTheRepairedReplica(t *testing.T) {
-	h := newHarness(t, engineLimits{})
-	h.e.fault(1)
+	h := newHarness(t, Limits{})
+	h.e.Fault(1)
 	h.drain()
 	w := h.write(0, 4)
-	f, err := h.e.submitFlush()
+	f, err := h.e.SubmitFlush()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -724,11 +724,11 @@ func TestJobsSkippedDuringRepairCountTheRepairedReplica(t *testing.T) {
 	h.done(0, f)
 	h.mustPend(w)
 	h.mustPend(f)
-	if !h.e.repairStarted(1) || !h.e.repairDone(1) {
+	if !h.e.RepairStarted(1) || !h.e.RepairDone(1) {
 		t.Fatal("replica 1 did not go through repair")
 	}
 	h.drain()
-	p, err := h.e.submitFlush()
+	p, err := h.e.SubmitFlush()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,10 +737,10 @@ func TestJobsSkippedDuringRepairCountTheRepairedReplica(t *testing.T) {
 	h.send(1)
 	h.done(0, p)
 	h.done(1, p)
-	h.e.disconnected(2)
+	h.e.Disconnected(2)
 	h.drain()
 	for _, id := range h.privatize {
-		h.e.privatized(id, true)
+		h.e.Privatized(id, true)
 		h.drain()
 	}
 	h.mustComplete(w, nil)

@@ -6,28 +6,28 @@ import (
 )
 
 // replicaCount is the number of downstairs behind one upstairs.
-const replicaCount = 3
+const ReplicaCount = 3
 
 // quorum is how many replicas must complete a write or flush before the
 // caller sees it acknowledged.
-const quorum = 2
+const Quorum = 2
 
-// jobKind says what a job does.
-type jobKind uint8
+// JobKind says what a job does.
+type JobKind uint8
 
 const (
-	kindWrite jobKind = iota + 1
-	kindRead
-	kindFlush
+	KindWrite JobKind = iota + 1
+	KindRead
+	KindFlush
 )
 
-func (k jobKind) String() string {
+func (k JobKind) String() string {
 	switch k {
-	case kindWrite:
+	case KindWrite:
 		return "write"
-	case kindRead:
+	case KindRead:
 		return "read"
-	case kindFlush:
+	case KindFlush:
 		return "flush"
 	}
 	return "unknown"
@@ -59,27 +59,27 @@ func (s slotState) pending() bool {
 	return s == slotQueued || s == slotSent || s == slotReceiving
 }
 
-// job is one request in the engine: plain data, pooled and reused.
-type job struct {
-	id    wire.JobID
-	kind  jobKind
-	first ids.BlockIndex
-	count uint32 // blocks
-	bytes int    // bulk data bytes (writes and reads)
+// Job is one request in the engine: plain data, pooled and reused.
+type Job struct {
+	ID    wire.JobID
+	Kind  JobKind
+	First ids.BlockIndex
+	Count uint32 // blocks
+	Bytes int    // bulk data bytes (writes and reads)
 
-	flushNumber uint64
+	FlushNumber uint64
 
-	slot [replicaCount]slotState
+	slot [ReplicaCount]slotState
 	// deps[r] are the jobs j must follow on replica r, fixed when j was
 	// queued to r (submit, reroute or rewrite).
-	deps [replicaCount][]wire.JobID
+	deps [ReplicaCount][]wire.JobID
 	done uint8 // replicas in slotDone
 
 	// sending[r]: r's driver is writing the request now; a write's data
 	// may be read from the caller's buffer until it clears.
-	sending [replicaCount]bool
+	sending [ReplicaCount]bool
 	// fromCaller[r]: r was sent the data from the caller's buffer.
-	fromCaller [replicaCount]bool
+	fromCaller [ReplicaCount]bool
 
 	// hasCaller: a caller waits for completion (false for rewrites and
 	// read repairs).
@@ -98,7 +98,7 @@ type job struct {
 	torn bool
 	// superseded: a later write overlapping this one retired (every
 	// replica applied it), so replaying this one would put older data
-	// over it (engine.restarted skips it).
+	// over it (Engine.Restarted skips it).
 	superseded bool
 	// abandoned: the caller gave up (context done) and must be released as
 	// soon as its memory is no longer touched.
@@ -108,22 +108,26 @@ type job struct {
 
 	// readTried and readBad are replicas a read was answered by without
 	// success, and those among them whose data failed verification.
-	readTried [replicaCount]bool
-	readBad   [replicaCount]bool
+	readTried [ReplicaCount]bool
+	readBad   [ReplicaCount]bool
 	parked    bool // a read waiting for any replica to become active
 	// pin is 1 + the replica a scrub read asks first (0: any).
 	pin int8
 }
 
-func (j *job) reset() {
+// FromCaller reports whether replica r was sent a write's data from the
+// caller's buffer (false: from the private copy made on ActPrivatize).
+func (j *Job) FromCaller(r int) bool { return j.fromCaller[r] }
+
+func (j *Job) reset() {
 	deps := j.deps
-	*j = job{}
+	*j = Job{}
 	for r := range deps {
 		j.deps[r] = deps[r][:0]
 	}
 }
 
-func (j *job) anySlot(s slotState) bool {
+func (j *Job) anySlot(s slotState) bool {
 	for _, x := range j.slot {
 		if x == s {
 			return true
@@ -132,11 +136,11 @@ func (j *job) anySlot(s slotState) bool {
 	return false
 }
 
-func (j *job) anySending() bool {
+func (j *Job) anySending() bool {
 	return j.sending[0] || j.sending[1] || j.sending[2]
 }
 
-func (j *job) anyPending() bool {
+func (j *Job) anyPending() bool {
 	for _, x := range j.slot {
 		if x.pending() {
 			return true
@@ -146,20 +150,20 @@ func (j *job) anyPending() bool {
 }
 
 // overlaps reports whether j and k touch a common block.
-func (j *job) overlaps(k *job) bool {
-	return j.first < k.first+ids.BlockIndex(k.count) && k.first < j.first+ids.BlockIndex(j.count)
+func (j *Job) overlaps(k *Job) bool {
+	return j.First < k.First+ids.BlockIndex(k.Count) && k.First < j.First+ids.BlockIndex(j.Count)
 }
 
 // conflicts reports whether j, queued after earlier job k on one replica,
 // must wait for k: flushes follow everything, writes follow overlapping
 // reads and writes, reads follow overlapping writes.
-func (j *job) conflicts(k *job) bool {
+func (j *Job) conflicts(k *Job) bool {
 	switch {
-	case j.kind == kindFlush:
+	case j.Kind == KindFlush:
 		return true
-	case k.kind == kindFlush:
+	case k.Kind == KindFlush:
 		return false
-	case j.kind == kindRead && k.kind == kindRead:
+	case j.Kind == KindRead && k.Kind == KindRead:
 		return false
 	}
 	return j.overlaps(k)

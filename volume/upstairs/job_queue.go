@@ -14,19 +14,19 @@ type jobQueue struct {
 
 type queued struct {
 	id  wire.JobID
-	job *job
+	job *Job
 }
 
 func (q *jobQueue) len() int { return len(q.items) - q.head }
 
-func (q *jobQueue) insert(j *job) {
-	e := queued{id: j.id, job: j}
-	if n := len(q.items); n == q.head || q.items[n-1].id < j.id {
+func (q *jobQueue) insert(j *Job) {
+	e := queued{id: j.ID, job: j}
+	if n := len(q.items); n == q.head || q.items[n-1].id < j.ID {
 		q.items = append(q.items, e)
 		return
 	}
 	i := q.head
-	for i < len(q.items) && q.items[i].id < j.id {
+	for i < len(q.items) && q.items[i].id < j.ID {
 		i++
 	}
 	q.items = append(q.items, queued{})
@@ -35,10 +35,10 @@ func (q *jobQueue) insert(j *job) {
 }
 
 // peek returns the oldest live entry without removing it.
-func (q *jobQueue) peek() (*job, bool) {
+func (q *jobQueue) peek() (*Job, bool) {
 	for q.head < len(q.items) {
 		e := q.items[q.head]
-		if e.job.id == e.id {
+		if e.job.ID == e.id {
 			return e.job, true
 		}
 		q.items[q.head] = queued{} // stale: drop it
@@ -49,7 +49,7 @@ func (q *jobQueue) peek() (*job, bool) {
 }
 
 // pop returns the oldest live entry.
-func (q *jobQueue) pop() (*job, bool) {
+func (q *jobQueue) pop() (*Job, bool) {
 	for q.head < len(q.items) {
 		e := q.items[q.head]
 		q.items[q.head] = queued{}
@@ -61,7 +61,7 @@ func (q *jobQueue) pop() (*job, bool) {
 			clear(q.items[n:])
 			q.items, q.head = q.items[:n], 0
 		}
-		if e.job.id == e.id {
+		if e.job.ID == e.id {
 			return e.job, true
 		}
 	}

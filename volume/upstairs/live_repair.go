@@ -60,11 +60,11 @@ type liveRepairSlot struct {
 // epoch, if r is Repairing and none runs.
 func (u *Upstairs) startLiveRepairLocked(r int, epoch uint64) {
 	slot := &u.live[r]
-	if u.eng.replicas[r].state != ReplicaRepairing || !u.eng.running || slot.running {
+	if u.eng.State(r) != ReplicaRepairing || !u.eng.Running() || slot.running {
 		return
 	}
 	walk := reconcile.NewLiveRepair(u.region.ExtentCount)
-	u.eng.attachLiveRepair(r, walk)
+	u.eng.AttachLiveRepair(r, walk)
 	if slot.tracker == nil || slot.claimed {
 		slot.tracker = reconcile.NewTracker(nil)
 	}
@@ -83,10 +83,10 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	start := time.Now()
 	err := u.liveRepair(u.ctx, r, epoch, walk, t)
 	u.mu.Lock()
-	u.eng.detachLiveRepair(r, walk)
+	u.eng.DetachLiveRepair(r, walk)
 	u.live[r].running = false
-	if err == nil && !u.eng.repairDone(r) {
-		err = fmt.Errorf("replica %d left repair as %v: %w", r, u.eng.replicas[r].state, ErrNoSession)
+	if err == nil && !u.eng.RepairDone(r) {
+		err = fmt.Errorf("replica %d left repair as %v: %w", r, u.eng.State(r), ErrNoSession)
 	}
 	switch {
 	case err == nil:
@@ -97,7 +97,7 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	if err != nil {
 		walk.Abort()
 		// Writes held for it are skipped.
-		u.replicas[r].dropLocked(fmt.Errorf("live repair of replica %d: %w", r, err), func() { u.eng.fault(r) })
+		u.replicas[r].dropLocked(fmt.Errorf("live repair of replica %d: %w", r, err), func() { u.eng.Fault(r) })
 	}
 	target := u.targets[r]
 	u.stepLocked()
@@ -123,8 +123,8 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 func (u *Upstairs) liveSourceLocked(r int) int {
 	avoid := u.live[r].badSource - 1
 	src := -1
-	for s := range replicaCount {
-		if s == r || u.eng.replicas[s].state != ReplicaActive {
+	for s := range ReplicaCount {
+		if s == r || u.eng.State(s) != ReplicaActive {
 			continue
 		}
 		if src < 0 || src == avoid {
@@ -147,7 +147,7 @@ func servedBadData(err error) bool {
 func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *reconcile.LiveRepair, t *reconcile.Tracker) error {
 	for {
 		u.mu.Lock()
-		if st := u.eng.replicas[r].state; st != ReplicaRepairing {
+		if st := u.eng.State(r); st != ReplicaRepairing {
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v", r, st)
 		}
@@ -226,7 +226,7 @@ func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, sr
 // LiveRepairProgress returns the progress of replica's current or latest
 // live repair; ok is false when it never had one (and nobody subscribed).
 func (u *Upstairs) LiveRepairProgress(replica int) (reconcile.Progress, bool) {
-	if replica < 0 || replica >= replicaCount {
+	if replica < 0 || replica >= ReplicaCount {
 		return reconcile.Progress{}, false
 	}
 	u.mu.Lock()
@@ -245,14 +245,14 @@ func (u *Upstairs) LiveRepairProgress(replica int) (reconcile.Progress, bool) {
 // latest), and closes after the attempt's final value. An attempt that
 // already ended delivers its final value at once. cancel stops watching.
 func (u *Upstairs) SubscribeLiveRepair(replica int, buffer int) (<-chan reconcile.Progress, func()) {
-	if replica < 0 || replica >= replicaCount {
+	if replica < 0 || replica >= ReplicaCount {
 		ch := make(chan reconcile.Progress)
 		close(ch)
 		return ch, func() {}
 	}
 	u.mu.Lock()
 	slot := &u.live[replica]
-	if slot.tracker == nil || slot.claimed && !slot.running && slot.tracker.Status().Phase.Terminal() && u.eng.replicas[replica].state != ReplicaActive {
+	if slot.tracker == nil || slot.claimed && !slot.running && slot.tracker.Status().Phase.Terminal() && u.eng.State(replica) != ReplicaActive {
 		// Nothing runs and the replica still needs repair: watch the
 		// next attempt.
 		slot.tracker, slot.claimed = reconcile.NewTracker(nil), false

@@ -10,7 +10,7 @@ import (
 
 // ioMetrics are the upstairs' IO counters, labelled by kind and upstairs.
 type ioMetrics struct {
-	kinds [kindFlush + 1]kindMetrics
+	kinds [KindFlush + 1]kindMetrics
 }
 
 type kindMetrics struct {
@@ -22,7 +22,7 @@ type kindMetrics struct {
 
 func newIOMetrics(set *metrics.Set, id uuid.UUID) *ioMetrics {
 	m := &ioMetrics{}
-	for _, k := range []jobKind{kindWrite, kindRead, kindFlush} {
+	for _, k := range []JobKind{KindWrite, KindRead, KindFlush} {
 		l := fmt.Sprintf(`{kind=%q,upstairs=%q}`, k, id)
 		m.kinds[k] = kindMetrics{
 			ops:     set.GetOrCreateCounter("tern_upstairs_io_total" + l),
@@ -34,7 +34,7 @@ func newIOMetrics(set *metrics.Set, id uuid.UUID) *ioMetrics {
 	return m
 }
 
-func (m *ioMetrics) observe(k jobKind, bytes int, start time.Time, err error) {
+func (m *ioMetrics) observe(k JobKind, bytes int, start time.Time, err error) {
 	km := &m.kinds[k]
 	km.ops.Inc()
 	if err != nil {

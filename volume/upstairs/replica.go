@@ -62,7 +62,7 @@ type replica struct {
 
 // sentJob is what the reply to a job sent on a session must look like.
 type sentJob struct {
-	kind  jobKind
+	kind  JobKind
 	bytes int // a read's data
 }
 
@@ -105,7 +105,7 @@ func (r *replica) lastErrLocked() string {
 func (r *replica) stateRunning() (ReplicaState, bool) {
 	r.u.mu.Lock()
 	defer r.u.mu.Unlock()
-	return r.u.eng.replicas[r.id].state, r.u.eng.running
+	return r.u.eng.State(r.id), r.u.eng.Running()
 }
 
 // sleep waits d; false when the upstairs closes first.
@@ -299,7 +299,7 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (ids.Genera
 		u.mu.Lock()
 	}
 	defer u.mu.Unlock()
-	for a.region[r.id] == nil && !u.eng.running && u.eng.stopErr == nil {
+	for a.region[r.id] == nil && !u.eng.Running() && u.eng.StopErr() == nil {
 		// Activation went ahead without this replica and has not started
 		// IO yet (it is reconciling): wait, then join by live repair.
 		ch := a.changed
@@ -316,16 +316,16 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (ids.Genera
 		// A replica that comes back serving another region is not one
 		// of ours any more.
 		err := fmt.Errorf("replica %d (%s): %s: %w", r.id, r.target, d, ErrRegionMismatch)
-		r.dropLocked(err, func() { u.eng.fault(r.id) })
+		r.dropLocked(err, func() { u.eng.Fault(r.id) })
 		return 0, err
 	}
-	st := u.eng.replicas[r.id].state
-	if st == ReplicaFaulted && u.eng.running {
+	st := u.eng.State(r.id)
+	if st == ReplicaFaulted && u.eng.Running() {
 		// Reachable and serving our region: live repair takes it over
 		// once this session is activated.
-		u.eng.repairStarted(r.id)
+		u.eng.RepairStarted(r.id)
 		u.stepLocked()
-		st = u.eng.replicas[r.id].state
+		st = u.eng.State(r.id)
 	}
 	if st == ReplicaFaulted || st == ReplicaStopped || a.region[r.id] == nil && st != ReplicaRepairing {
 		return 0, errSessionEnded
@@ -355,7 +355,7 @@ func (r *replica) extentVersions(enc *wire.Encoder, dec replyReader, region wire
 }
 
 // activated reports an activated session: to Activate during activation,
-// to the engine on a reconnect, which decides (engine.rejoin): an intact
+// to the engine on a reconnect, which decides (Engine.Rejoin): an intact
 // Offline replica is replayed its backlog. One that needs repair — it may
 // have lost writes (it crashed with unflushed writes, which the engine
 // retired once every replica acknowledged them, so a replay cannot bring
@@ -369,7 +369,7 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 	// The session serves calls from now on (serve sends them).
 	r.serving = true
 	r.epoch++
-	if !u.eng.running && u.eng.stopErr == nil {
+	if !u.eng.Running() && u.eng.StopErr() == nil {
 		a.done[r.id] = true
 		a.versions[r.id] = versions
 		a.notifyLocked()
@@ -378,22 +378,22 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 		u.mu.Unlock()
 		return nil
 	}
-	if u.eng.replicas[r.id].state == ReplicaOffline {
-		u.eng.flushedOn(r.id, flushedAt(versions, u.gen))
+	if u.eng.State(r.id) == ReplicaOffline {
+		u.eng.FlushedOn(r.id, flushedAt(versions, u.gen))
 	}
-	switch u.eng.rejoin(r.id, lostWrites) {
-	case rejoinRepair:
-		if u.eng.replicas[r.id].state == ReplicaOffline {
+	switch u.eng.Rejoin(r.id, lostWrites) {
+	case RejoinRepair:
+		if u.eng.State(r.id) == ReplicaOffline {
 			u.log.Warn("replica restarted and may have lost unflushed writes; repairing it instead of replaying", "replica", r.id, "target", r.target)
 			u.faultForRepairLocked(r.id, fmt.Errorf("replica %d restarted and may have lost unflushed writes", r.id))
 		}
-	case rejoinHold:
+	case RejoinHold:
 		u.holdLocked(r.id)
 		u.stepLocked()
 		u.finishLocked()
 		return nil
 	}
-	u.eng.connected(r.id)
+	u.eng.Connected(r.id)
 	u.startLiveRepairLocked(r.id, r.epoch)
 	u.stepLocked()
 	u.finishLocked()
@@ -405,11 +405,11 @@ func (r *replica) activationFailed(err error) error {
 	u := r.u
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if a := u.act; a != nil && !u.eng.running {
+	if a := u.act; a != nil && !u.eng.Running() {
 		a.err[r.id] = err
 		a.notifyLocked()
 	} else if errors.Is(err, ErrRegionMismatch) {
-		r.dropLocked(err, func() { u.eng.fault(r.id) })
+		r.dropLocked(err, func() { u.eng.Fault(r.id) })
 	}
 	return err
 }
@@ -421,13 +421,13 @@ func (r *replica) activationFailed(err error) error {
 func (r *replica) refusedGen(err error) {
 	u := r.u
 	u.mu.Lock()
-	if !u.eng.running {
+	if !u.eng.Running() {
 		u.mu.Unlock()
 		_ = r.activationFailed(err)
 		return
 	}
 	u.log.Error("replica refused to rejoin the activation; it needs repair", "replica", r.id, "target", r.target, "err", err)
-	r.dropLocked(err, func() { u.eng.fault(r.id) })
+	r.dropLocked(err, func() { u.eng.Fault(r.id) })
 	u.finishLocked()
 }
 
@@ -435,7 +435,7 @@ func (r *replica) refusedGen(err error) {
 func (r *replica) fenceOrFail(byGen ids.Generation, err error) {
 	u := r.u
 	u.mu.Lock()
-	running := u.eng.running
+	running := u.eng.Running()
 	u.mu.Unlock()
 	if running {
 		u.fence(r.id, byGen)
@@ -489,7 +489,7 @@ loop:
 	}
 	r.endCalls(err)
 	u.mu.Lock()
-	if a := u.act; a != nil && !u.eng.running && u.eng.stopErr == nil && a.done[r.id] {
+	if a := u.act; a != nil && !u.eng.Running() && u.eng.StopErr() == nil && a.done[r.id] {
 		// Lost before guest IO started: this replica misses the
 		// activation (it will need repair) unless Activate has not
 		// decided yet and it comes back in time.
@@ -497,7 +497,7 @@ loop:
 		a.notifyLocked()
 	}
 	u.unholdLocked(r.id)
-	r.dropLocked(err, func() { u.eng.disconnected(r.id) })
+	r.dropLocked(err, func() { u.eng.Disconnected(r.id) })
 	u.finishLocked()
 	return err
 }
@@ -511,7 +511,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 	u := r.u
 	for {
 		u.mu.Lock()
-		switch st := u.eng.replicas[r.id].state; {
+		switch st := u.eng.State(r.id); {
 		case st == ReplicaActive, st == ReplicaConnecting, st == ReplicaRepairing:
 		case r.held && st != ReplicaStopped:
 			// Held for a restart reconciliation: calls only (an Offline
@@ -520,7 +520,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v: %w", r.id, st, errSessionEnded)
 		}
-		next := u.eng.nextJobID(r.id)
+		next := u.eng.NextJobID(r.id)
 		if len(r.calls) > 0 && (next == 0 || r.calls[0].id < next) {
 			u.mu.Unlock()
 			if err := r.sendCall(enc); err != nil {
@@ -528,21 +528,21 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 			}
 			continue
 		}
-		j, ok := u.eng.takeNext(r.id)
+		j, ok := u.eng.TakeNext(r.id)
 		if !ok {
 			u.mu.Unlock()
 			r.picked(0)
 			return nil
 		}
 		msg := r.messageLocked(j)
-		id := j.id
-		r.sent[id] = sentJob{kind: j.kind, bytes: j.bytes}
+		id := j.ID
+		r.sent[id] = sentJob{kind: j.Kind, bytes: j.Bytes}
 		r.noteSentLocked(id)
 		u.mu.Unlock()
 		r.picked(id)
 		err := enc.Encode(msg)
 		u.mu.Lock()
-		u.eng.sent(r.id, id)
+		u.eng.Sent(r.id, id)
 		u.stepLocked()
 		u.finishLocked()
 		if err != nil {
@@ -559,22 +559,22 @@ func (r *replica) picked(id wire.JobID) {
 }
 
 // messageLocked builds j's request in one of the replica's reused messages.
-func (r *replica) messageLocked(j *job) wire.Message {
+func (r *replica) messageLocked(j *Job) wire.Message {
 	u := r.u
-	r.deps = u.eng.sendDeps(r.deps[:0], j, r.id)
-	switch j.kind {
-	case kindWrite:
-		rec := u.recs[j.id]
+	r.deps = u.eng.SendDeps(r.deps[:0], j, r.id)
+	switch j.Kind {
+	case KindWrite:
+		rec := u.recs[j.ID]
 		if rec == nil {
-			panic(fmt.Sprintf("upstairs: write job %d has no record", j.id))
+			panic(fmt.Sprintf("upstairs: write job %d has no record", j.ID))
 		}
-		r.writeMsg = wire.Write{JobID: j.id, Deps: r.deps, Offset: j.first, Hashes: rec.hashes, Data: rec.data}
+		r.writeMsg = wire.Write{JobID: j.ID, Deps: r.deps, Offset: j.First, Hashes: rec.hashes, Data: rec.data}
 		return &r.writeMsg
-	case kindRead:
-		r.readMsg = wire.Read{JobID: j.id, Deps: r.deps, Offset: j.first, Count: j.count}
+	case KindRead:
+		r.readMsg = wire.Read{JobID: j.ID, Deps: r.deps, Offset: j.First, Count: j.Count}
 		return &r.readMsg
 	default:
-		r.flushMsg = wire.Flush{JobID: j.id, Deps: r.deps, FlushNumber: j.flushNumber, Gen: u.gen}
+		r.flushMsg = wire.Flush{JobID: j.ID, Deps: r.deps, FlushNumber: j.FlushNumber, Gen: u.gen}
 		return &r.flushMsg
 	}
 }
@@ -593,7 +593,7 @@ func (r *replica) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
 		return nil
 	}
 	rec := u.recs[id]
-	if rec == nil || len(rec.data) != n || !u.eng.readBegin(r.id, id) {
+	if rec == nil || len(rec.data) != n || !u.eng.ReadBegin(r.id, id) {
 		return nil
 	}
 	r.landed, r.landedBuf = id, rec.data
@@ -645,20 +645,20 @@ func (r *replica) jobReply(m wire.Message) {
 	switch m := m.(type) {
 	case *wire.Ack:
 		u.mu.Lock()
-		u.eng.done(r.id, m.JobID)
+		u.eng.Done(r.id, m.JobID)
 		u.stepLocked()
 		u.finishLocked()
 	case *wire.ReadResponse:
-		out := readFailed
+		out := ReadFailed
 		if r.landed == m.JobID && r.landedBuf != nil {
 			out = verifyBlocks(r.landedBuf, m.Hashes, r.blockSize)
-			if out == readBadData {
+			if out == ReadBadData {
 				u.log.Warn("read data failed verification", "replica", r.id, "job", m.JobID)
 			}
 		}
 		r.landed, r.landedBuf = 0, nil
 		u.mu.Lock()
-		u.eng.readResult(r.id, m.JobID, out)
+		u.eng.ReadResult(r.id, m.JobID, out)
 		u.stepLocked()
 		u.finishLocked()
 	case *wire.Error:
@@ -668,16 +668,16 @@ func (r *replica) jobReply(m wire.Message) {
 
 // verifyBlocks checks every block against the hash the downstairs
 // returned.
-func verifyBlocks(data []byte, hashes []uint64, blockSize int) readOutcome {
+func verifyBlocks(data []byte, hashes []uint64, blockSize int) ReadOutcome {
 	if blockSize <= 0 || len(hashes)*blockSize != len(data) {
-		return readFailed
+		return ReadFailed
 	}
 	for i, h := range hashes {
 		if !blockMatches(data[i*blockSize:(i+1)*blockSize], h) {
-			return readBadData
+			return ReadBadData
 		}
 	}
-	return readGood
+	return ReadGood
 }
 
 // sessionError handles a session-level Error (JobID zero, or fencing),
@@ -694,20 +694,20 @@ func (r *replica) sessionError(m *wire.Error) error {
 func (r *replica) jobError(m *wire.Error) {
 	u := r.u
 	u.mu.Lock()
-	j, ok := u.eng.lookup(m.JobID)
+	j, ok := u.eng.Lookup(m.JobID)
 	switch {
 	case !ok:
-	case j.kind == kindRead && m.Code == wire.CodeCorruptBlock:
-		u.eng.readResult(r.id, m.JobID, readBadData)
-	case j.kind == kindRead:
-		u.eng.readResult(r.id, m.JobID, readFailed)
+	case j.Kind == KindRead && m.Code == wire.CodeCorruptBlock:
+		u.eng.ReadResult(r.id, m.JobID, ReadBadData)
+	case j.Kind == KindRead:
+		u.eng.ReadResult(r.id, m.JobID, ReadFailed)
 	case m.Code == wire.CodeHashMismatch:
 		why := fmt.Errorf("replica %d refused the private copy of write %d: %w", r.id, m.JobID, m.Err())
-		r.dropLocked(why, func() { u.eng.rejected(r.id, m.JobID) })
+		r.dropLocked(why, func() { u.eng.Rejected(r.id, m.JobID) })
 	default:
-		u.log.Warn("replica failed a job", "replica", r.id, "job", m.JobID, "kind", j.kind, "err", m.Err())
-		why := fmt.Errorf("replica %d failed %v %d: %w", r.id, j.kind, m.JobID, m.Err())
-		r.dropLocked(why, func() { u.eng.failed(r.id, m.JobID) })
+		u.log.Warn("replica failed a job", "replica", r.id, "job", m.JobID, "kind", j.Kind, "err", m.Err())
+		why := fmt.Errorf("replica %d failed %v %d: %w", r.id, j.Kind, m.JobID, m.Err())
+		r.dropLocked(why, func() { u.eng.Failed(r.id, m.JobID) })
 	}
 	u.stepLocked()
 	u.finishLocked()

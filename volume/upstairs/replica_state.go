@@ -57,38 +57,38 @@ func (s ReplicaState) String() string {
 // MarshalText writes the name, so logs and JSON say "active", not 1.
 func (s ReplicaState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// replicaEvent is an input to the replica state machine.
-type replicaEvent uint8
+// ReplicaEvent is an input to the replica state machine.
+type ReplicaEvent uint8
 
 const (
-	// evConnected: a session was negotiated and activated.
-	evConnected replicaEvent = iota
-	// evDisconnected: the connection was lost.
-	evDisconnected
-	// evOverflow: the offline backlog exceeded its bound.
-	evOverflow
-	// evFault: the replica failed a job, returned inconsistent data or
+	// EventConnected: a session was negotiated and activated.
+	EventConnected ReplicaEvent = iota
+	// EventDisconnected: the connection was lost.
+	EventDisconnected
+	// EventOverflow: the offline backlog exceeded its bound.
+	EventOverflow
+	// EventFault: the replica failed a job, returned inconsistent data or
 	// missed the activation.
-	evFault
-	// evRepairStart: a repair took the faulted replica over.
-	evRepairStart
-	// evRepairDone: the repair finished; the replica matches its peers.
-	evRepairDone
-	// evStop: the upstairs closed or was fenced.
-	evStop
+	EventFault
+	// EventRepairStart: a repair took the faulted replica over.
+	EventRepairStart
+	// EventRepairDone: the repair finished; the replica matches its peers.
+	EventRepairDone
+	// EventStop: the upstairs closed or was fenced.
+	EventStop
 )
 
 var replicaEventNames = [...]string{
-	evConnected:    "connected",
-	evDisconnected: "disconnected",
-	evOverflow:     "overflow",
-	evFault:        "fault",
-	evRepairStart:  "repairStart",
-	evRepairDone:   "repairDone",
-	evStop:         "stop",
+	EventConnected:    "connected",
+	EventDisconnected: "disconnected",
+	EventOverflow:     "overflow",
+	EventFault:        "fault",
+	EventRepairStart:  "repairStart",
+	EventRepairDone:   "repairDone",
+	EventStop:         "stop",
 }
 
-func (e replicaEvent) String() string {
+func (e ReplicaEvent) String() string {
 	if int(e) < len(replicaEventNames) {
 		return replicaEventNames[e]
 	}
@@ -97,45 +97,45 @@ func (e replicaEvent) String() string {
 
 // nextReplicaState is the whole replica state machine: the state after ev
 // in state cur. An event that does not apply leaves the state unchanged.
-func nextReplicaState(cur ReplicaState, ev replicaEvent) ReplicaState {
-	if ev == evStop {
+func nextReplicaState(cur ReplicaState, ev ReplicaEvent) ReplicaState {
+	if ev == EventStop {
 		return ReplicaStopped
 	}
 	switch cur {
 	case ReplicaConnecting:
 		switch ev {
-		case evConnected:
+		case EventConnected:
 			return ReplicaActive
-		case evFault, evOverflow:
+		case EventFault, EventOverflow:
 			return ReplicaFaulted
 		}
 	case ReplicaActive:
 		switch ev {
-		case evDisconnected:
+		case EventDisconnected:
 			return ReplicaOffline
-		case evFault, evOverflow:
+		case EventFault, EventOverflow:
 			return ReplicaFaulted
 		}
 	case ReplicaOffline:
 		switch ev {
-		case evConnected:
+		case EventConnected:
 			return ReplicaActive
-		case evFault, evOverflow:
+		case EventFault, EventOverflow:
 			return ReplicaFaulted
-		case evRepairStart:
+		case EventRepairStart:
 			// It came back but may have lost writes: repaired, not
-			// replayed (engine.rejoin).
+			// replayed (Engine.Rejoin).
 			return ReplicaRepairing
 		}
 	case ReplicaFaulted:
-		if ev == evRepairStart {
+		if ev == EventRepairStart {
 			return ReplicaRepairing
 		}
 	case ReplicaRepairing:
 		switch ev {
-		case evRepairDone:
+		case EventRepairDone:
 			return ReplicaActive
-		case evFault, evOverflow, evDisconnected:
+		case EventFault, EventOverflow, EventDisconnected:
 			return ReplicaFaulted
 		}
 	}

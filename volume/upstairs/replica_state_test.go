@@ -5,33 +5,33 @@ import "testing"
 func TestReplicaStateTransitions(t *testing.T) {
 	tests := []struct {
 		from ReplicaState
-		ev   replicaEvent
+		ev   ReplicaEvent
 		want ReplicaState
 	}{
-		{ReplicaConnecting, evConnected, ReplicaActive},
-		{ReplicaConnecting, evDisconnected, ReplicaConnecting},
-		{ReplicaConnecting, evFault, ReplicaFaulted},
-		{ReplicaActive, evDisconnected, ReplicaOffline},
-		{ReplicaActive, evFault, ReplicaFaulted},
-		{ReplicaActive, evOverflow, ReplicaFaulted},
-		{ReplicaActive, evConnected, ReplicaActive},
-		{ReplicaActive, evRepairDone, ReplicaActive},
-		{ReplicaOffline, evConnected, ReplicaActive},
-		{ReplicaOffline, evOverflow, ReplicaFaulted},
-		{ReplicaOffline, evFault, ReplicaFaulted},
-		{ReplicaOffline, evDisconnected, ReplicaOffline},
-		{ReplicaFaulted, evConnected, ReplicaFaulted},
-		{ReplicaFaulted, evDisconnected, ReplicaFaulted},
-		{ReplicaFaulted, evRepairDone, ReplicaFaulted},
-		{ReplicaFaulted, evRepairStart, ReplicaRepairing},
-		{ReplicaRepairing, evRepairDone, ReplicaActive},
-		{ReplicaRepairing, evDisconnected, ReplicaFaulted},
-		{ReplicaRepairing, evFault, ReplicaFaulted},
-		{ReplicaRepairing, evConnected, ReplicaRepairing},
-		{ReplicaActive, evStop, ReplicaStopped},
-		{ReplicaFaulted, evStop, ReplicaStopped},
-		{ReplicaStopped, evConnected, ReplicaStopped},
-		{ReplicaStopped, evRepairStart, ReplicaStopped},
+		{ReplicaConnecting, EventConnected, ReplicaActive},
+		{ReplicaConnecting, EventDisconnected, ReplicaConnecting},
+		{ReplicaConnecting, EventFault, ReplicaFaulted},
+		{ReplicaActive, EventDisconnected, ReplicaOffline},
+		{ReplicaActive, EventFault, ReplicaFaulted},
+		{ReplicaActive, EventOverflow, ReplicaFaulted},
+		{ReplicaActive, EventConnected, ReplicaActive},
+		{ReplicaActive, EventRepairDone, ReplicaActive},
+		{ReplicaOffline, EventConnected, ReplicaActive},
+		{ReplicaOffline, EventOverflow, ReplicaFaulted},
+		{ReplicaOffline, EventFault, ReplicaFaulted},
+		{ReplicaOffline, EventDisconnected, ReplicaOffline},
+		{ReplicaFaulted, EventConnected, ReplicaFaulted},
+		{ReplicaFaulted, EventDisconnected, ReplicaFaulted},
+		{ReplicaFaulted, EventRepairDone, ReplicaFaulted},
+		{ReplicaFaulted, EventRepairStart, ReplicaRepairing},
+		{ReplicaRepairing, EventRepairDone, ReplicaActive},
+		{ReplicaRepairing, EventDisconnected, ReplicaFaulted},
+		{ReplicaRepairing, EventFault, ReplicaFaulted},
+		{ReplicaRepairing, EventConnected, ReplicaRepairing},
+		{ReplicaActive, EventStop, ReplicaStopped},
+		{ReplicaFaulted, EventStop, ReplicaStopped},
+		{ReplicaStopped, EventConnected, ReplicaStopped},
+		{ReplicaStopped, EventRepairStart, ReplicaStopped},
 	}
 	for _, tt := range tests {
 		if got := nextReplicaState(tt.from, tt.ev); got != tt.want {

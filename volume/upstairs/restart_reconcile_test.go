@@ -52,7 +52,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	writeVolume(t, u, want, 70, 3, 3)  // acknowledged, never flushed
 	writeVolume(t, u, want, 140, 1, 4) // likewise
 
-	for i := range replicaCount {
+	for i := range ReplicaCount {
 		if err := cl.Stop(i); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 		wrote <- err
 	}()
 
-	for i := range replicaCount {
+	for i := range ReplicaCount {
 		if err := cl.Start(i); err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	if err := <-wrote; err != nil {
 		t.Fatalf("write issued while every replica was down: %v", err)
 	}
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		waitFor(t, "every replica active", replicaIs(u, r, ReplicaActive))
 	}
 	u.mu.Lock()
@@ -104,7 +104,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	if p := tracker.Status(); p.ExtentsTotal == 0 || p.ExtentsDone != p.ExtentsTotal {
 		t.Errorf("restart reconciliation progress %+v; want every planned extent done", p)
 	}
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if p, ok := u.LiveRepairProgress(r); ok {
 			t.Errorf("replica %d was live-repaired (%+v); want all three reconciled together", r, p)
 		}

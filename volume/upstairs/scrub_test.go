@@ -81,7 +81,7 @@ func TestScrubRewritesABitFlippedOnDisk(t *testing.T) {
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range replicaCount {
+	for i := range ReplicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
 			got := make([]byte, len(want))
 			hs := make([]uint64, len(want)/testBlockSize)

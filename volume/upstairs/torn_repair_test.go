@@ -34,7 +34,7 @@ func tornCluster(t *testing.T) (*volumetest.Cluster, []byte) {
 	t.Cleanup(func() { cl.Close() })
 	want := make([]byte, volumeBytes())
 	FillPattern(want, testBlockSize, 0, 1)
-	for i := range replicaCount {
+	for i := range ReplicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
 			writeSeed(t, r, want, 0, volumeBytes()/testBlockSize, 1)
 			if err := r.Flush(1, 1); err != nil {
@@ -112,9 +112,9 @@ func requireIdenticalOnDisk(t *testing.T, cl *volumetest.Cluster, want []byte) {
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var hashes [replicaCount][testExtentCount][]uint64
-	var versions [replicaCount][testExtentCount]extent.Version
-	for i := range replicaCount {
+	var hashes [ReplicaCount][testExtentCount][]uint64
+	var versions [ReplicaCount][testExtentCount]extent.Version
+	for i := range ReplicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
 			for e := range ids.ExtentID(testExtentCount) {
 				h, err := r.ExtentHashes(e, nil)
@@ -143,7 +143,7 @@ func requireIdenticalOnDisk(t *testing.T, cl *volumetest.Cluster, want []byte) {
 			}
 		})
 	}
-	for i := 1; i < replicaCount; i++ {
+	for i := 1; i < ReplicaCount; i++ {
 		for e := range testExtentCount {
 			if !slices.Equal(hashes[i][e], hashes[0][e]) || versions[i][e] != versions[0][e] {
 				t.Errorf("replica %d extent %d: version %+v and hashes differ from replica 0's (%+v)",
@@ -225,7 +225,7 @@ func TestActivationTakesTornSourceBlocksFromIntactReplicas(t *testing.T) {
 func TestActivationFailsByNameWhenABlockIsTornOnEveryReplica(t *testing.T) {
 	cl, _ := tornCluster(t)
 	const block = testExtentBlocks + 7 // extent 1, block 7
-	for i := range replicaCount {
+	for i := range ReplicaCount {
 		tear(t, cl, i, block, 3)
 	}
 	// Another torn block, on replica 0 alone, is repairable.

@@ -24,7 +24,7 @@ type Upstairs struct {
 	log      *slog.Logger
 	met      *ioMetrics
 	rmet     *repairMetrics
-	replicas [replicaCount]*replica
+	replicas [ReplicaCount]*replica
 	// actTracker publishes the activation's progress from New on.
 	actTracker *reconcile.Tracker
 	// stats counts repair work (atomics, no lock).
@@ -41,7 +41,7 @@ type Upstairs struct {
 
 	// mu guards everything below, including the engine and the records.
 	mu    sync.Mutex
-	eng   *engine
+	eng   *Engine
 	recs  map[wire.JobID]*ioRecord
 	pools pools
 
@@ -69,11 +69,11 @@ type Upstairs struct {
 	privatize []wire.JobID
 	// targets are the downstairs addresses, Config.Targets until
 	// ReplaceReplica swaps one.
-	targets [replicaCount]string
+	targets [ReplicaCount]string
 	// stateCh is closed (and replaced) whenever a replica changes state.
 	stateCh chan struct{}
 	// live is each replica's live-repair bookkeeping.
-	live [replicaCount]liveRepairSlot
+	live [ReplicaCount]liveRepairSlot
 	// restart is the restart reconciliation's (restart_reconcile.go).
 	restart restartState
 }
@@ -89,11 +89,11 @@ type activation struct {
 	proceed chan struct{}
 	// decided is set once Activate chose the replicas that take part.
 	decided bool
-	region  [replicaCount]*wire.RegionInfo
-	done    [replicaCount]bool
-	err     [replicaCount]error
+	region  [ReplicaCount]*wire.RegionInfo
+	done    [ReplicaCount]bool
+	err     [ReplicaCount]error
 	// versions are the extent versions each replica reported.
-	versions [replicaCount][]wire.ExtentVersion
+	versions [ReplicaCount][]wire.ExtentVersion
 }
 
 // New validates cfg (reporting every problem at once) and returns an
@@ -115,7 +115,7 @@ func New(cfg Config) (*Upstairs, error) {
 		actTracker: reconcile.NewTracker(nil),
 		ctx:        ctx,
 		cancel:     cancel,
-		eng:        newEngine(cfg.limits()),
+		eng:        NewEngine(cfg.limits()),
 		recs:       make(map[wire.JobID]*ioRecord),
 		spaceCh:    make(chan struct{}),
 		drainCh:    make(chan struct{}),
@@ -163,7 +163,7 @@ func (u *Upstairs) Activate(ctx context.Context, gen ids.Generation) error {
 		// Leave nothing running: an upstairs that failed to activate is
 		// only good for Close.
 		u.mu.Lock()
-		u.eng.stop(err)
+		u.eng.Stop(err)
 		a.notifyLocked()
 		u.stepLocked()
 		u.finishLocked()
@@ -186,7 +186,7 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 			u.mu.Unlock()
 			return fatal
 		}
-		if n == replicaCount || quorumWaited && n >= quorum {
+		if n == ReplicaCount || quorumWaited && n >= Quorum {
 			err := u.checkRegionsLocked(a)
 			if err == nil {
 				a.decided = true
@@ -217,15 +217,15 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 			return fatal
 		}
 		waiting := 0
-		for r := range replicaCount {
+		for r := range ReplicaCount {
 			if a.region[r] != nil && !a.done[r] && a.err[r] == nil {
 				waiting++
 			}
 		}
 		if waiting == 0 {
 			u.mu.Unlock()
-			if n < quorum {
-				return fmt.Errorf("%d of %d replicas activated: %w", n, replicaCount, ErrNotEnoughReplicas)
+			if n < Quorum {
+				return fmt.Errorf("%d of %d replicas activated: %w", n, ReplicaCount, ErrNotEnoughReplicas)
 			}
 			if err := u.reconcileActivation(ctx, a); err != nil {
 				return err
@@ -249,7 +249,7 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 // generation error any replica met, which ends the activation.
 func (a *activation) countLocked(ok func(r int) bool) (int, error) {
 	n := 0
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if err := a.err[r]; errors.Is(err, ErrFenced) || errors.Is(err, ErrGenTooLow) || errors.Is(err, ErrRegionMismatch) {
 			return 0, err
 		}
@@ -271,7 +271,7 @@ func (a *activation) notifyLocked() {
 func (u *Upstairs) checkRegionsLocked(a *activation) error {
 	var errs []error
 	ref := -1
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if a.region[r] == nil {
 			continue
 		}
@@ -329,15 +329,15 @@ func describeRegion(r wire.RegionInfo) string {
 // activated are Active, the rest Faulted; flush numbers continue after the
 // highest any replica has.
 func (u *Upstairs) startIOLocked(a *activation) {
-	var active [replicaCount]bool
+	var active [ReplicaCount]bool
 	var maxFlush uint64
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		active[r] = a.done[r]
 		for _, v := range a.versions[r] {
 			maxFlush = max(maxFlush, v.Flush)
 		}
 	}
-	u.eng.setExtentBlocks(u.region.ExtentBlocks)
+	u.eng.SetExtentBlocks(u.region.ExtentBlocks)
 	for r, rep := range u.replicas {
 		if !active[r] {
 			rep.cause = fmt.Errorf("replica %d missed the activation", r)
@@ -346,13 +346,13 @@ func (u *Upstairs) startIOLocked(a *activation) {
 			}
 		}
 	}
-	u.eng.activate(active, maxFlush+1)
+	u.eng.Activate(active, maxFlush+1)
 	a.notifyLocked() // replicas waiting in activated go on to serve IO
 	u.stepLocked()
 	for _, rep := range u.replicas {
 		rep.cause = nil
 	}
-	for r := range replicaCount {
+	for r := range ReplicaCount {
 		if a.done[r] {
 			u.log.Info("replica active", "replica", r, "target", u.targets[r], "gen", a.gen)
 		}
@@ -368,7 +368,7 @@ func (u *Upstairs) Deactivate(ctx context.Context) error {
 		return fmt.Errorf("deactivating volume: %w", err)
 	}
 	u.mu.Lock()
-	for !u.eng.drained() {
+	for !u.eng.Drained() {
 		u.drainWaiters++
 		ch := u.drainCh
 		u.finishLocked()
@@ -396,12 +396,12 @@ func (u *Upstairs) Close() error {
 	// Deactivating needs a quorum of connected replicas; without one a
 	// flush would only wait for the Offline ones until the timeout.
 	active := 0
-	for r := range u.eng.replicas {
-		if u.eng.replicas[r].state == ReplicaActive {
+	for r := range ReplicaCount {
+		if u.eng.State(r) == ReplicaActive {
 			active++
 		}
 	}
-	running := u.eng.running && active >= quorum
+	running := u.eng.Running() && active >= Quorum
 	u.closing = true
 	u.mu.Unlock()
 	var err error
@@ -419,7 +419,7 @@ func (u *Upstairs) Close() error {
 		return nil
 	}
 	u.closed = true
-	u.eng.stop(ErrClosed)
+	u.eng.Stop(ErrClosed)
 	u.stepLocked()
 	u.finishLocked()
 	u.cancel()
@@ -434,12 +434,12 @@ func (u *Upstairs) Close() error {
 // upstairs took over.
 func (u *Upstairs) fence(r int, byGen ids.Generation) {
 	u.mu.Lock()
-	if u.eng.stopErr != nil {
+	if u.eng.StopErr() != nil {
 		u.mu.Unlock()
 		return
 	}
 	u.log.Warn("fenced by a higher generation", "replica", r, "gen", u.gen, "by_gen", byGen)
-	u.eng.stop(fmt.Errorf("replica %d reports generation %d: %w", r, byGen, ErrFenced))
+	u.eng.Stop(fmt.Errorf("replica %d reports generation %d: %w", r, byGen, ErrFenced))
 	u.stepLocked()
 	u.finishLocked()
 }
@@ -450,7 +450,7 @@ func (u *Upstairs) fence(r int, byGen ids.Generation) {
 // which copies with mu released.
 func (u *Upstairs) stepLocked() {
 	for {
-		acts := u.eng.takeActions()
+		acts := u.eng.TakeActions()
 		if len(acts) == 0 {
 			break
 		}
@@ -458,56 +458,56 @@ func (u *Upstairs) stepLocked() {
 			u.applyLocked(a)
 		}
 	}
-	if u.spaceWaiters > 0 && !u.eng.full(0) {
+	if u.spaceWaiters > 0 && !u.eng.Full(0) {
 		close(u.spaceCh)
 		u.spaceCh = make(chan struct{})
 		u.spaceWaiters = 0
 	}
-	if u.drainWaiters > 0 && u.eng.drained() {
+	if u.drainWaiters > 0 && u.eng.Drained() {
 		close(u.drainCh)
 		u.drainCh = make(chan struct{})
 		u.drainWaiters = 0
 	}
 }
 
-func (u *Upstairs) applyLocked(a action) {
-	switch a.kind {
-	case actWake:
-		u.replicas[a.replica].wakeUp()
-	case actComplete:
-		rec := u.recs[a.id]
+func (u *Upstairs) applyLocked(a Action) {
+	switch a.Kind {
+	case ActWake:
+		u.replicas[a.Replica].wakeUp()
+	case ActComplete:
+		rec := u.recs[a.ID]
 		if rec == nil || rec.waiter == nil {
 			return
 		}
 		w := rec.waiter
 		rec.waiter = nil
-		if a.err != nil && w.err == nil {
-			w.err = a.err
+		if a.Err != nil && w.err == nil {
+			w.err = a.Err
 		}
 		w.pending--
 		if w.pending == 0 {
 			w.ch <- struct{}{}
 		}
-	case actRetire:
-		if rec := u.recs[a.id]; rec != nil {
-			delete(u.recs, a.id)
+	case ActRetire:
+		if rec := u.recs[a.ID]; rec != nil {
+			delete(u.recs, a.ID)
 			u.pools.putRecord(rec)
 		}
-	case actPrivatize:
-		u.privatize = append(u.privatize, a.id)
-	case actRepairRead:
+	case ActPrivatize:
+		u.privatize = append(u.privatize, a.ID)
+	case ActRepairRead:
 		u.repairLocked(a)
-	case actRewrite:
-		parent, child := u.recs[a.parent], u.pools.record()
+	case ActRewrite:
+		parent, child := u.recs[a.Parent], u.pools.record()
 		if parent != nil && parent.priv != nil {
 			parent.priv.refs++
 			child.priv, child.data, child.hashes = parent.priv, parent.priv.data, parent.priv.hashes
 			child.start = parent.start
 		}
-		u.recs[a.id] = child
-	case actState:
-		u.log.Info("replica state", "replica", a.replica, "target", u.targets[a.replica], "state", a.state)
-		u.replicas[a.replica].stateChanged(a.state, a.event)
+		u.recs[a.ID] = child
+	case ActState:
+		u.log.Info("replica state", "replica", a.Replica, "target", u.targets[a.Replica], "state", a.State)
+		u.replicas[a.Replica].stateChanged(a.State, a.Event)
 		close(u.stateCh)
 		u.stateCh = make(chan struct{})
 	}
@@ -530,7 +530,7 @@ func (u *Upstairs) finishLocked() {
 func (u *Upstairs) privatizeLocked(id wire.JobID) {
 	rec := u.recs[id]
 	if rec == nil {
-		u.eng.privatized(id, true)
+		u.eng.Privatized(id, true)
 		u.stepLocked()
 		return
 	}
@@ -555,7 +555,7 @@ func (u *Upstairs) privatizeLocked(id wire.JobID) {
 		}
 	}
 	rec.priv, rec.data, rec.hashes = b, b.data, b.hashes
-	u.eng.privatized(id, same)
+	u.eng.Privatized(id, same)
 	u.stepLocked()
 }
 
@@ -564,10 +564,10 @@ func (u *Upstairs) privatizeLocked(id wire.JobID) {
 // caller's buffer. It runs while the engine's actions are applied, before
 // the read's completion releases the caller, and must not step the engine
 // itself: the actions it causes are applied by the loop in stepLocked.
-func (u *Upstairs) repairLocked(a action) {
+func (u *Upstairs) repairLocked(a Action) {
 	// The engine may have retired the read already; its record lives until
 	// the actRetire that follows.
-	rec := u.recs[a.id]
+	rec := u.recs[a.ID]
 	if rec == nil || u.blockSize == 0 {
 		return
 	}
@@ -575,11 +575,11 @@ func (u *Upstairs) repairLocked(a action) {
 	b := u.pools.buf(len(rec.data), blocks)
 	copy(b.data, rec.data)
 	hashBlocks(b.hashes, b.data, u.blockSize)
-	id, ok := u.eng.submitRepair(a.replica, a.id, rec.start, uint32(blocks), len(b.data))
+	id, ok := u.eng.SubmitRepair(a.Replica, a.ID, rec.start, uint32(blocks), len(b.data))
 	if !ok {
 		u.pools.unref(b)
 		u.log.Info("not rewriting blocks that failed verification: newer write or replica gone",
-			"replica", a.replica, "first_block", rec.start, "blocks", blocks)
+			"replica", a.Replica, "first_block", rec.start, "blocks", blocks)
 		return
 	}
 	r := u.pools.record()
@@ -587,7 +587,7 @@ func (u *Upstairs) repairLocked(a action) {
 	u.recs[id] = r
 	u.stats.blocksRewritten.Add(uint64(blocks))
 	u.log.Warn("rewriting blocks that failed verification from a peer's copy",
-		"replica", a.replica, "first_block", rec.start, "blocks", blocks)
+		"replica", a.Replica, "first_block", rec.start, "blocks", blocks)
 }
 
 // Status is a snapshot of the upstairs for operators.
@@ -599,7 +599,7 @@ type Status struct {
 	// Region is the agreed region geometry (zero before activation).
 	Region wire.RegionInfo
 	// Replicas describes each downstairs, in target order.
-	Replicas [replicaCount]ReplicaStatus
+	Replicas [ReplicaCount]ReplicaStatus
 	// LiveJobs and LiveBytes count jobs not yet retired by every replica.
 	LiveJobs  int
 	LiveBytes int64
@@ -650,23 +650,24 @@ func (u *Upstairs) ReplicaStateChanged() <-chan struct{} {
 func (u *Upstairs) Status() Status {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	liveJobs, liveBytes := u.eng.Live()
 	s := Status{
-		Active:    u.eng.running,
+		Active:    u.eng.Running(),
 		Gen:       u.gen,
 		Region:    u.region,
-		LiveJobs:  u.eng.liveJobs,
-		LiveBytes: int64(u.eng.liveBytes),
-		Err:       u.eng.stopErr,
+		LiveJobs:  liveJobs,
+		LiveBytes: int64(liveBytes),
+		Err:       u.eng.StopErr(),
 
 		Activation: u.actTracker.Status(),
 	}
-	for r := range replicaCount {
-		rc := &u.eng.replicas[r]
+	for r := range ReplicaCount {
+		owedJobs, owedBytes := u.eng.Owed(r)
 		s.Replicas[r] = ReplicaStatus{
 			Target:           u.targets[r],
-			State:            rc.state,
-			OutstandingJobs:  rc.owedJobs,
-			OutstandingBytes: int64(rc.owedBytes),
+			State:            u.eng.State(r),
+			OutstandingJobs:  owedJobs,
+			OutstandingBytes: int64(owedBytes),
 			LastError:        u.replicas[r].lastErrLocked(),
 			FaultReason:      u.replicas[r].faultReasonLocked(),
 			FaultedAt:        u.replicas[r].faultedAt,
