@@ -11,6 +11,7 @@ import (
 	"tern/volume/extent"
 	"tern/volume/ids"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/volumetest"
 )
 
@@ -138,7 +139,7 @@ func TestProbeDoesNotFenceTheActiveUpstairs(t *testing.T) {
 		t.Fatalf("flush after the probe: %v", err)
 	}
 	for i, r := range up.Status().Replicas {
-		if r.State != upstairs.ReplicaActive {
+		if r.State != engine.ReplicaActive {
 			t.Fatalf("replica %d is %s after the probe", i, r.State)
 		}
 	}

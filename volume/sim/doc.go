@@ -7,7 +7,7 @@
 //
 // The decision cores are the project's own, not re-implementations:
 //
-//   - the upstairs job engine, through upstairs.Engine;
+//   - the upstairs job engine, through engine.Engine;
 //   - each downstairs session's job ordering, through downstairs.JobOrder,
 //     and the fencing rule downstairs.MayActivate;
 //   - the live-repair walk (reconcile.LiveRepair, LiveRepairNeeded,

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"tern/volume/reconcile"
-	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // Restart reconciliation, after restart_reconcile.go: when every replica
@@ -58,13 +58,13 @@ func (u *upNode) considerRestart() {
 	u.restarting = true
 	flush := u.eng.NextFlush()
 	n := int(u.w.spec.ExtentCount)
-	versions := make([]reconcile.ReplicaVersions, upstairs.ReplicaCount)
-	left := upstairs.ReplicaCount * n
+	versions := make([]reconcile.ReplicaVersions, engine.ReplicaCount)
+	left := engine.ReplicaCount * n
 	failed := false
 	for r := range versions {
 		// restart_reconcile.go: a replica held Faulted or Repairing
 		// missed jobs its peers took.
-		behind := u.eng.State(r) != upstairs.ReplicaOffline
+		behind := u.eng.State(r) != engine.ReplicaOffline
 		versions[r] = reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: make([]reconcile.Version, n), Behind: behind}
 		for e := range n {
 			u.callOn(r, &message{kind: mExtentHashes, extent: uint32(e)}, func(m *message) {
@@ -106,7 +106,7 @@ func (u *upNode) restartFailed(why string) {
 // restarted ends a successful restart reconciliation.
 func (u *upNode) restarted(plan reconcile.Plan) {
 	u.restarting = false
-	var part [upstairs.ReplicaCount]bool
+	var part [engine.ReplicaCount]bool
 	for r := range part {
 		part[r] = u.held[r]
 		u.held[r] = false

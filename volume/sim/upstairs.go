@@ -9,10 +9,11 @@ import (
 	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
-// upNode is one simulated upstairs: the real job engine (upstairs.Engine)
+// upNode is one simulated upstairs: the real job engine (engine.Engine)
 // with a driver that does, under the scheduler, what Upstairs' goroutines
 // do around it (replica.go, io.go, live_repair.go): dial and activate each
 // downstairs, send jobs and repair calls merged in ID order, apply
@@ -24,14 +25,14 @@ type upNode struct {
 	n      int
 	uuid   uuid.UUID
 	gen    ids.Generation
-	eng    *upstairs.Engine
+	eng    *engine.Engine
 	fenced bool
 	// activating: waiting for the first activation of every replica.
 	activating bool
-	conns      [upstairs.ReplicaCount]upConn
+	conns      [engine.ReplicaCount]upConn
 	jobs       map[wire.JobID]*ujob
 	calls      map[wire.JobID]*call
-	repairs    [upstairs.ReplicaCount]*repairWalk
+	repairs    [engine.ReplicaCount]*repairWalk
 	// onActivated, when set, runs instead of starting IO once every
 	// replica accepted the generation (a takeover reconciles first).
 	onActivated func()
@@ -39,11 +40,11 @@ type upNode struct {
 	planVersions []reconcile.ReplicaVersions
 	// badSource is 1 + the replica that served bad data to a replica's
 	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
-	badSource [upstairs.ReplicaCount]int
+	badSource [engine.ReplicaCount]int
 	deps      []wire.JobID
 	// held marks sessions held for a restart reconciliation, restarting
 	// that one runs (restart.go).
-	held       [upstairs.ReplicaCount]bool
+	held       [engine.ReplicaCount]bool
 	restarting bool
 }
 
@@ -58,7 +59,7 @@ type upConn struct {
 
 // ujob is the driver's record of one engine job.
 type ujob struct {
-	kind   upstairs.JobKind
+	kind   engine.JobKind
 	first  ids.BlockIndex
 	count  uint32
 	buf    []byte   // the caller's buffer (write data, read destination)
@@ -86,7 +87,7 @@ func newUpNode(w *world, n int, gen ids.Generation) *upNode {
 		uuid:  uuid.UUID{0x7e, 0x51, byte(n + 1)},
 		jobs:  map[wire.JobID]*ujob{},
 		calls: map[wire.JobID]*call{},
-		eng: upstairs.NewEngine(upstairs.Limits{
+		eng: engine.NewEngine(engine.Limits{
 			BacklogJobs: w.cfg.BacklogJobs, BacklogBytes: w.cfg.BacklogJobs * 3 * int(w.spec.BlockSize),
 			InflightJobs: w.cfg.InflightJobs, InflightBytes: w.cfg.InflightJobs * 3 * int(w.spec.BlockSize),
 		}),
@@ -229,14 +230,14 @@ func (u *upNode) activateReply(r int, m *message) {
 			u.onActivated()
 			return
 		}
-		u.eng.Activate([upstairs.ReplicaCount]bool{true, true, true}, 1)
+		u.eng.Activate([engine.ReplicaCount]bool{true, true, true}, 1)
 		u.apply()
 		return
 	}
 	if !u.eng.Running() {
 		return
 	}
-	if u.eng.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyReplay {
+	if u.eng.State(r) == engine.ReplicaOffline && !u.w.cfg.legacyReplay {
 		// replica.activated gets every session's extent versions first:
 		// the greatest flush of this generation on them ran there.
 		u.rejoinFlushed(r, c.epoch, m)
@@ -261,7 +262,7 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 			if left > 0 || failed || u.conns[r].epoch != epoch || !u.eng.Running() {
 				return
 			}
-			if u.eng.State(r) == upstairs.ReplicaOffline {
+			if u.eng.State(r) == engine.ReplicaOffline {
 				u.eng.FlushedOn(r, flushed)
 			}
 			u.rejoin(r, ack)
@@ -273,31 +274,31 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 // as replica.await and replica.activated do: a Faulted replica is
 // Repairing first, then the engine decides (Engine.Rejoin).
 func (u *upNode) rejoin(r int, m *message) {
-	if u.eng.State(r) == upstairs.ReplicaFaulted {
+	if u.eng.State(r) == engine.ReplicaFaulted {
 		u.eng.RepairStarted(r)
 	}
 	lost := m.lost && !u.w.cfg.legacyRejoin
 	k := u.eng.Rejoin(r, lost)
-	if k == upstairs.RejoinHold && u.w.cfg.legacyRepairNoSource {
-		k = upstairs.RejoinRepair
+	if k == engine.RejoinHold && u.w.cfg.legacyRepairNoSource {
+		k = engine.RejoinRepair
 	}
 	switch k {
-	case upstairs.RejoinReplay:
+	case engine.RejoinReplay:
 		u.eng.Connected(r)
-	case upstairs.RejoinRepair:
-		if u.eng.State(r) == upstairs.ReplicaOffline {
+	case engine.RejoinRepair:
+		if u.eng.State(r) == engine.ReplicaOffline {
 			// A replay cannot restore what it lost.
 			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
 			u.eng.RepairStarted(r)
 		}
 		u.startRepair(r)
-	case upstairs.RejoinHold:
+	case engine.RejoinHold:
 		u.hold(r)
 	default:
 		u.eng.Connected(r)
 	}
 	u.apply()
-	if u.eng.State(r) == upstairs.ReplicaActive {
+	if u.eng.State(r) == engine.ReplicaActive {
 		u.releaseHeld()
 	}
 }
@@ -325,22 +326,22 @@ func (u *upNode) readReply(r int, m *message) {
 	j := u.jobs[m.id]
 	switch {
 	case m.kind == mError && m.code == wire.CodeCorruptBlock:
-		u.eng.ReadResult(r, m.id, upstairs.ReadBadData)
+		u.eng.ReadResult(r, m.id, engine.ReadBadData)
 		return
 	case m.kind != mReadResponse || j == nil:
-		u.eng.ReadResult(r, m.id, upstairs.ReadFailed)
+		u.eng.ReadResult(r, m.id, engine.ReadFailed)
 		return
 	}
 	if !u.eng.ReadBegin(r, m.id) {
-		u.eng.ReadResult(r, m.id, upstairs.ReadFailed)
+		u.eng.ReadResult(r, m.id, engine.ReadFailed)
 		return
 	}
 	copy(j.buf, m.data)
 	bs := int(u.w.spec.BlockSize)
-	out := upstairs.ReadGood
+	out := engine.ReadGood
 	for i, h := range m.hashes {
 		if xxhash.Sum64(m.data[i*bs:(i+1)*bs]) != h {
-			out = upstairs.ReadBadData
+			out = engine.ReadBadData
 		}
 	}
 	u.eng.ReadResult(r, m.id, out)
@@ -369,35 +370,35 @@ func (u *upNode) apply() {
 		}
 		for _, a := range acts {
 			switch a.Kind {
-			case upstairs.ActWake:
+			case engine.ActWake:
 				u.wake(a.Replica)
-			case upstairs.ActComplete:
+			case engine.ActComplete:
 				u.complete(a.ID, a.Err)
-			case upstairs.ActPrivatize:
+			case engine.ActPrivatize:
 				j := u.jobs[a.ID]
 				j.priv = append([]byte(nil), j.buf...)
 				u.eng.Privatized(a.ID, true)
-			case upstairs.ActRetire:
+			case engine.ActRetire:
 				delete(u.jobs, a.ID)
-			case upstairs.ActRepairRead:
+			case engine.ActRepairRead:
 				if j := u.jobs[a.ID]; j != nil {
 					j.repairTo = append(j.repairTo, a.Replica)
 				}
-			case upstairs.ActState:
+			case engine.ActState:
 				u.w.s.note("u%d: d%d is %v", u.n, a.Replica, a.State)
-				if a.State == upstairs.ReplicaFaulted && u.conns[a.Replica].epoch != 0 {
+				if a.State == engine.ReplicaFaulted && u.conns[a.Replica].epoch != 0 {
 					// The session of a faulted replica ends; its next
 					// one starts the repair.
 					r := a.Replica
 					u.w.s.after(0, fmt.Sprintf("u%d drop faulted d%d", u.n, r), func() {
-						if u.eng.State(r) == upstairs.ReplicaFaulted {
+						if u.eng.State(r) == engine.ReplicaFaulted {
 							u.drop(r)
 						}
 					})
 				}
-			case upstairs.ActRewrite:
+			case engine.ActRewrite:
 				p := u.jobs[a.Parent]
-				u.jobs[a.ID] = &ujob{kind: upstairs.KindWrite, first: p.first, count: p.count, buf: p.priv, hashes: p.hashes, priv: p.priv}
+				u.jobs[a.ID] = &ujob{kind: engine.KindWrite, first: p.first, count: p.count, buf: p.priv, hashes: p.hashes, priv: p.priv}
 			}
 		}
 	}
@@ -409,12 +410,12 @@ func (u *upNode) complete(id wire.JobID, err error) {
 	if j == nil {
 		return
 	}
-	if j.kind == upstairs.KindRead && err == nil {
+	if j.kind == engine.KindRead && err == nil {
 		for _, r := range j.repairTo {
 			// Write the good data back to the replica that had it bad.
 			rid, ok := u.eng.SubmitRepair(r, id, j.first, j.count, len(j.buf))
 			if ok {
-				u.jobs[rid] = &ujob{kind: upstairs.KindWrite, first: j.first, count: j.count,
+				u.jobs[rid] = &ujob{kind: engine.KindWrite, first: j.first, count: j.count,
 					buf: append([]byte(nil), j.buf...), hashes: u.w.hashBlocks(j.buf)}
 				u.w.s.note("u%d read repair %d of d%d from read %d", u.n, rid, r, id)
 			}
@@ -455,7 +456,7 @@ func (u *upNode) sendPending(r int) {
 		j := u.jobs[cj.ID]
 		m := &message{id: cj.ID, deps: append([]wire.JobID(nil), u.deps...), first: cj.First, count: cj.Count, from: u.n}
 		switch cj.Kind {
-		case upstairs.KindWrite:
+		case engine.KindWrite:
 			m.kind = mWrite
 			data := j.buf
 			if !cj.FromCaller(r) && j.priv != nil {
@@ -463,9 +464,9 @@ func (u *upNode) sendPending(r int) {
 			}
 			m.data = append([]byte(nil), data...)
 			m.hashes = j.hashes
-		case upstairs.KindRead:
+		case engine.KindRead:
 			m.kind = mRead
-		case upstairs.KindFlush:
+		case engine.KindFlush:
 			m.kind, m.flush, m.gen = mFlush, cj.FlushNumber, u.gen
 		}
 		c.sent[cj.ID] = m.kind
@@ -520,7 +521,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 	if u.repairs[r] != rw {
 		return
 	}
-	if u.eng.State(r) != upstairs.ReplicaRepairing || u.conns[r].epoch != rw.epoch {
+	if u.eng.State(r) != engine.ReplicaRepairing || u.conns[r].epoch != rw.epoch {
 		u.abortRepair(rw, "replica left repair")
 		return
 	}
@@ -533,7 +534,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 	// over the one that served bad data to the previous attempt.
 	src := -1
 	for s := range u.conns {
-		if s == r || u.eng.State(s) != upstairs.ReplicaActive {
+		if s == r || u.eng.State(s) != engine.ReplicaActive {
 			continue
 		}
 		if src < 0 || src == u.badSource[r]-1 && !u.w.cfg.legacySourceChoice {
@@ -659,18 +660,18 @@ func (u *upNode) flushAfterRepair() {
 		return
 	}
 	if id, err := u.eng.SubmitFlush(); err == nil {
-		u.jobs[id] = &ujob{kind: upstairs.KindFlush, background: true}
+		u.jobs[id] = &ujob{kind: engine.KindFlush, background: true}
 		u.apply()
 	}
 }
 
 // submit adds a workload job; false when the engine refuses it now.
-func (u *upNode) submit(kind upstairs.JobKind, first ids.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
+func (u *upNode) submit(kind engine.JobKind, first ids.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
 	if !u.running() {
 		return 0, false
 	}
 	bytes := int(count) * int(u.w.spec.BlockSize)
-	if kind == upstairs.KindFlush {
+	if kind == engine.KindFlush {
 		bytes = 0
 	}
 	if u.eng.Full(bytes) {
@@ -680,13 +681,13 @@ func (u *upNode) submit(kind upstairs.JobKind, first ids.BlockIndex, count uint3
 	var err error
 	j := &ujob{kind: kind, first: first, count: count, caller: true}
 	switch kind {
-	case upstairs.KindWrite:
+	case engine.KindWrite:
 		id, err = u.eng.SubmitWrite(first, count, bytes)
 		j.buf, j.hashes = data, u.w.hashBlocks(data)
-	case upstairs.KindRead:
+	case engine.KindRead:
 		id, err = u.eng.SubmitRead(first, count, bytes)
 		j.buf = make([]byte, bytes)
-	case upstairs.KindFlush:
+	case engine.KindFlush:
 		id, err = u.eng.SubmitFlush()
 	}
 	if err != nil {

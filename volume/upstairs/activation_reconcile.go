@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
@@ -38,8 +39,8 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 
 	u.mu.Lock()
 	var present []reconcile.ReplicaVersions
-	var epochs [ReplicaCount]uint64
-	for r := range ReplicaCount {
+	var epochs [engine.ReplicaCount]uint64
+	for r := range engine.ReplicaCount {
 		if !a.done[r] {
 			continue
 		}
@@ -88,7 +89,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 // restart) plan, publishing its progress on t. With zeroLost, a torn
 // block no replica holds intact is zeroed instead of failing (mendSource).
 func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [ReplicaCount]uint64, zeroLost bool) error {
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [engine.ReplicaCount]uint64, zeroLost bool) error {
 	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
@@ -175,7 +176,7 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 // The source keeps its version srcV. A block no replica holds intact
 // fails with a *CorruptBlockError, or with zeroLost is zeroed.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [ReplicaCount]uint64,
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [engine.ReplicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
 	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
@@ -185,7 +186,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 	}
 	asked := []int{src}
 	var got blockCopies
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if _, present := versions[reconcile.ReplicaID(r)]; r == src || !present || len(need) == 0 {
 			continue
 		}
@@ -241,7 +242,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 // donors of an older copy.
 func newestFirst(rep reconcile.ExtentRepair, versions map[reconcile.ReplicaID][]reconcile.Version, src int) []int {
 	var out []int
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if _, present := versions[reconcile.ReplicaID(r)]; r != src && present {
 			out = append(out, r)
 		}

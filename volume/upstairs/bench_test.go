@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"tern/volume/upstairs/engine"
 	"testing"
 
 	"tern/volume/extent"
@@ -92,8 +93,8 @@ func benchIO(b *testing.B, size, qd int, op func(*Upstairs, context.Context, []b
 // BenchmarkEngineWriteCycle is the decision core alone: submit a write,
 // send it to three replicas, two acks, a private copy, the third ack.
 func BenchmarkEngineWriteCycle(b *testing.B) {
-	e := NewEngine(Limits{BacklogJobs: 1000, BacklogBytes: 64 << 20, InflightJobs: 2000, InflightBytes: 128 << 20})
-	e.Activate([ReplicaCount]bool{true, true, true}, 1)
+	e := engine.NewEngine(engine.Limits{BacklogJobs: 1000, BacklogBytes: 64 << 20, InflightJobs: 2000, InflightBytes: 128 << 20})
+	e.Activate([engine.ReplicaCount]bool{true, true, true}, 1)
 	e.TakeActions()
 	deps := make([]wire.JobID, 0, 16)
 	b.ReportAllocs()
@@ -102,7 +103,7 @@ func BenchmarkEngineWriteCycle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for r := range ReplicaCount {
+		for r := range engine.ReplicaCount {
 			j, _ := e.TakeNext(r)
 			deps = e.SendDeps(deps[:0], j, r)
 			e.Sent(r, id)

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ type testDownstairs struct {
 // cluster is three downstairs of one region.
 type cluster struct {
 	t    testing.TB
-	ds   [ReplicaCount]*testDownstairs
+	ds   [engine.ReplicaCount]*testDownstairs
 	spec extent.Spec
 }
 
@@ -174,9 +175,9 @@ func (c *cluster) open(cfg Config, gen ids.Generation) *Upstairs {
 
 // readRegions stops every downstairs and returns each replica's blocks,
 // read from its extent files.
-func (c *cluster) readRegions() [ReplicaCount][]byte {
+func (c *cluster) readRegions() [engine.ReplicaCount][]byte {
 	c.t.Helper()
-	var out [ReplicaCount][]byte
+	var out [engine.ReplicaCount][]byte
 	size := int(c.spec.ExtentBlocks) * int(c.spec.ExtentCount) * int(c.spec.BlockSize)
 	for i, d := range c.ds {
 		d.stop()
@@ -241,7 +242,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-func replicaIs(u *Upstairs, r int, s ReplicaState) func() bool {
+func replicaIs(u *Upstairs, r int, s engine.ReplicaState) func() bool {
 	return func() bool { return u.Status().Replicas[r].State == s }
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -114,8 +115,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf(format, args...))
 	}
-	if len(cfg.Targets) != ReplicaCount {
-		bad("targets: want %d addresses, got %d", ReplicaCount, len(cfg.Targets))
+	if len(cfg.Targets) != engine.ReplicaCount {
+		bad("targets: want %d addresses, got %d", engine.ReplicaCount, len(cfg.Targets))
 	}
 	seen := map[string]int{}
 	for i, t := range cfg.Targets {
@@ -206,8 +207,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-func (cfg Config) limits() Limits {
-	return Limits{
+func (cfg Config) limits() engine.Limits {
+	return engine.Limits{
 		BacklogJobs:   cfg.BacklogJobs,
 		BacklogBytes:  int(cfg.BacklogBytes),
 		InflightJobs:  2 * cfg.BacklogJobs,

@@ -1,10 +1,26 @@
 package upstairs
 
-import "errors"
+import (
+	"errors"
+
+	"tern/volume/upstairs/engine"
+)
 
 // Errors callers branch on. Every error the upstairs returns wraps one of
-// these or a context error.
+// these or a context error. The first four are decided by the job engine
+// and are its values (errors.Is matches either name).
 var (
+	// ErrNotActive: the upstairs is not activated (or was closed).
+	ErrNotActive = engine.ErrNotActive
+	// ErrNotEnoughReplicas: fewer than two replicas can take a write or
+	// flush, or none can serve a read.
+	ErrNotEnoughReplicas = engine.ErrNotEnoughReplicas
+	// ErrCorrupt: no replica returned a block matching its hash.
+	ErrCorrupt = engine.ErrCorrupt
+	// ErrRestarted: a flush was in flight when every replica restarted;
+	// writes acknowledged before it and not flushed may have been lost.
+	ErrRestarted = engine.ErrRestarted
+
 	// ErrUnaligned: an offset or length is not a multiple of the block size.
 	ErrUnaligned = errors.New("unaligned IO")
 	// ErrOutOfRange: the IO reaches past the end of the volume.

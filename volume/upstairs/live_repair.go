@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
@@ -60,7 +61,7 @@ type liveRepairSlot struct {
 // epoch, if r is Repairing and none runs.
 func (u *Upstairs) startLiveRepairLocked(r int, epoch uint64) {
 	slot := &u.live[r]
-	if u.eng.State(r) != ReplicaRepairing || !u.eng.Running() || slot.running {
+	if u.eng.State(r) != engine.ReplicaRepairing || !u.eng.Running() || slot.running {
 		return
 	}
 	walk := reconcile.NewLiveRepair(u.region.ExtentCount)
@@ -123,8 +124,8 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 func (u *Upstairs) liveSourceLocked(r int) int {
 	avoid := u.live[r].badSource - 1
 	src := -1
-	for s := range ReplicaCount {
-		if s == r || u.eng.State(s) != ReplicaActive {
+	for s := range engine.ReplicaCount {
+		if s == r || u.eng.State(s) != engine.ReplicaActive {
 			continue
 		}
 		if src < 0 || src == avoid {
@@ -147,7 +148,7 @@ func servedBadData(err error) bool {
 func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *reconcile.LiveRepair, t *reconcile.Tracker) error {
 	for {
 		u.mu.Lock()
-		if st := u.eng.State(r); st != ReplicaRepairing {
+		if st := u.eng.State(r); st != engine.ReplicaRepairing {
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v", r, st)
 		}
@@ -226,7 +227,7 @@ func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, sr
 // LiveRepairProgress returns the progress of replica's current or latest
 // live repair; ok is false when it never had one (and nobody subscribed).
 func (u *Upstairs) LiveRepairProgress(replica int) (reconcile.Progress, bool) {
-	if replica < 0 || replica >= ReplicaCount {
+	if replica < 0 || replica >= engine.ReplicaCount {
 		return reconcile.Progress{}, false
 	}
 	u.mu.Lock()
@@ -245,14 +246,14 @@ func (u *Upstairs) LiveRepairProgress(replica int) (reconcile.Progress, bool) {
 // latest), and closes after the attempt's final value. An attempt that
 // already ended delivers its final value at once. cancel stops watching.
 func (u *Upstairs) SubscribeLiveRepair(replica int, buffer int) (<-chan reconcile.Progress, func()) {
-	if replica < 0 || replica >= ReplicaCount {
+	if replica < 0 || replica >= engine.ReplicaCount {
 		ch := make(chan reconcile.Progress)
 		close(ch)
 		return ch, func() {}
 	}
 	u.mu.Lock()
 	slot := &u.live[replica]
-	if slot.tracker == nil || slot.claimed && !slot.running && slot.tracker.Status().Phase.Terminal() && u.eng.State(replica) != ReplicaActive {
+	if slot.tracker == nil || slot.claimed && !slot.running && slot.tracker.Status().Phase.Terminal() && u.eng.State(replica) != engine.ReplicaActive {
 		// Nothing runs and the replica still needs repair: watch the
 		// next attempt.
 		slot.tracker, slot.claimed = reconcile.NewTracker(nil), false

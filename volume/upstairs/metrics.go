@@ -2,6 +2,7 @@ package upstairs
 
 import (
 	"fmt"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -10,7 +11,7 @@ import (
 
 // ioMetrics are the upstairs' IO counters, labelled by kind and upstairs.
 type ioMetrics struct {
-	kinds [KindFlush + 1]kindMetrics
+	kinds [engine.KindFlush + 1]kindMetrics
 }
 
 type kindMetrics struct {
@@ -22,7 +23,7 @@ type kindMetrics struct {
 
 func newIOMetrics(set *metrics.Set, id uuid.UUID) *ioMetrics {
 	m := &ioMetrics{}
-	for _, k := range []JobKind{KindWrite, KindRead, KindFlush} {
+	for _, k := range []engine.JobKind{engine.KindWrite, engine.KindRead, engine.KindFlush} {
 		l := fmt.Sprintf(`{kind=%q,upstairs=%q}`, k, id)
 		m.kinds[k] = kindMetrics{
 			ops:     set.GetOrCreateCounter("tern_upstairs_io_total" + l),
@@ -34,7 +35,7 @@ func newIOMetrics(set *metrics.Set, id uuid.UUID) *ioMetrics {
 	return m
 }
 
-func (m *ioMetrics) observe(k JobKind, bytes int, start time.Time, err error) {
+func (m *ioMetrics) observe(k engine.JobKind, bytes int, start time.Time, err error) {
 	km := &m.kinds[k]
 	km.ops.Inc()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"tern/volume/upstairs/engine"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -133,7 +134,7 @@ func (u *Upstairs) readIntact(ctx context.Context, r int, epoch uint64, e ids.Ex
 // zeroLost (a restart reconciliation) a block torn on every replica is
 // zeroed rather than failing the repair: every replica lost it at once,
 // the volume must not stall for it, and a live write of it is replayed.
-func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair, epochs [ReplicaCount]uint64,
+func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair, epochs [engine.ReplicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, zeroLost bool) error {
 	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
@@ -183,7 +184,7 @@ func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep rec
 // each block from the first donor holding it intact, and returns them in
 // the order of blocks. It fails with a *CorruptBlockError if no donor has
 // one of them.
-func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepair, epochs [ReplicaCount]uint64,
+func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepair, epochs [engine.ReplicaCount]uint64,
 	blocks []uint32, zeroLost bool) (blockCopies, error) {
 	e := ids.ExtentID(rep.Extent)
 	asked := []int{int(rep.Source)}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
@@ -184,7 +185,7 @@ func TestActivationRepairsEveryDivergenceShape(t *testing.T) {
 				if last := waitFinal(t, ch); last[len(last)-1].Phase != reconcile.PhaseDone {
 					t.Fatalf("live repair ended %+v", last[len(last)-1])
 				}
-				waitFor(t, "caught-up replica active", replicaIs(u, tc.missing, ReplicaActive))
+				waitFor(t, "caught-up replica active", replicaIs(u, tc.missing, engine.ReplicaActive))
 			}
 			if err := u.Close(); err != nil {
 				t.Fatal(err)
@@ -363,7 +364,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 	for i := range 30 {
 		write(uint64(2*i), 2)
 	}
-	waitFor(t, "replica 1 faulted", replicaIs(u, 1, ReplicaFaulted))
+	waitFor(t, "replica 1 faulted", replicaIs(u, 1, engine.ReplicaFaulted))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -400,7 +401,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 	if got[0].Phase != reconcile.PhaseNegotiating && got[0].Phase != reconcile.PhaseLiveRepair {
 		t.Fatalf("first live-repair value %+v", got[0])
 	}
-	waitFor(t, "replica 1 active", replicaIs(u, 1, ReplicaActive))
+	waitFor(t, "replica 1 active", replicaIs(u, 1, engine.ReplicaActive))
 	if hookWrites.Load() == 0 {
 		t.Fatal("no write raced the repair")
 	}
@@ -451,14 +452,14 @@ func TestLiveRepairAbortedIsRetried(t *testing.T) {
 		t.Fatalf("interrupted live repair ended %+v", got[len(got)-1])
 	}
 	<-stopped
-	waitFor(t, "replica 2 faulted", replicaIs(u, 2, ReplicaFaulted))
+	waitFor(t, "replica 2 faulted", replicaIs(u, 2, engine.ReplicaFaulted))
 	second, cancel2 := u.SubscribeLiveRepair(2, 4)
 	defer cancel2()
 	c.ds[2].start()
 	if got := waitFinal(t, second); got[len(got)-1].Phase != reconcile.PhaseDone {
 		t.Fatalf("retried live repair ended %+v", got[len(got)-1])
 	}
-	waitFor(t, "replica 2 active", replicaIs(u, 2, ReplicaActive))
+	waitFor(t, "replica 2 active", replicaIs(u, 2, engine.ReplicaActive))
 	u.Close()
 	c.requireSameReplicas(want)
 }
@@ -485,7 +486,7 @@ func TestReplaceReplicaWithNewAddress(t *testing.T) {
 	}
 	wg.Wait()
 	s := u.Status().Replicas[1]
-	if s.State != ReplicaActive || s.Target != fresh.addr {
+	if s.State != engine.ReplicaActive || s.Target != fresh.addr {
 		t.Fatalf("replaced replica %+v", s)
 	}
 	if st := u.RepairStats(); st.BlocksCopied == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"tern/volume/upstairs/engine"
 )
 
 // ErrUnknownTarget: ReplaceReplica was given an address that is not one of
@@ -50,7 +51,7 @@ func (u *Upstairs) ReplaceReplica(ctx context.Context, old, new string) error {
 			err := u.eng.StopErr()
 			u.finishLocked()
 			return fmt.Errorf("replacing replica %d with %s: %w", r, new, err)
-		case u.eng.State(r) == ReplicaActive:
+		case u.eng.State(r) == engine.ReplicaActive:
 			u.finishLocked()
 			return nil
 		}

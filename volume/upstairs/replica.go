@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,7 +63,7 @@ type replica struct {
 
 // sentJob is what the reply to a job sent on a session must look like.
 type sentJob struct {
-	kind  JobKind
+	kind  engine.JobKind
 	bytes int // a read's data
 }
 
@@ -102,7 +103,7 @@ func (r *replica) lastErrLocked() string {
 
 // stateRunning returns the engine's state of this replica and whether the
 // volume is running (activated, not stopped).
-func (r *replica) stateRunning() (ReplicaState, bool) {
+func (r *replica) stateRunning() (engine.ReplicaState, bool) {
 	r.u.mu.Lock()
 	defer r.u.mu.Unlock()
 	return r.u.eng.State(r.id), r.u.eng.Running()
@@ -130,13 +131,13 @@ func (r *replica) run() {
 		// while the volume runs it keeps trying (with backoff) to reach
 		// its downstairs, whose session then starts the repair.
 		switch st, running := r.stateRunning(); {
-		case st == ReplicaStopped, st == ReplicaFaulted && !running:
+		case st == engine.ReplicaStopped, st == engine.ReplicaFaulted && !running:
 			select {
 			case <-r.wake:
 			case <-u.ctx.Done():
 			}
 			continue
-		case st == ReplicaFaulted:
+		case st == engine.ReplicaFaulted:
 			if !r.sleep(backoff) {
 				return
 			}
@@ -320,14 +321,14 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (ids.Genera
 		return 0, err
 	}
 	st := u.eng.State(r.id)
-	if st == ReplicaFaulted && u.eng.Running() {
+	if st == engine.ReplicaFaulted && u.eng.Running() {
 		// Reachable and serving our region: live repair takes it over
 		// once this session is activated.
 		u.eng.RepairStarted(r.id)
 		u.stepLocked()
 		st = u.eng.State(r.id)
 	}
-	if st == ReplicaFaulted || st == ReplicaStopped || a.region[r.id] == nil && st != ReplicaRepairing {
+	if st == engine.ReplicaFaulted || st == engine.ReplicaStopped || a.region[r.id] == nil && st != engine.ReplicaRepairing {
 		return 0, errSessionEnded
 	}
 	return u.gen, nil
@@ -378,16 +379,16 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 		u.mu.Unlock()
 		return nil
 	}
-	if u.eng.State(r.id) == ReplicaOffline {
+	if u.eng.State(r.id) == engine.ReplicaOffline {
 		u.eng.FlushedOn(r.id, flushedAt(versions, u.gen))
 	}
 	switch u.eng.Rejoin(r.id, lostWrites) {
-	case RejoinRepair:
-		if u.eng.State(r.id) == ReplicaOffline {
+	case engine.RejoinRepair:
+		if u.eng.State(r.id) == engine.ReplicaOffline {
 			u.log.Warn("replica restarted and may have lost unflushed writes; repairing it instead of replaying", "replica", r.id, "target", r.target)
 			u.faultForRepairLocked(r.id, fmt.Errorf("replica %d restarted and may have lost unflushed writes", r.id))
 		}
-	case RejoinHold:
+	case engine.RejoinHold:
 		u.holdLocked(r.id)
 		u.stepLocked()
 		u.finishLocked()
@@ -512,8 +513,8 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 	for {
 		u.mu.Lock()
 		switch st := u.eng.State(r.id); {
-		case st == ReplicaActive, st == ReplicaConnecting, st == ReplicaRepairing:
-		case r.held && st != ReplicaStopped:
+		case st == engine.ReplicaActive, st == engine.ReplicaConnecting, st == engine.ReplicaRepairing:
+		case r.held && st != engine.ReplicaStopped:
 			// Held for a restart reconciliation: calls only (an Offline
 			// or Faulted replica is sent no job).
 		default:
@@ -559,18 +560,18 @@ func (r *replica) picked(id wire.JobID) {
 }
 
 // messageLocked builds j's request in one of the replica's reused messages.
-func (r *replica) messageLocked(j *Job) wire.Message {
+func (r *replica) messageLocked(j *engine.Job) wire.Message {
 	u := r.u
 	r.deps = u.eng.SendDeps(r.deps[:0], j, r.id)
 	switch j.Kind {
-	case KindWrite:
+	case engine.KindWrite:
 		rec := u.recs[j.ID]
 		if rec == nil {
 			panic(fmt.Sprintf("upstairs: write job %d has no record", j.ID))
 		}
 		r.writeMsg = wire.Write{JobID: j.ID, Deps: r.deps, Offset: j.First, Hashes: rec.hashes, Data: rec.data}
 		return &r.writeMsg
-	case KindRead:
+	case engine.KindRead:
 		r.readMsg = wire.Read{JobID: j.ID, Deps: r.deps, Offset: j.First, Count: j.Count}
 		return &r.readMsg
 	default:
@@ -649,10 +650,10 @@ func (r *replica) jobReply(m wire.Message) {
 		u.stepLocked()
 		u.finishLocked()
 	case *wire.ReadResponse:
-		out := ReadFailed
+		out := engine.ReadFailed
 		if r.landed == m.JobID && r.landedBuf != nil {
 			out = verifyBlocks(r.landedBuf, m.Hashes, r.blockSize)
-			if out == ReadBadData {
+			if out == engine.ReadBadData {
 				u.log.Warn("read data failed verification", "replica", r.id, "job", m.JobID)
 			}
 		}
@@ -668,16 +669,16 @@ func (r *replica) jobReply(m wire.Message) {
 
 // verifyBlocks checks every block against the hash the downstairs
 // returned.
-func verifyBlocks(data []byte, hashes []uint64, blockSize int) ReadOutcome {
+func verifyBlocks(data []byte, hashes []uint64, blockSize int) engine.ReadOutcome {
 	if blockSize <= 0 || len(hashes)*blockSize != len(data) {
-		return ReadFailed
+		return engine.ReadFailed
 	}
 	for i, h := range hashes {
 		if !blockMatches(data[i*blockSize:(i+1)*blockSize], h) {
-			return ReadBadData
+			return engine.ReadBadData
 		}
 	}
-	return ReadGood
+	return engine.ReadGood
 }
 
 // sessionError handles a session-level Error (JobID zero, or fencing),
@@ -697,10 +698,10 @@ func (r *replica) jobError(m *wire.Error) {
 	j, ok := u.eng.Lookup(m.JobID)
 	switch {
 	case !ok:
-	case j.Kind == KindRead && m.Code == wire.CodeCorruptBlock:
-		u.eng.ReadResult(r.id, m.JobID, ReadBadData)
-	case j.Kind == KindRead:
-		u.eng.ReadResult(r.id, m.JobID, ReadFailed)
+	case j.Kind == engine.KindRead && m.Code == wire.CodeCorruptBlock:
+		u.eng.ReadResult(r.id, m.JobID, engine.ReadBadData)
+	case j.Kind == engine.KindRead:
+		u.eng.ReadResult(r.id, m.JobID, engine.ReadFailed)
 	case m.Code == wire.CodeHashMismatch:
 		why := fmt.Errorf("replica %d refused the private copy of write %d: %w", r.id, m.JobID, m.Err())
 		r.dropLocked(why, func() { u.eng.Rejected(r.id, m.JobID) })

@@ -2,6 +2,7 @@ package upstairs
 
 import (
 	"fmt"
+	"tern/volume/upstairs/engine"
 	"time"
 )
 
@@ -12,7 +13,7 @@ import (
 
 // stateChanged is called under u.mu when the engine moves this replica
 // to st on ev: it keeps the fault reason and wakes the run goroutine.
-func (r *replica) stateChanged(st ReplicaState, ev ReplicaEvent) {
+func (r *replica) stateChanged(st engine.ReplicaState, ev engine.ReplicaEvent) {
 	r.noteFaultLocked(st, ev)
 	r.wakeUp()
 }
@@ -34,17 +35,17 @@ func (r *replica) dropLocked(why error, tell func()) {
 // Faulted), cleared when it is Active again. Reconnect attempts in
 // between do not touch it, so it still says why the replica was dropped
 // when lastErr already says why it cannot come back.
-func (r *replica) noteFaultLocked(st ReplicaState, ev ReplicaEvent) {
+func (r *replica) noteFaultLocked(st engine.ReplicaState, ev engine.ReplicaEvent) {
 	switch st {
-	case ReplicaActive:
+	case engine.ReplicaActive:
 		r.faultReason, r.faultFirst, r.faultedAt = nil, nil, time.Time{}
 		return
-	case ReplicaOffline, ReplicaFaulted:
+	case engine.ReplicaOffline, engine.ReplicaFaulted:
 	default:
 		return
 	}
 	why := r.cause
-	if why == nil || ev == EventOverflow {
+	if why == nil || ev == engine.EventOverflow {
 		why = r.eventReasonLocked(ev)
 	}
 	if r.faultFirst == nil {
@@ -54,14 +55,14 @@ func (r *replica) noteFaultLocked(st ReplicaState, ev ReplicaEvent) {
 }
 
 // eventReasonLocked describes a transition the engine decided by itself.
-func (r *replica) eventReasonLocked(ev ReplicaEvent) error {
+func (r *replica) eventReasonLocked(ev engine.ReplicaEvent) error {
 	switch ev {
-	case EventOverflow:
+	case engine.EventOverflow:
 		owedJobs, owedBytes := r.u.eng.Owed(r.id)
 		limits := r.u.eng.Limits()
 		return fmt.Errorf("replica %d owes %d jobs (%d bytes), more than the offline backlog allows (%d jobs, %d bytes)",
 			r.id, owedJobs, owedBytes, limits.BacklogJobs, limits.BacklogBytes)
-	case EventDisconnected:
+	case engine.EventDisconnected:
 		return fmt.Errorf("replica %d: connection lost", r.id)
 	}
 	return fmt.Errorf("replica %d: %v", r.id, ev)

@@ -3,6 +3,7 @@ package upstairs
 import (
 	"fmt"
 	"slices"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/extent"
@@ -128,7 +129,7 @@ func (r *replica) checkReplyTimeout(t *time.Timer) error {
 }
 
 // requestTypes names what a job kind sends.
-var requestTypes = [...]wire.MsgType{KindWrite: wire.TypeWrite, KindRead: wire.TypeRead, KindFlush: wire.TypeFlush}
+var requestTypes = [...]wire.MsgType{engine.KindWrite: wire.TypeWrite, engine.KindRead: wire.TypeRead, engine.KindFlush: wire.TypeFlush}
 
 // replyKind is what a decoded reply is to the session that received it.
 type replyKind int
@@ -183,12 +184,12 @@ func checkReply(rep int, m wire.Message, sent map[wire.JobID]sentJob, inflight m
 	switch m := m.(type) {
 	case *wire.Error:
 	case *wire.Ack:
-		if s.kind == KindRead {
+		if s.kind == engine.KindRead {
 			return 0, nil, fmt.Errorf("replica %d answered %v with Ack (job %d): %w", rep, req, id, ErrProtocol)
 		}
 	case *wire.ReadResponse:
 		switch {
-		case s.kind != KindRead:
+		case s.kind != engine.KindRead:
 			return 0, nil, fmt.Errorf("replica %d answered %v with ReadResponse (job %d): %w", rep, req, id, ErrProtocol)
 		case len(m.Data) != s.bytes:
 			return 0, nil, fmt.Errorf("replica %d sent %d bytes for a read of %d (job %d): %w",
@@ -245,7 +246,7 @@ func (r *replica) violated(m wire.Message, err error) {
 	u.log.Error("downstairs broke the protocol; faulting it", "replica", r.id, "target", r.target, "err", err)
 	u.mu.Lock()
 	if id, _ := wire.JobOf(m); r.landed == id && r.landedBuf != nil {
-		u.eng.ReadResult(r.id, id, ReadFailed)
+		u.eng.ReadResult(r.id, id, engine.ReadFailed)
 	}
 	r.landed, r.landedBuf = 0, nil
 	r.dropLocked(err, func() { u.eng.Fault(r.id) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
@@ -133,8 +134,8 @@ func (u *Upstairs) runRestart() {
 			u.finishLocked()
 			return
 		}
-		var held [ReplicaCount]bool
-		var epochs [ReplicaCount]uint64
+		var held [engine.ReplicaCount]bool
+		var epochs [engine.ReplicaCount]uint64
 		n := 0
 		for r, rep := range u.replicas {
 			if rep.held && rep.serving {
@@ -143,9 +144,9 @@ func (u *Upstairs) runRestart() {
 			}
 		}
 		var wait <-chan time.Time
-		ready := n == ReplicaCount
+		ready := n == engine.ReplicaCount
 		switch {
-		case n < Quorum:
+		case n < engine.Quorum:
 			quorumSince = time.Time{}
 		case quorumSince.IsZero():
 			quorumSince = time.Now()
@@ -193,7 +194,7 @@ func (u *Upstairs) runRestart() {
 // reconcileRestart reconciles the held replicas (pinned to their session
 // epochs) and returns the volume to IO; see the comment at the top of
 // this file.
-func (u *Upstairs) reconcileRestart(ctx context.Context, held [ReplicaCount]bool, epochs [ReplicaCount]uint64) (err error) {
+func (u *Upstairs) reconcileRestart(ctx context.Context, held [engine.ReplicaCount]bool, epochs [engine.ReplicaCount]uint64) (err error) {
 	start := time.Now()
 	defer u.repairRan(repairActivation, start)
 	t := reconcile.NewTracker(nil)
@@ -208,7 +209,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [ReplicaCount]bool
 	}()
 	_ = t.SetPhase(reconcile.PhaseComparing)
 	var present []reconcile.ReplicaVersions
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if !held[r] {
 			continue
 		}
@@ -219,7 +220,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [ReplicaCount]bool
 		// A replica held Faulted or Repairing missed jobs its peers
 		// took: it is no source while one of them is present.
 		u.mu.Lock()
-		behind := u.eng.State(r) != ReplicaOffline
+		behind := u.eng.State(r) != engine.ReplicaOffline
 		u.mu.Unlock()
 		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs, Behind: behind})
 	}
@@ -248,7 +249,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [ReplicaCount]bool
 		u.mu.Unlock()
 		return errRestartSuperseded
 	}
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if held[r] && (!u.replicas[r].held || u.replicas[r].epoch != epochs[r]) {
 			u.mu.Unlock()
 			return fmt.Errorf("restart reconciliation: replica %d: %w", r, ErrNoSession)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
@@ -24,7 +25,7 @@ type Upstairs struct {
 	log      *slog.Logger
 	met      *ioMetrics
 	rmet     *repairMetrics
-	replicas [ReplicaCount]*replica
+	replicas [engine.ReplicaCount]*replica
 	// actTracker publishes the activation's progress from New on.
 	actTracker *reconcile.Tracker
 	// stats counts repair work (atomics, no lock).
@@ -41,7 +42,7 @@ type Upstairs struct {
 
 	// mu guards everything below, including the engine and the records.
 	mu    sync.Mutex
-	eng   *Engine
+	eng   *engine.Engine
 	recs  map[wire.JobID]*ioRecord
 	pools pools
 
@@ -69,11 +70,11 @@ type Upstairs struct {
 	privatize []wire.JobID
 	// targets are the downstairs addresses, Config.Targets until
 	// ReplaceReplica swaps one.
-	targets [ReplicaCount]string
+	targets [engine.ReplicaCount]string
 	// stateCh is closed (and replaced) whenever a replica changes state.
 	stateCh chan struct{}
 	// live is each replica's live-repair bookkeeping.
-	live [ReplicaCount]liveRepairSlot
+	live [engine.ReplicaCount]liveRepairSlot
 	// restart is the restart reconciliation's (restart_reconcile.go).
 	restart restartState
 }
@@ -89,11 +90,11 @@ type activation struct {
 	proceed chan struct{}
 	// decided is set once Activate chose the replicas that take part.
 	decided bool
-	region  [ReplicaCount]*wire.RegionInfo
-	done    [ReplicaCount]bool
-	err     [ReplicaCount]error
+	region  [engine.ReplicaCount]*wire.RegionInfo
+	done    [engine.ReplicaCount]bool
+	err     [engine.ReplicaCount]error
 	// versions are the extent versions each replica reported.
-	versions [ReplicaCount][]wire.ExtentVersion
+	versions [engine.ReplicaCount][]wire.ExtentVersion
 }
 
 // New validates cfg (reporting every problem at once) and returns an
@@ -115,7 +116,7 @@ func New(cfg Config) (*Upstairs, error) {
 		actTracker: reconcile.NewTracker(nil),
 		ctx:        ctx,
 		cancel:     cancel,
-		eng:        NewEngine(cfg.limits()),
+		eng:        engine.NewEngine(cfg.limits()),
 		recs:       make(map[wire.JobID]*ioRecord),
 		spaceCh:    make(chan struct{}),
 		drainCh:    make(chan struct{}),
@@ -186,7 +187,7 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 			u.mu.Unlock()
 			return fatal
 		}
-		if n == ReplicaCount || quorumWaited && n >= Quorum {
+		if n == engine.ReplicaCount || quorumWaited && n >= engine.Quorum {
 			err := u.checkRegionsLocked(a)
 			if err == nil {
 				a.decided = true
@@ -217,15 +218,15 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 			return fatal
 		}
 		waiting := 0
-		for r := range ReplicaCount {
+		for r := range engine.ReplicaCount {
 			if a.region[r] != nil && !a.done[r] && a.err[r] == nil {
 				waiting++
 			}
 		}
 		if waiting == 0 {
 			u.mu.Unlock()
-			if n < Quorum {
-				return fmt.Errorf("%d of %d replicas activated: %w", n, ReplicaCount, ErrNotEnoughReplicas)
+			if n < engine.Quorum {
+				return fmt.Errorf("%d of %d replicas activated: %w", n, engine.ReplicaCount, ErrNotEnoughReplicas)
 			}
 			if err := u.reconcileActivation(ctx, a); err != nil {
 				return err
@@ -249,7 +250,7 @@ func (u *Upstairs) activate(ctx context.Context, a *activation) error {
 // generation error any replica met, which ends the activation.
 func (a *activation) countLocked(ok func(r int) bool) (int, error) {
 	n := 0
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if err := a.err[r]; errors.Is(err, ErrFenced) || errors.Is(err, ErrGenTooLow) || errors.Is(err, ErrRegionMismatch) {
 			return 0, err
 		}
@@ -271,7 +272,7 @@ func (a *activation) notifyLocked() {
 func (u *Upstairs) checkRegionsLocked(a *activation) error {
 	var errs []error
 	ref := -1
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if a.region[r] == nil {
 			continue
 		}
@@ -329,9 +330,9 @@ func describeRegion(r wire.RegionInfo) string {
 // activated are Active, the rest Faulted; flush numbers continue after the
 // highest any replica has.
 func (u *Upstairs) startIOLocked(a *activation) {
-	var active [ReplicaCount]bool
+	var active [engine.ReplicaCount]bool
 	var maxFlush uint64
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		active[r] = a.done[r]
 		for _, v := range a.versions[r] {
 			maxFlush = max(maxFlush, v.Flush)
@@ -352,7 +353,7 @@ func (u *Upstairs) startIOLocked(a *activation) {
 	for _, rep := range u.replicas {
 		rep.cause = nil
 	}
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if a.done[r] {
 			u.log.Info("replica active", "replica", r, "target", u.targets[r], "gen", a.gen)
 		}
@@ -396,12 +397,12 @@ func (u *Upstairs) Close() error {
 	// Deactivating needs a quorum of connected replicas; without one a
 	// flush would only wait for the Offline ones until the timeout.
 	active := 0
-	for r := range ReplicaCount {
-		if u.eng.State(r) == ReplicaActive {
+	for r := range engine.ReplicaCount {
+		if u.eng.State(r) == engine.ReplicaActive {
 			active++
 		}
 	}
-	running := u.eng.Running() && active >= Quorum
+	running := u.eng.Running() && active >= engine.Quorum
 	u.closing = true
 	u.mu.Unlock()
 	var err error
@@ -470,11 +471,11 @@ func (u *Upstairs) stepLocked() {
 	}
 }
 
-func (u *Upstairs) applyLocked(a Action) {
+func (u *Upstairs) applyLocked(a engine.Action) {
 	switch a.Kind {
-	case ActWake:
+	case engine.ActWake:
 		u.replicas[a.Replica].wakeUp()
-	case ActComplete:
+	case engine.ActComplete:
 		rec := u.recs[a.ID]
 		if rec == nil || rec.waiter == nil {
 			return
@@ -488,16 +489,16 @@ func (u *Upstairs) applyLocked(a Action) {
 		if w.pending == 0 {
 			w.ch <- struct{}{}
 		}
-	case ActRetire:
+	case engine.ActRetire:
 		if rec := u.recs[a.ID]; rec != nil {
 			delete(u.recs, a.ID)
 			u.pools.putRecord(rec)
 		}
-	case ActPrivatize:
+	case engine.ActPrivatize:
 		u.privatize = append(u.privatize, a.ID)
-	case ActRepairRead:
+	case engine.ActRepairRead:
 		u.repairLocked(a)
-	case ActRewrite:
+	case engine.ActRewrite:
 		parent, child := u.recs[a.Parent], u.pools.record()
 		if parent != nil && parent.priv != nil {
 			parent.priv.refs++
@@ -505,7 +506,7 @@ func (u *Upstairs) applyLocked(a Action) {
 			child.start = parent.start
 		}
 		u.recs[a.ID] = child
-	case ActState:
+	case engine.ActState:
 		u.log.Info("replica state", "replica", a.Replica, "target", u.targets[a.Replica], "state", a.State)
 		u.replicas[a.Replica].stateChanged(a.State, a.Event)
 		close(u.stateCh)
@@ -564,7 +565,7 @@ func (u *Upstairs) privatizeLocked(id wire.JobID) {
 // caller's buffer. It runs while the engine's actions are applied, before
 // the read's completion releases the caller, and must not step the engine
 // itself: the actions it causes are applied by the loop in stepLocked.
-func (u *Upstairs) repairLocked(a Action) {
+func (u *Upstairs) repairLocked(a engine.Action) {
 	// The engine may have retired the read already; its record lives until
 	// the actRetire that follows.
 	rec := u.recs[a.ID]
@@ -599,7 +600,7 @@ type Status struct {
 	// Region is the agreed region geometry (zero before activation).
 	Region wire.RegionInfo
 	// Replicas describes each downstairs, in target order.
-	Replicas [ReplicaCount]ReplicaStatus
+	Replicas [engine.ReplicaCount]ReplicaStatus
 	// LiveJobs and LiveBytes count jobs not yet retired by every replica.
 	LiveJobs  int
 	LiveBytes int64
@@ -614,7 +615,7 @@ type ReplicaStatus struct {
 	// Target is the downstairs address.
 	Target string
 	// State is the replica's state.
-	State ReplicaState
+	State engine.ReplicaState
 	// OutstandingJobs and OutstandingBytes count jobs the replica owes: in
 	// flight when Active, the replay backlog when Offline.
 	OutstandingJobs  int
@@ -661,7 +662,7 @@ func (u *Upstairs) Status() Status {
 
 		Activation: u.actTracker.Status(),
 	}
-	for r := range ReplicaCount {
+	for r := range engine.ReplicaCount {
 		owedJobs, owedBytes := u.eng.Owed(r)
 		s.Replicas[r] = ReplicaStatus{
 			Target:           u.targets[r],

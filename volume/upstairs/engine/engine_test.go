@@ -1,4 +1,4 @@
-package upstairs
+package engine
 
 import (
 	"errors"
@@ -622,20 +622,24 @@ func TestFlushAcksAtTwo(t *testing.T) {
 	h.mustComplete(f, nil)
 }
 
+// errTestStop is what the tests stop the engine with (a driver passes its
+// own reason, ErrFenced or ErrClosed).
+var errTestStop = errors.New("stopped by the test")
+
 func TestStopFailsEverythingButWaitsForBusyBuffers(t *testing.T) {
 	h := newHarness(t, Limits{})
 	w := h.write(0, 1)
 	j, _ := h.e.TakeNext(0)
-	h.e.Stop(ErrFenced)
+	h.e.Stop(errTestStop)
 	h.drain()
 	h.mustPend(w) // replica 0's driver still reads the caller's buffer
 	h.e.Sent(0, j.ID)
 	h.drain()
-	h.mustComplete(w, ErrFenced)
+	h.mustComplete(w, errTestStop)
 	if !h.retired[w] {
 		t.Fatal("not retired")
 	}
-	if _, err := h.e.SubmitRead(0, 1, 4096); !errors.Is(err, ErrFenced) {
+	if _, err := h.e.SubmitRead(0, 1, 4096); !errors.Is(err, errTestStop) {
 		t.Fatalf("submitRead after stop = %v", err)
 	}
 }

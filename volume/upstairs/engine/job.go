@@ -1,4 +1,4 @@
-package upstairs
+package engine
 
 import (
 	"tern/volume/ids"
