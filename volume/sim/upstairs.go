@@ -87,7 +87,7 @@ func newUpNode(w *world, n int, gen ids.Generation) *upNode {
 		uuid:  uuid.UUID{0x7e, 0x51, byte(n + 1)},
 		jobs:  map[wire.JobID]*ujob{},
 		calls: map[wire.JobID]*call{},
-		eng: engine.NewEngine(engine.Limits{
+		eng: engine.New(engine.Limits{
 			BacklogJobs: w.cfg.BacklogJobs, BacklogBytes: w.cfg.BacklogJobs * 3 * int(w.spec.BlockSize),
 			InflightJobs: w.cfg.InflightJobs, InflightBytes: w.cfg.InflightJobs * 3 * int(w.spec.BlockSize),
 		}),

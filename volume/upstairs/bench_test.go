@@ -93,7 +93,7 @@ func benchIO(b *testing.B, size, qd int, op func(*Upstairs, context.Context, []b
 // BenchmarkEngineWriteCycle is the decision core alone: submit a write,
 // send it to three replicas, two acks, a private copy, the third ack.
 func BenchmarkEngineWriteCycle(b *testing.B) {
-	e := engine.NewEngine(engine.Limits{BacklogJobs: 1000, BacklogBytes: 64 << 20, InflightJobs: 2000, InflightBytes: 128 << 20})
+	e := engine.New(engine.Limits{BacklogJobs: 1000, BacklogBytes: 64 << 20, InflightJobs: 2000, InflightBytes: 128 << 20})
 	e.Activate([engine.ReplicaCount]bool{true, true, true}, 1)
 	e.TakeActions()
 	deps := make([]wire.JobID, 0, 16)

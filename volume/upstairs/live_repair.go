@@ -21,7 +21,7 @@ import (
 // one repair goroutine for it:
 //
 //  1. A reconcile.LiveRepair walk is attached to the engine, which routes
-//     guest writes to the replica by extent (engine_live_repair.go).
+//     guest writes to the replica by extent (engine/live_repair.go).
 //  2. For each extent the walk hands out (Next, under Upstairs.mu, so every
 //     write submitted afterwards is routed with the extent under repair):
 //     ask an Active source for the extent's version and hashes — the call

@@ -116,7 +116,7 @@ func New(cfg Config) (*Upstairs, error) {
 		actTracker: reconcile.NewTracker(nil),
 		ctx:        ctx,
 		cancel:     cancel,
-		eng:        engine.NewEngine(cfg.limits()),
+		eng:        engine.New(cfg.limits()),
 		recs:       make(map[wire.JobID]*ioRecord),
 		spaceCh:    make(chan struct{}),
 		drainCh:    make(chan struct{}),

@@ -39,7 +39,7 @@ type Engine struct {
 
 	replicas [ReplicaCount]replicaCore
 	// extentBlocks is the region's extent size, for routing writes to a
-	// replica under live repair (engine_live_repair.go).
+	// replica under live repair (live_repair.go).
 	extentBlocks uint32
 
 	// liveJobs and liveBytes count unretired jobs for backpressure.
@@ -113,7 +113,8 @@ var (
 	ErrAbandoned = errors.New("job abandoned by caller")
 )
 
-func NewEngine(limits Limits) *Engine {
+// New returns an engine bounded by limits, not yet activated (Activate).
+func New(limits Limits) *Engine {
 	return &Engine{
 		limits: limits,
 		nextID: 1000,

@@ -26,7 +26,7 @@ func newHarness(t *testing.T, limits Limits) *harness {
 	if limits == (Limits{}) {
 		limits = Limits{BacklogJobs: 8, BacklogBytes: 1 << 20, InflightJobs: 64, InflightBytes: 8 << 20}
 	}
-	h := &harness{t: t, e: NewEngine(limits), completed: map[wire.JobID]error{}, retired: map[wire.JobID]bool{}, rewrites: map[wire.JobID]wire.JobID{}}
+	h := &harness{t: t, e: New(limits), completed: map[wire.JobID]error{}, retired: map[wire.JobID]bool{}, rewrites: map[wire.JobID]wire.JobID{}}
 	h.e.Activate([ReplicaCount]bool{true, true, true}, 1)
 	h.drain()
 	return h

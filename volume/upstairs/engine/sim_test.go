@@ -83,7 +83,7 @@ type sim struct {
 
 func newSim(t *testing.T, seed uint64, limits Limits) *sim {
 	s := &sim{
-		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), e: NewEngine(limits),
+		t: t, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), e: New(limits),
 		writes: map[wire.JobID]*simWrite{}, reads: map[wire.JobID]*simRead{}, pending: map[wire.JobID]bool{},
 		nextVal: 1,
 	}
