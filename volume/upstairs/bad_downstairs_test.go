@@ -9,13 +9,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
 	"tern/volume/transport"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

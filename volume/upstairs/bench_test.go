@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"tern/volume/upstairs/engine"
 	"testing"
 
 	"tern/volume/extent"
 	"tern/volume/ids"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

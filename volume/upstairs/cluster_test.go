@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"tern/volume/extent"
 	"tern/volume/ids"
 	"tern/volume/transport"
+	"tern/volume/upstairs/engine"
 )
 
 // Test geometry: 8 extents of 64 blocks of 4 KiB (2 MiB).

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
 	"tern/volume/transport"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

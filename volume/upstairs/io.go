@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

@@ -2,11 +2,12 @@ package upstairs
 
 import (
 	"fmt"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
+
+	"tern/volume/upstairs/engine"
 )
 
 // ioMetrics are the upstairs' IO counters, labelled by kind and upstairs.

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"tern/volume/upstairs/engine"
 
 	"github.com/cespare/xxhash/v2"
 
 	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

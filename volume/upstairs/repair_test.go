@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"tern/volume/extent"
 	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 )
 
 // divergence writes blocks (region block numbers) of pattern seed straight

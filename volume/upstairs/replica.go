@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +11,7 @@ import (
 
 	"tern/volume/ids"
 	"tern/volume/transport"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

@@ -2,8 +2,9 @@ package upstairs
 
 import (
 	"fmt"
-	"tern/volume/upstairs/engine"
 	"time"
+
+	"tern/volume/upstairs/engine"
 )
 
 // Why a replica is out of service. Status reports it as FaultReason,

@@ -3,10 +3,10 @@ package upstairs
 import (
 	"fmt"
 	"slices"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

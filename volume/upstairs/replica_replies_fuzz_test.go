@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 	"runtime/metrics"
 	"slices"
-	"tern/volume/upstairs/engine"
 	"testing"
 
 	"github.com/google/uuid"
 
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

@@ -3,10 +3,10 @@ package upstairs
 import (
 	"bytes"
 	"context"
-	"tern/volume/upstairs/engine"
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 )
 
 // writeVolume writes pattern seed over n blocks from first through u and

@@ -3,8 +3,8 @@ package upstairs
 import (
 	"context"
 	"fmt"
-	"tern/volume/upstairs/engine"
 
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

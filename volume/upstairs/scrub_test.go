@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"tern/volume/upstairs/engine"
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 )
 
 // flipBit flips one bit of block's data in replica i's extent file (the

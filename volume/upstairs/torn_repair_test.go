@@ -7,13 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
 	"tern/volume/extent"
 	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/volumetest"
 )
 

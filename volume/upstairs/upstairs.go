@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"tern/volume/upstairs/engine"
 	"time"
 
 	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 

@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"tern/volume/upstairs/engine"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"tern/volume/downstairs"
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
