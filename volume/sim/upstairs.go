@@ -15,7 +15,7 @@ import (
 
 // upNode is one simulated upstairs: the real job engine (engine.Engine)
 // with a driver that does, under the scheduler, what Upstairs' goroutines
-// do around it (replica.go, io.go, live_repair.go): dial and activate each
+// do around it (replica.go, replica_setup.go, replica_serve.go, io.go, live_repair.go): dial and activate each
 // downstairs, send jobs and repair calls merged in ID order, apply
 // replies, copy write data on ActPrivatize, write back good data on
 // ActRepairRead, redial with backoff, and walk a Repairing replica with
