@@ -5,13 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"tern/migration"
 	"tern/vmm/api"
 	"tern/vmm/instance"
-	"tern/vmm/migrate"
 )
 
 func TestCheckMigrationVersions(t *testing.T) {
-	cur := api.Version{MigrationProtocols: []migrate.Version{1}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}}}
+	cur := api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}}}
 	for _, c := range []struct {
 		name     string
 		src, dst api.Version
@@ -19,18 +19,18 @@ func TestCheckMigrationVersions(t *testing.T) {
 	}{
 		{"same build", cur, cur, nil},
 		{"the target reads the source's version and the one before",
-			cur, api.Version{MigrationProtocols: []migrate.Version{1, 2}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, nil},
+			cur, api.Version{MigrationProtocols: []migration.Version{1, 2}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, nil},
 		{"the source reads an older version but writes its newest",
-			api.Version{MigrationProtocols: []migrate.Version{1}, Devices: map[string][]uint16{"vcpu": {1, 2}}},
-			api.Version{MigrationProtocols: []migrate.Version{1}, Devices: map[string][]uint16{"vcpu": {2, 3}}}, nil},
+			api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {1, 2}}},
+			api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {2, 3}}}, nil},
 		{"no common protocol",
-			cur, api.Version{MigrationProtocols: []migrate.Version{99}, Devices: cur.Devices},
+			cur, api.Version{MigrationProtocols: []migration.Version{99}, Devices: cur.Devices},
 			[]string{"no common migration protocol", "[1]", "[99]"}},
 		{"a newer device version",
-			api.Version{MigrationProtocols: []migrate.Version{1}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, cur,
+			api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, cur,
 			[]string{"device vcpu: the source writes version 2, the target reads [1]"}},
 		{"an unknown kind and no protocol, both named",
-			api.Version{MigrationProtocols: []migrate.Version{2}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}, "rtc": {1}}}, cur,
+			api.Version{MigrationProtocols: []migration.Version{2}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}, "rtc": {1}}}, cur,
 			[]string{"no common migration protocol", "device rtc: the target does not read this kind"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/migration"
 	"tern/vmm/devices"
-	"tern/vmm/migrate"
 )
 
 // Config is what Start needs besides the spec.
@@ -34,13 +34,13 @@ type Config struct {
 	// migration in.
 	MigrationTLS *tls.Config
 	// MigrationVersions are the protocol versions offered either way
-	// (nil: migrate.SupportedVersions).
-	MigrationVersions []migrate.Version
+	// (nil: migration.SupportedVersions).
+	MigrationVersions []migration.Version
 	// APIURL is this VMM's API, which a migration target sends its
 	// source for the source's serial watchers.
 	APIURL string
 	// SameHostSocketPrefix is where a migration source makes its memfd
-	// hand-over socket (migrate.SourceConfig.SameHostSocketPrefix); empty
+	// hand-over socket (migration.SourceConfig.SameHostSocketPrefix); empty
 	// refuses the same-host path.
 	SameHostSocketPrefix string
 }

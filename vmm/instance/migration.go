@@ -11,9 +11,9 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/migration"
 	"tern/vmm"
 	"tern/vmm/memory"
-	"tern/vmm/migrate"
 	"tern/volume/transport"
 )
 
@@ -25,7 +25,7 @@ const migrationDialTimeout = 30 * time.Second
 type migrationConfig struct {
 	host           Host
 	tls            *tls.Config
-	versions       []migrate.Version
+	versions       []migration.Version
 	apiURL         string
 	sameHostPrefix string
 }
@@ -34,7 +34,7 @@ func migrationConfigOf(cfg Config) migrationConfig {
 	m := migrationConfig{host: cfg.Host, versions: cfg.MigrationVersions, apiURL: cfg.APIURL, sameHostPrefix: cfg.SameHostSocketPrefix}
 	if cfg.MigrationTLS != nil {
 		m.tls = cfg.MigrationTLS.Clone()
-		m.tls.NextProtos = []string{migrate.NextProto}
+		m.tls.NextProtos = []string{migration.NextProto}
 	}
 	return m
 }
@@ -76,7 +76,7 @@ func (c *Controller) dropOutgoing(why string) {
 }
 
 // statusOf is the published form of a migration's progress.
-func statusOf(id string, p migrate.Progress) MigrationStatus {
+func statusOf(id string, p migration.Progress) MigrationStatus {
 	var ph Phase
 	ph.UnmarshalText([]byte(p.Phase.String())) // the same names; an unknown one stays 0
 	return MigrationStatus{ID: id, Phase: ph, Round: p.Round, BytesSent: p.BytesSent, PagesRemaining: p.PagesRemaining,
@@ -133,17 +133,17 @@ func (d *driver) migrateOut() (migrated bool) {
 		fail(MigrationStatus{Phase: PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
 		return false
 	}
-	cfg := migrate.SourceConfig{
+	cfg := migration.SourceConfig{
 		VM: vm, Spec: specJSON, Versions: c.mig.versions, SameHostSocketPrefix: c.mig.sameHostPrefix,
 		Logger: c.log.With("migration", "out"),
-		OnOffer: func(o migrate.Offer) error {
+		OnOffer: func(o migration.Offer) error {
 			id, apiURL = o.MigrationID, o.APIURL
 			return nil
 		},
 		AfterPause: func() error { return d.flushDisks() },
-		OnProgress: func(p migrate.Progress) {
+		OnProgress: func(p migration.Progress) {
 			st := statusOf(id, p)
-			if p.Phase == migrate.PhaseError {
+			if p.Phase == migration.PhaseError {
 				fail(st) // the guest runs again: Send publishes error only after Resume
 				return
 			}
@@ -153,7 +153,7 @@ func (d *driver) migrateOut() (migrated bool) {
 	if inj, ok := spec.FailureInjector(); ok {
 		cfg.Injector = d.injector(inj)
 	}
-	res, err := migrate.Send(d.ctx, conn, cfg)
+	res, err := migration.Send(d.ctx, conn, cfg)
 	switch {
 	case err == nil:
 		c.mu.Lock()
@@ -161,7 +161,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		c.mu.Unlock()
 		c.log.Info("migrated out", "migration_id", id, "to", apiURL, "total", res.Total, "downtime", res.Downtime)
 		return true
-	case errors.Is(err, migrate.ErrCommitted):
+	case errors.Is(err, migration.ErrCommitted):
 		// The guest is the target's (or lost); this side never resumes it.
 		c.log.Error("migration out failed after the point of no return", "migration_id", id, "err", err)
 		c.mu.Lock()
@@ -177,9 +177,9 @@ func (d *driver) migrateOut() (migrated bool) {
 
 // injector returns the instance's failure injector, made once: its
 // counts span migrations.
-func (d *driver) injector(spec migrate.InjectorSpec) *migrate.Injector {
+func (d *driver) injector(spec migration.InjectorSpec) *migration.Injector {
 	if d.inj == nil {
-		d.inj = migrate.NewInjector(spec)
+		d.inj = migration.NewInjector(spec)
 	}
 	return d.inj
 }
@@ -242,20 +242,20 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 		downtime = *in.DowntimeTargetMs
 	}
 	var pausedAt time.Time
-	cfg := migrate.TargetConfig{
+	cfg := migration.TargetConfig{
 		Build:    d.buildMigrated,
 		Start:    d.runMigrated,
 		Versions: c.mig.versions,
-		Offer: migrate.Offer{MigrationID: in.MigrationID, DowntimeTarget: time.Duration(downtime) * time.Millisecond,
+		Offer: migration.Offer{MigrationID: in.MigrationID, DowntimeTarget: time.Duration(downtime) * time.Millisecond,
 			SameHost: in.SameHost, APIURL: c.mig.apiURL},
 		BeforeFinish: d.activateMigrated,
 		Logger:       c.log.With("migration", "in"),
-		OnProgress: func(p migrate.Progress) {
+		OnProgress: func(p migration.Progress) {
 			last = statusOf(in.MigrationID, p)
-			if p.Phase == migrate.PhasePause && pausedAt.IsZero() {
+			if p.Phase == migration.PhasePause && pausedAt.IsZero() {
 				pausedAt = time.Now()
 			}
-			if p.Phase != migrate.PhaseError {
+			if p.Phase != migration.PhaseError {
 				c.publishWith(Migrating, func(s *Snapshot) { s.Migration.In = last })
 			}
 		},
@@ -263,7 +263,7 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 	if inj, ok := c.spec.FailureInjector(); ok {
 		cfg.Injector = d.injector(inj)
 	}
-	vm, res, err := migrate.Receive(ctx, conn, cfg)
+	vm, res, err := migration.Receive(ctx, conn, cfg)
 	if err != nil {
 		// Receive stopped and closed the VM it built; the guest never ran.
 		if d.runDone != nil {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"tern/vmm/migrate"
+	"tern/migration"
 )
 
 func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
@@ -59,15 +59,15 @@ func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
 }
 
 func TestStatusOfCarriesEveryProgressField(t *testing.T) {
-	p := migrate.Progress{Phase: migrate.PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
+	p := migration.Progress{Phase: migration.PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
 		BandwidthBytesPerSec: 7, EstimatedDowntimeMs: 0.25, TotalMs: 9, DowntimeMs: 4, Error: "x"}
 	want := MigrationStatus{ID: "m", Phase: PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
 		BandwidthBytesPerSec: 7, EstimatedDowntimeMs: 0.25, TotalMs: 9, DowntimeMs: 4, Error: "x"}
 	if got := statusOf("m", p); got != want {
 		t.Fatalf("statusOf = %+v; want %+v", got, want)
 	}
-	for _, ph := range migrate.Phases {
-		if got := statusOf("m", migrate.Progress{Phase: ph}).Phase.String(); got != ph.String() {
+	for _, ph := range migration.Phases {
+		if got := statusOf("m", migration.Progress{Phase: ph}).Phase.String(); got != ph.String() {
 			t.Errorf("phase %v published as %s", ph, got)
 		}
 	}

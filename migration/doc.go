@@ -57,4 +57,4 @@
 //   - Decide, the convergence rule, is a pure function over plain data.
 //   - Every decoder of network bytes returns an error on malformed input,
 //     never panics, and allocates at most in proportion to its input.
-package migrate
+package migration
