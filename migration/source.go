@@ -177,6 +177,7 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err != nil {
 		return res, false, err
 	}
+	s.prog.ID = h.Offer.MigrationID
 	if s.cfg.OnOffer != nil {
 		if err := s.cfg.OnOffer(h.Offer); err != nil {
 			return res, false, err

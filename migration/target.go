@@ -66,6 +66,7 @@ type target struct {
 // owns conn and closes it.
 func Receive(ctx context.Context, conn *quic.Conn, cfg TargetConfig) (*vmm.VM, Result, error) {
 	t := &target{cfg: cfg, log: cfg.Logger, p: &peer{conn: conn}}
+	t.prog.ID = cfg.Offer.MigrationID
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}

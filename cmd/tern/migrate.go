@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"tern/internal/units"
+	"tern/migration"
 	"tern/vmm/client"
 )
 
@@ -87,10 +88,10 @@ func newMigrateProgress(out io.Writer, isTTY bool) *migrateProgress {
 
 // migrateEventLine is one JSON line of a non-terminal migrate.
 type migrateEventLine struct {
-	Side      client.Side               `json:"side"`
-	Gen       uint64                    `json:"gen"`
-	State     string                    `json:"state"`
-	Migration *client.MigrationProgress `json:"migration"`
+	Side      client.Side         `json:"side"`
+	Gen       uint64              `json:"gen"`
+	State     string              `json:"state"`
+	Migration *migration.Progress `json:"migration"`
 }
 
 func (p *migrateProgress) event(ev client.MigrationEvent) {

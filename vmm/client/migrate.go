@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
+	"tern/migration"
 	"tern/vmm/api"
 	"tern/vmm/instance"
 )
@@ -19,42 +19,6 @@ import (
 // so its TLS configuration): a migration's target, or the server a serial
 // console moved to.
 func (c *Client) At(server string) (*Client, error) { return New(server, c.http) }
-
-// MigrationProgress is one direction of a migration as the monitor
-// publishes it: migration.out on the source, migration.in on the target.
-type MigrationProgress struct {
-	ID                   string         `json:"id"`
-	Phase                instance.Phase `json:"phase"`
-	Round                uint64         `json:"round"`
-	BytesSent            uint64         `json:"bytes_sent"`
-	PagesRemaining       uint64         `json:"pages_remaining"`
-	DirtyPagesPerSec     float64        `json:"dirty_pages_per_sec"`
-	BandwidthBytesPerSec float64        `json:"bandwidth_bytes_per_sec"`
-	EstimatedDowntimeMs  float64        `json:"estimated_downtime_ms"`
-	// TotalMs and DowntimeMs come with phase finish.
-	TotalMs    *float64 `json:"total_ms,omitempty"`
-	DowntimeMs *float64 `json:"downtime_ms,omitempty"`
-	// Error is the reason of phase error.
-	Error string `json:"error,omitempty"`
-}
-
-// MigrationSnapshot is a monitor snapshot with the migration's progress in
-// each direction (nil: no migration that way).
-type MigrationSnapshot struct {
-	Gen       uint64         `json:"gen"`
-	State     instance.State `json:"state"`
-	Migration struct {
-		In  *MigrationProgress `json:"in"`
-		Out *MigrationProgress `json:"out"`
-	} `json:"migration"`
-}
-
-// MonitorMigration is Monitor decoding the migration's progress too.
-func (c *Client) MonitorMigration(ctx context.Context, afterGen uint64) (MigrationSnapshot, error) {
-	var s MigrationSnapshot
-	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/instance/state?after_gen=%d", afterGen), nil, &s)
-	return s, err
-}
 
 // MigrationInit is the init of a migration target's ensure.
 type MigrationInit struct {
@@ -153,8 +117,8 @@ const (
 // direction (out on the source, in on the target), nil until it has one.
 type MigrationEvent struct {
 	Side     Side
-	Snapshot MigrationSnapshot
-	Progress *MigrationProgress
+	Snapshot instance.Snapshot
+	Progress *migration.Progress
 }
 
 // MigrationResult is a finished migration's figures: bytes and rounds
@@ -172,7 +136,7 @@ type MigrationResult struct {
 // last phase it reached before error, and the reason.
 type MigrationError struct {
 	Side   Side
-	Phase  instance.Phase
+	Phase  migration.Phase
 	Reason string
 }
 
@@ -264,7 +228,7 @@ func newMigrationID() (string, error) {
 // sideEvent is one monitor answer of one side.
 type sideEvent struct {
 	side Side
-	snap MigrationSnapshot
+	snap instance.Snapshot
 	err  error
 }
 
@@ -272,7 +236,7 @@ type sideEvent struct {
 // snapshot, then its final error, to events until ctx ends.
 func watchSide(ctx context.Context, c *Client, side Side, afterGen uint64, events chan<- sideEvent) {
 	for {
-		s, err := c.MonitorMigration(ctx, afterGen)
+		s, err := c.Monitor(ctx, afterGen)
 		if err == nil && s.Gen <= afterGen {
 			continue // the server's long-poll ran out: ask again
 		}
@@ -292,13 +256,13 @@ func watchSide(ctx context.Context, c *Client, side Side, afterGen uint64, event
 type migrationWatch struct {
 	id string
 	// last snapshot and last phase before error, per side
-	src, dst           *MigrationSnapshot
-	srcPhase, dstPhase instance.Phase
+	src, dst           *instance.Snapshot
+	srcPhase, dstPhase migration.Phase
 	srcGone            bool
 }
 
 // progress returns side's direction of the migration id in s, if any.
-func (w *migrationWatch) progress(side Side, s *MigrationSnapshot) *MigrationProgress {
+func (w *migrationWatch) progress(side Side, s *instance.Snapshot) *migration.Progress {
 	if s == nil {
 		return nil
 	}
@@ -306,27 +270,27 @@ func (w *migrationWatch) progress(side Side, s *MigrationSnapshot) *MigrationPro
 	if side == SideTarget {
 		p = s.Migration.In
 	}
-	if p == nil || p.ID != w.id {
+	if !p.Active() || p.ID != w.id {
 		return nil
 	}
-	return p
+	return &p
 }
 
 // decide returns done once the migration succeeded, or a *MigrationError
 // once either side reported failure.
 func (w *migrationWatch) decide() (done bool, err error) {
 	sp, dp := w.progress(SideSource, w.src), w.progress(SideTarget, w.dst)
-	if sp != nil && sp.Phase == instance.PhaseError {
+	if sp != nil && sp.Phase == migration.PhaseError {
 		return false, &MigrationError{Side: SideSource, Phase: w.srcPhase, Reason: reason(sp.Error)}
 	}
-	if dp != nil && dp.Phase == instance.PhaseError || w.dst != nil && w.dst.State == instance.Failed {
+	if dp != nil && dp.Phase == migration.PhaseError || w.dst != nil && w.dst.State == instance.Failed {
 		r := ""
 		if dp != nil {
 			r = dp.Error
 		}
 		return false, &MigrationError{Side: SideTarget, Phase: w.dstPhase, Reason: reason(r)}
 	}
-	targetRuns := w.dst != nil && w.dst.State == instance.Running && dp != nil && dp.Phase == instance.PhaseFinish
+	targetRuns := w.dst != nil && w.dst.State == instance.Running && dp != nil && dp.Phase == migration.PhaseFinish
 	sourceGone := w.srcGone || w.src != nil && w.src.State == instance.Destroyed
 	return targetRuns && sourceGone, nil
 }
@@ -345,16 +309,17 @@ func (w *migrationWatch) result() MigrationResult {
 	// The target's last: its figures win where both have them. Rounds
 	// and bytes are the source's (the target counts the paused copy as a
 	// round of its own).
-	for _, p := range []*MigrationProgress{w.progress(SideTarget, w.dst), w.progress(SideSource, w.src)} {
+	for _, p := range []*migration.Progress{w.progress(SideTarget, w.dst), w.progress(SideSource, w.src)} {
 		if p == nil {
 			continue
 		}
-		r.BytesSent, r.Rounds = p.BytesSent, p.Round
-		if p.TotalMs != nil {
-			r.TotalMs = *p.TotalMs
+		r.BytesSent, r.Rounds = p.BytesSent, uint64(p.Round)
+		// Absent (zero) until finish: the other side's figure stands.
+		if p.TotalMs != 0 {
+			r.TotalMs = p.TotalMs
 		}
-		if p.DowntimeMs != nil {
-			r.DowntimeMs = *p.DowntimeMs
+		if p.DowntimeMs != 0 {
+			r.DowntimeMs = p.DowntimeMs
 		}
 	}
 	return r
@@ -404,7 +369,7 @@ func followMigration(ctx context.Context, src, dst *Client, id string, srcGen ui
 				w.dst = &snap
 			}
 			p := w.progress(ev.side, &snap)
-			if p != nil && p.Phase != instance.PhaseError {
+			if p != nil && p.Phase != migration.PhaseError {
 				if ev.side == SideSource {
 					w.srcPhase = p.Phase
 				} else {
@@ -428,7 +393,7 @@ func followMigration(ctx context.Context, src, dst *Client, id string, srcGen ui
 	}
 }
 
-func phaseOrNone(p instance.Phase) string {
+func phaseOrNone(p migration.Phase) string {
 	if p == 0 {
 		return "none"
 	}

@@ -55,14 +55,13 @@ func TestCheckMigrationVersions(t *testing.T) {
 
 func TestMigrationWatchDecides(t *testing.T) {
 	const id = "mig-1"
-	snap := func(state instance.State, in, out *MigrationProgress) *MigrationSnapshot {
-		s := &MigrationSnapshot{State: state}
-		s.Migration.In, s.Migration.Out = in, out
-		return s
+	snap := func(state instance.State, in, out migration.Progress) *instance.Snapshot {
+		return &instance.Snapshot{State: state, Migration: instance.Migration{In: in, Out: out}}
 	}
-	at := func(p instance.Phase) *MigrationProgress { return &MigrationProgress{ID: id, Phase: p} }
-	failed := func(reason string) *MigrationProgress {
-		return &MigrationProgress{ID: id, Phase: instance.PhaseError, Error: reason}
+	none := migration.Progress{}
+	at := func(p migration.Phase) migration.Progress { return migration.Progress{ID: id, Phase: p} }
+	failed := func(reason string) migration.Progress {
+		return migration.Progress{ID: id, Phase: migration.PhaseError, Error: reason}
 	}
 	for _, c := range []struct {
 		name               string
@@ -71,19 +70,19 @@ func TestMigrationWatchDecides(t *testing.T) {
 		errSide            Side
 		errPhase, errWords string
 	}{
-		{name: "both migrating", w: migrationWatch{src: snap(instance.Migrating, nil, at(instance.PhaseRAMPush)), dst: snap(instance.Migrating, at(instance.PhaseRAMPush), nil)}},
+		{name: "both migrating", w: migrationWatch{src: snap(instance.Migrating, none, at(migration.PhaseRAMPush)), dst: snap(instance.Migrating, at(migration.PhaseRAMPush), none)}},
 		{name: "target runs, source not yet destroyed",
-			w: migrationWatch{src: snap(instance.Migrating, nil, at(instance.PhaseFinish)), dst: snap(instance.Running, at(instance.PhaseFinish), nil)}},
+			w: migrationWatch{src: snap(instance.Migrating, none, at(migration.PhaseFinish)), dst: snap(instance.Running, at(migration.PhaseFinish), none)}},
 		{name: "target runs and source destroyed", done: true,
-			w: migrationWatch{src: snap(instance.Destroyed, nil, at(instance.PhaseFinish)), dst: snap(instance.Running, at(instance.PhaseFinish), nil)}},
+			w: migrationWatch{src: snap(instance.Destroyed, none, at(migration.PhaseFinish)), dst: snap(instance.Running, at(migration.PhaseFinish), none)}},
 		{name: "target runs and source gone", done: true,
-			w: migrationWatch{srcGone: true, dst: snap(instance.Running, at(instance.PhaseFinish), nil)}},
+			w: migrationWatch{srcGone: true, dst: snap(instance.Running, at(migration.PhaseFinish), none)}},
 		{name: "the source resumed with error", errSide: SideSource, errPhase: "device", errWords: "injected",
-			w: migrationWatch{srcPhase: instance.PhaseDevice, src: snap(instance.Running, nil, failed("injected"))}},
+			w: migrationWatch{srcPhase: migration.PhaseDevice, src: snap(instance.Running, none, failed("injected"))}},
 		{name: "the target failed", errSide: SideTarget, errPhase: "ram_push", errWords: "no reason given",
-			w: migrationWatch{dstPhase: instance.PhaseRAMPush, dst: snap(instance.Failed, at(instance.PhaseRAMPush), nil)}},
+			w: migrationWatch{dstPhase: migration.PhaseRAMPush, dst: snap(instance.Failed, at(migration.PhaseRAMPush), none)}},
 		{name: "another migration's error is not ours",
-			w: migrationWatch{src: snap(instance.Running, nil, &MigrationProgress{ID: "mig-0", Phase: instance.PhaseError})}},
+			w: migrationWatch{src: snap(instance.Running, none, migration.Progress{ID: "mig-0", Phase: migration.PhaseError})}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.w.id = id

@@ -113,7 +113,7 @@ func Start(cfg Config) *Controller {
 		// Born migrating in (the policy's migrate_in row): the built spec
 		// is known once the source sent its own.
 		c.state, c.pending, c.built = Migrating, PendingOf(MigrateIn), Spec{}
-		c.pub = NewPublisherAt(cfg.FirstGen, Migrating, Migration{In: MigrationStatus{ID: cfg.Spec.Init.MigrationID, Phase: PhaseSync}})
+		c.pub = NewPublisherAt(cfg.FirstGen, Migrating, Migration{In: migration.Progress{ID: cfg.Spec.Init.MigrationID, Phase: migration.PhaseSync}})
 	} else {
 		c.pub = NewPublisherAt(cfg.FirstGen, Creating, Migration{})
 	}

@@ -75,15 +75,6 @@ func (c *Controller) dropOutgoing(why string) {
 	}
 }
 
-// statusOf is the published form of a migration's progress.
-func statusOf(id string, p migration.Progress) MigrationStatus {
-	var ph Phase
-	ph.UnmarshalText([]byte(p.Phase.String())) // the same names; an unknown one stays 0
-	return MigrationStatus{ID: id, Phase: ph, Round: p.Round, BytesSent: p.BytesSent, PagesRemaining: p.PagesRemaining,
-		DirtyPagesPerSec: p.DirtyPagesPerSec, BandwidthBytesPerSec: p.BandwidthBytesPerSec,
-		EstimatedDowntimeMs: p.EstimatedDowntimeMs, TotalMs: p.TotalMs, DowntimeMs: p.DowntimeMs, Error: p.Error}
-}
-
 // vmOf returns the *vmm.VM behind a machine, nil for one that has none
 // (a test's fake).
 func vmOf(m Machine) *vmm.VM {
@@ -110,7 +101,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		id, apiURL string
 		settled    bool // migrate_out completed by a published error
 	)
-	fail := func(st MigrationStatus) {
+	fail := func(st migration.Progress) {
 		settled = true
 		c.publishWith(Running, func(s *Snapshot) { s.Migration.Out = st }, MigrateOut)
 	}
@@ -130,7 +121,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		if conn != nil {
 			conn.CloseWithError(codeMigrationRefused, "migrate_out refused: "+err.Error())
 		}
-		fail(MigrationStatus{Phase: PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
+		fail(migration.Progress{Phase: migration.PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
 		return false
 	}
 	cfg := migration.SourceConfig{
@@ -142,12 +133,11 @@ func (d *driver) migrateOut() (migrated bool) {
 		},
 		AfterPause: func() error { return d.flushDisks() },
 		OnProgress: func(p migration.Progress) {
-			st := statusOf(id, p)
 			if p.Phase == migration.PhaseError {
-				fail(st) // the guest runs again: Send publishes error only after Resume
+				fail(p) // the guest runs again: Send publishes error only after Resume
 				return
 			}
-			c.publishWith(Migrating, func(s *Snapshot) { s.Migration.Out = st })
+			c.publishWith(Migrating, func(s *Snapshot) { s.Migration.Out = p })
 		},
 	}
 	if inj, ok := spec.FailureInjector(); ok {
@@ -169,7 +159,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		c.mu.Unlock()
 		return true
 	case !settled:
-		fail(MigrationStatus{ID: id, Phase: PhaseError, Error: err.Error()})
+		fail(migration.Progress{ID: id, Phase: migration.PhaseError, Error: err.Error()})
 	}
 	c.log.Warn("migration out failed; the guest runs on", "migration_id", id, "err", err)
 	return false
@@ -204,10 +194,10 @@ func (d *driver) flushDisks() error {
 // run. A stop requested meanwhile aborts it. On success the instance is
 // running with migration.in at finish; on failure the caller fails the
 // instance with the returned status as migration.in.
-func (d *driver) migrateIn() (MigrationStatus, error) {
+func (d *driver) migrateIn() (migration.Progress, error) {
 	c := d.c
 	in := c.spec.Init
-	last := MigrationStatus{ID: in.MigrationID, Phase: PhaseSync}
+	last := migration.Progress{ID: in.MigrationID, Phase: migration.PhaseSync}
 	if c.mig.tls == nil {
 		return errorStatus(last, errors.New("migrating in: this VMM has no certificates for migration")), errors.New("migrating in: no certificates")
 	}
@@ -251,7 +241,7 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 		BeforeFinish: d.activateMigrated,
 		Logger:       c.log.With("migration", "in"),
 		OnProgress: func(p migration.Progress) {
-			last = statusOf(in.MigrationID, p)
+			last = p
 			if p.Phase == migration.PhasePause && pausedAt.IsZero() {
 				pausedAt = time.Now()
 			}
@@ -280,7 +270,7 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 	st := hist.State()
 	c.console.Restore(st) // the source's console, at the source's offsets
 	d.pump = startConsolePumpAt(hist, c.console, st.End)
-	last.Phase = PhaseFinish
+	last.Phase = migration.PhaseFinish
 	last.TotalMs = float64(res.Total) / float64(time.Millisecond)
 	if !pausedAt.IsZero() {
 		last.DowntimeMs = float64(time.Since(pausedAt)) / float64(time.Millisecond)
@@ -288,8 +278,8 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 	return last, nil
 }
 
-func errorStatus(last MigrationStatus, err error) MigrationStatus {
-	last.Phase, last.Error = PhaseError, err.Error()
+func errorStatus(last migration.Progress, err error) migration.Progress {
+	last.Phase, last.Error = migration.PhaseError, err.Error()
 	return last
 }
 
