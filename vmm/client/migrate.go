@@ -15,11 +15,6 @@ import (
 	"tern/vmm/instance"
 )
 
-// At returns a client for another server that shares c's HTTP client (and
-// so its TLS configuration): a migration's target, or the server a serial
-// console moved to.
-func (c *Client) At(server string) (*Client, error) { return New(server, c.http) }
-
 // MigrationInit is the init of a migration target's ensure.
 type MigrationInit struct {
 	Method           string `json:"method"`
