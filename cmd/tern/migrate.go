@@ -14,7 +14,7 @@ import (
 
 	"tern/internal/units"
 	"tern/migration"
-	"tern/vmm/client"
+	"tern/migration/runner"
 )
 
 func init() { rootCmd.AddCommand(newMigrateCmd()) }
@@ -22,7 +22,7 @@ func init() { rootCmd.AddCommand(newMigrateCmd()) }
 func newMigrateCmd() *cobra.Command {
 	var (
 		from, to, certs string
-		opts            client.MigrateOptions
+		opts            runner.MigrateOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "migrate --from SRC_API --to DST_API [--downtime-target 30ms] [--same-host]",
@@ -54,7 +54,7 @@ source is destroyed; on failure it names the phase and the reason.`,
 			}
 			p := newMigrateProgress(out, isTTY)
 			opts.Progress = p.event
-			r, err := client.Migrate(cmd.Context(), src, dst, opts)
+			r, err := runner.Migrate(cmd.Context(), src, dst, opts)
 			p.finish()
 			if err != nil {
 				return describeAPIError(err)
@@ -67,7 +67,7 @@ source is destroyed; on failure it names the phase and the reason.`,
 	cmd.Flags().StringVar(&certs, "certs", "", "certificate directory for vmms serving --api-tls")
 	cmd.Flags().DurationVar(&opts.DowntimeTarget, "downtime-target", 30*time.Millisecond, "the longest pause the source aims for")
 	cmd.Flags().BoolVar(&opts.SameHost, "same-host", false, "hand guest memory over as memfds (both vmms on this host): no page is copied")
-	cmd.Flags().DurationVar(&opts.StallTimeout, "stall-timeout", client.DefaultStallTimeout, "give up when neither side publishes anything for this long")
+	cmd.Flags().DurationVar(&opts.StallTimeout, "stall-timeout", runner.DefaultStallTimeout, "give up when neither side publishes anything for this long")
 	return cmd
 }
 
@@ -79,29 +79,29 @@ type migrateProgress struct {
 	enc   *json.Encoder
 	bar   *progressbar.ProgressBar
 	// lastPhase is the phase last described, per side, on a terminal.
-	lastPhase map[client.Side]string
+	lastPhase map[runner.Side]string
 }
 
 func newMigrateProgress(out io.Writer, isTTY bool) *migrateProgress {
-	return &migrateProgress{out: out, isTTY: isTTY, enc: json.NewEncoder(out), lastPhase: map[client.Side]string{}}
+	return &migrateProgress{out: out, isTTY: isTTY, enc: json.NewEncoder(out), lastPhase: map[runner.Side]string{}}
 }
 
 // migrateEventLine is one JSON line of a non-terminal migrate.
 type migrateEventLine struct {
-	Side      client.Side         `json:"side"`
+	Side      runner.Side         `json:"side"`
 	Gen       uint64              `json:"gen"`
 	State     string              `json:"state"`
 	Migration *migration.Progress `json:"migration"`
 }
 
-func (p *migrateProgress) event(ev client.MigrationEvent) {
+func (p *migrateProgress) event(ev runner.MigrationEvent) {
 	if !p.isTTY {
 		p.enc.Encode(migrateEventLine{Side: ev.Side, Gen: ev.Snapshot.Gen, State: ev.Snapshot.State.String(), Migration: ev.Progress})
 		return
 	}
 	m := ev.Progress
-	if ev.Side != client.SideSource || m == nil {
-		if ev.Side == client.SideTarget && p.lastPhase[ev.Side] != ev.Snapshot.State.String() {
+	if ev.Side != runner.SideSource || m == nil {
+		if ev.Side == runner.SideTarget && p.lastPhase[ev.Side] != ev.Snapshot.State.String() {
 			p.lastPhase[ev.Side] = ev.Snapshot.State.String()
 			p.println(fmt.Sprintf("target: %s", ev.Snapshot.State))
 		}
@@ -131,9 +131,9 @@ func (p *migrateProgress) finish() {
 }
 
 // result prints the finished migration's figures.
-func (p *migrateProgress) result(r client.MigrationResult) error {
+func (p *migrateProgress) result(r runner.MigrationResult) error {
 	if !p.isTTY {
-		return p.enc.Encode(map[string]client.MigrationResult{"result": r})
+		return p.enc.Encode(map[string]runner.MigrationResult{"result": r})
 	}
 	_, err := fmt.Fprintf(p.out, "migrated: total %.1f ms, downtime %.1f ms, %s sent (%d bytes), %d rounds\n",
 		r.TotalMs, r.DowntimeMs, units.Bytes(r.BytesSent), r.BytesSent, r.Rounds)

@@ -1,4 +1,4 @@
-package client
+package runner
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"tern/migration"
 	"tern/vmm/api"
+	"tern/vmm/client"
 	"tern/vmm/instance"
 )
 
@@ -148,7 +149,7 @@ func (e *MigrationError) Error() string {
 // until the target runs and the source is destroyed (nil), or either
 // reports a failure (*MigrationError), or nothing is published for
 // StallTimeout.
-func Migrate(ctx context.Context, src, dst *Client, opts MigrateOptions) (MigrationResult, error) {
+func Migrate(ctx context.Context, src, dst *client.Client, opts MigrateOptions) (MigrationResult, error) {
 	// Each request before the monitors is bounded by RequestWait.
 	rctx, cancel := context.WithTimeout(ctx, RequestWait)
 	defer cancel()
@@ -173,7 +174,7 @@ type startedMigration struct {
 }
 
 // startMigration compares the versions and ensures the target.
-func startMigration(ctx context.Context, src, dst *Client, opts MigrateOptions) (startedMigration, error) {
+func startMigration(ctx context.Context, src, dst *client.Client, opts MigrateOptions) (startedMigration, error) {
 	sv, err := src.Version(ctx)
 	if err != nil {
 		return startedMigration{}, fmt.Errorf("getting the source's version: %w", err)
@@ -229,7 +230,7 @@ type sideEvent struct {
 
 // watchSide long-polls c's monitor from afterGen and sends each new
 // snapshot, then its final error, to events until ctx ends.
-func watchSide(ctx context.Context, c *Client, side Side, afterGen uint64, events chan<- sideEvent) {
+func watchSide(ctx context.Context, c *client.Client, side Side, afterGen uint64, events chan<- sideEvent) {
 	for {
 		s, err := c.Monitor(ctx, afterGen)
 		if err == nil && s.Gen <= afterGen {
@@ -322,7 +323,7 @@ func (w *migrationWatch) result() MigrationResult {
 
 // followMigration follows both monitors (the source's from srcGen, the
 // target's from its start) until decide ends it.
-func followMigration(ctx context.Context, src, dst *Client, id string, srcGen uint64, opts MigrateOptions) (MigrationResult, error) {
+func followMigration(ctx context.Context, src, dst *client.Client, id string, srcGen uint64, opts MigrateOptions) (MigrationResult, error) {
 	stall := opts.StallTimeout
 	if stall <= 0 {
 		stall = DefaultStallTimeout
@@ -348,9 +349,9 @@ func followMigration(ctx context.Context, src, dst *Client, id string, srcGen ui
 		timer.Reset(stall)
 		if ev.err != nil {
 			switch {
-			case ev.side == SideSource && IsCode(ev.err, api.CodeInstanceGone):
+			case ev.side == SideSource && client.IsCode(ev.err, api.CodeInstanceGone):
 				w.srcGone = true
-			case IsCode(ev.err, api.CodeInstanceGone):
+			case client.IsCode(ev.err, api.CodeInstanceGone):
 				// A target that is gone does not run, whatever it reached.
 				return w.result(), &MigrationError{Side: SideTarget, Phase: w.dstPhase, Reason: "the target instance is gone: " + ev.err.Error()}
 			default:
