@@ -1,6 +1,17 @@
-// Package migrate moves a running VM from one tern VMM to another: live
+// Package migration moves a running VM from one tern VMM to another: live
 // migration by pre-copy over QUIC with mutual TLS, or, on one host, by
-// handing over the guest-memory memfds.
+// handing over the guest-memory memfds. It owns the protocol (wire.go,
+// peer.go), the source and target engines (Send, Receive), the
+// convergence rule (Decide), device-state encoding (devices.go), and the
+// one Phase and one Progress type that the engines, the instance
+// controller (vmm/instance, which drives the engines), the API, the client
+// and `tern migrate` all publish and read.
+//
+// What it needs of a VM is in vmm's migration.go (a VM built on given
+// memory, dirty logging, the vCPUs' KVM handles); the VM's own state
+// capture is vmm/kvm's and vmm/devices'. The runner that drives a
+// migration between two VMMs through their APIs is migration/runner; the
+// black-box tests of `tern migrate` are migration/migratetest.
 //
 // # Protocol
 //

@@ -13,7 +13,9 @@ import (
 	"tern/vmm/vcpu"
 )
 
-// What a live migration (vmm/migrate) needs of a VM beyond running it.
+// What a live migration (package migration) needs of a VM beyond running
+// it: a VM built on memory it is given, its memory slots with dirty
+// logging, and its vCPUs' KVM handles for state capture.
 
 // NewMigrationTarget builds a VM as New does from cfg, but on mem, which
 // it takes ownership of (closing it if it fails), and loads nothing into

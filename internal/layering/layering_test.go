@@ -46,6 +46,14 @@ var rules = []rule{
 		why: "the protocol and the decision cores are plain data: no sockets, files or clocks (those are in their drivers)",
 	},
 	{
+		from: []string{"migration"}, mayNot: []string{"vmm/instance", "vmm/api", "vmm/client", "migration/runner", "bench/...", "cmd/..."},
+		why: "the migration protocol and engines sit under the instance controller that drives them; they see the VM through vmm's migration.go",
+	},
+	{
+		from: []string{"vmm/..."}, mayNot: []string{"migration/runner"}, tests: true,
+		why: "the runner drives two VMMs through their APIs; the VMM does not know it",
+	},
+	{
 		from: []string{"..."}, exceptFrom: []string{"cmd/tern"}, mayNot: []string{"bench"},
 		why: "bench holds the scenarios behind `tern bench`; only the command runs them",
 	},
