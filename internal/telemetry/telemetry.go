@@ -1,7 +1,3 @@
-// Package telemetry holds what every tern daemon shares for observability:
-// a structured JSON logger with a component attribute per subsystem, and an
-// HTTP endpoint exposing a VictoriaMetrics metrics set in Prometheus text
-// format at /metrics.
 package telemetry
 
 import (

@@ -1,7 +1,3 @@
-// Package units parses the sizes that tern's flags and specs accept: plain
-// byte counts or binary multiples with a KiB, MiB, GiB or TiB suffix
-// ("4096", "64MiB", "1GiB"). Durations use Go's syntax (time.ParseDuration)
-// and need no parser of their own.
 package units
 
 import (
