@@ -24,6 +24,9 @@ type tracker struct {
 	dirty [][]uint64
 	// sent[i] is region i's pages sent in this attempt.
 	sent [][]uint64
+	// delivered[i] is region i's pages whose bytes went to the target in
+	// this attempt: every other page of the target's fresh memory is zero.
+	delivered [][]uint64
 }
 
 func newTracker(vm *vmm.VM) *tracker {
@@ -32,6 +35,7 @@ func newTracker(vm *vmm.VM) *tracker {
 		w := kvm.DirtyBitmapWords(r.Size())
 		t.dirty = append(t.dirty, make([]uint64, w))
 		t.sent = append(t.sent, make([]uint64, w))
+		t.delivered = append(t.delivered, make([]uint64, w))
 	}
 	return t
 }

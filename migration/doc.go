@@ -31,7 +31,8 @@
 //     memfds pass first (memfd.go) and the target builds on them.
 //  3. ram_push: rounds. The first sends every non-zero page; each later
 //     one the pages KVM's dirty log (and the VMM's own bitmap) recorded
-//     since the previous. The target acknowledges each round; the source
+//     since the previous, less the zero pages never yet delivered (the
+//     target's fresh memory holds those already). The target acknowledges each round; the source
 //     measures bandwidth from round start to acknowledgement and stops
 //     iterating per Decide (convergence.go): dirty bytes / bandwidth ≤
 //     the downtime target, or the round limit.

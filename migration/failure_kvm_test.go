@@ -25,6 +25,11 @@ func checkSourceRunsOn(t *testing.T, a *runningVM) {
 	c.waitVerifyPass(t)
 }
 
+// rulePolicy is the pre-copy policy of a test that checks what a failure
+// or a refusal does: inside the emulated test host, where pages move
+// slowly, three rounds at most (each one more chance of the same outcome).
+func rulePolicy() Policy { return Policy{MaxRounds: kvmtest.Sized(0, 3)} }
+
 func TestFailureAtEveryPhaseResumesTheSourceAndNeverRunsTheTarget(t *testing.T) {
 	kvmtest.Require(t)
 	a, spec := dirtySource(t, 64<<20, 2<<20)
@@ -32,7 +37,7 @@ func TestFailureAtEveryPhaseResumesTheSourceAndNeverRunsTheTarget(t *testing.T) 
 		for _, side := range []string{"export", "import"} {
 			t.Run(fmt.Sprintf("%s/%v", side, ph), func(t *testing.T) {
 				inj := NewInjector(InjectorSpec{Phase: ph, FailExports: 1})
-				m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}}
+				m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), Policy: rulePolicy()}}
 				if side == "export" {
 					m.src.Injector = inj
 				} else {
@@ -78,7 +83,7 @@ func TestFailureAtEveryPhaseResumesTheSourceAndNeverRunsTheTarget(t *testing.T) 
 		}
 	}
 	// And the guest still migrates afterwards.
-	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}}
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), Policy: rulePolicy()}}
 	m.run(t)
 	if m.err != nil || m.dstErr != nil {
 		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
@@ -106,7 +111,7 @@ func TestCancelledMigrationResumesTheSource(t *testing.T) {
 	a, spec := dirtySource(t, 64<<20, 1<<20)
 	for _, ph := range []Phase{PhaseRAMPush, PhasePause, PhaseDevice} {
 		t.Run(ph.String(), func(t *testing.T) {
-			m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}, cancelAt: ph}
+			m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), Policy: rulePolicy()}, cancelAt: ph}
 			m.run(t)
 			if m.err == nil || m.dstErr == nil || errors.Is(m.err, ErrCommitted) {
 				t.Fatalf("Send: %v; Receive: %v; want both to fail before commit", m.err, m.dstErr)

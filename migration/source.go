@@ -262,7 +262,7 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 		return res, false, err
 	}
 	if fds == nil {
-		if err := s.round(uint32(res.Rounds+1), false, PhaseRAMPushDirty); err != nil {
+		if err := s.round(uint32(res.Rounds+1), PhaseRAMPushDirty); err != nil {
 			return res, false, err
 		}
 	}
@@ -340,7 +340,7 @@ func (s *source) precopy() (int, error) {
 	for round := 1; ; round++ {
 		s.prog.Round = round
 		t0 := time.Now()
-		if err := s.round(uint32(round), round == 1, PhaseRAMPush); err != nil {
+		if err := s.round(uint32(round), PhaseRAMPush); err != nil {
 			return round, err
 		}
 		elapsed := time.Since(t0)
@@ -372,14 +372,14 @@ func (s *source) bandwidth() float64 {
 
 // round sends the due pages (the paused copy harvests first) and waits
 // for the target's acknowledgement.
-func (s *source) round(n uint32, skipZero bool, ph Phase) error {
+func (s *source) round(n uint32, ph Phase) error {
 	if ph == PhaseRAMPushDirty {
 		if _, err := s.t.harvest(); err != nil {
 			return err
 		}
 	}
 	t0, before := time.Now(), s.prog.BytesSent
-	pages, err := s.sendDue(skipZero)
+	pages, err := s.sendDue()
 	if err != nil {
 		return err
 	}
@@ -401,13 +401,16 @@ func (s *source) round(n uint32, skipZero bool, ph Phase) error {
 	return nil
 }
 
-// zeroPage is compared against to skip the first round's zero pages.
+// zeroPage is compared against to skip zero pages the target holds.
 var zeroPage [memory.PageSize]byte
 
 // sendDue sends every due page straight from the guest mapping, in runs
-// of consecutive pages, and clears it. skipZero leaves out pages that are
-// all zero (the target's fresh memory already is).
-func (s *source) sendDue(skipZero bool) (uint64, error) {
+// of consecutive pages, and clears it. It leaves out a page that is all
+// zero and was never delivered in this attempt: the target's fresh memory
+// already holds it. That is most of a first round, and after a failed
+// attempt (which re-marks every page it had sent) most of the next one's
+// second round too.
+func (s *source) sendDue() (uint64, error) {
 	var sent uint64
 	for i, r := range s.t.regions {
 		mem := r.Bytes()
@@ -432,14 +435,16 @@ func (s *source) sendDue(skipZero bool) (uint64, error) {
 			}
 			return nil
 		}
+		delivered := s.t.delivered[i]
 		for w := range due {
 			word := due[w]
 			due[w] = 0
 			s.t.sent[i][w] |= word
 			for word != 0 {
+				bit := word & -word
 				page := uint64(w)*64 + uint64(bits.TrailingZeros64(word))
 				word &= word - 1
-				if skipZero && bytes.Equal(mem[page*memory.PageSize:(page+1)*memory.PageSize], zeroPage[:]) {
+				if delivered[w]&bit == 0 && bytes.Equal(mem[page*memory.PageSize:(page+1)*memory.PageSize], zeroPage[:]) {
 					if err := flush(); err != nil {
 						return sent, err
 					}
@@ -454,6 +459,7 @@ func (s *source) sendDue(skipZero bool) (uint64, error) {
 					runStart = page
 				}
 				runLen++
+				delivered[w] |= bit
 			}
 		}
 		if err := flush(); err != nil {

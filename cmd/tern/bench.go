@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure tern beside the limits of this machine (volume IO, repair)",
 	}
 	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd(),
-		newBenchBootCmd(), newBenchStartCmd(), newBenchMigrateCmd())
+		newBenchBootCmd(), newBenchStartCmd(), newBenchMigrateCmd(), newBenchNBDCmd())
 	return cmd
 }
 
@@ -47,6 +47,43 @@ func newBenchVolumeCmd() *cobra.Command {
 			report.WriteTable(cmd.OutOrStdout())
 			if jsonPath != "" {
 				return bench.WriteJSONFile(jsonPath, report)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
+	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "length of each measurement")
+	cmd.Flags().Var(&size, "size", "volume size")
+	return cmd
+}
+
+func newBenchNBDCmd() *cobra.Command {
+	var (
+		jsonPath string
+		duration time.Duration
+		size     = units.Bytes(256 << 20)
+	)
+	cmd := &cobra.Command{
+		Use:   "nbd",
+		Short: "fio over NBD on a three-replica volume vs the same load on its upstairs directly, nbdkit memory and qemu-nbd",
+		Long: "Serve a volume on three loopback downstairs over NBD and run fio's nbd engine against it (1 MiB " +
+			"sequential write, 4 KiB random write and read, queue depth 32), the same shapes on the upstairs " +
+			"directly (in-process, as `tern bench volume` drives it), and fio against `nbdkit memory` and " +
+			"`qemu-nbd` on a local raw file. Needs fio, nbdkit and qemu-nbd. The JSON is an array, one object " +
+			"per scenario, with scenario, nbd_iops, direct_iops and nbd_to_direct.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rows, err := bench.RunNBD(cmd.Context(), bench.NBDOptions{
+				Duration:    duration,
+				VolumeBytes: uint64(size),
+				Progress:    os.Stderr,
+			})
+			if err != nil {
+				return err
+			}
+			bench.WriteNBDTable(cmd.OutOrStdout(), rows)
+			if jsonPath != "" {
+				return bench.WriteJSONFile(jsonPath, rows)
 			}
 			return nil
 		},

@@ -25,7 +25,7 @@ func newVolumeCmd() *cobra.Command {
 		Use:   "volume",
 		Short: "Work with a replicated volume through its three downstairs",
 	}
-	cmd.AddCommand(newVolumeFillCmd(), newVolumeVerifyCmd(), newVolumeStatusCmd(), newVolumeRepairCmd(), newVolumeScrubCmd())
+	cmd.AddCommand(newVolumeFillCmd(), newVolumeVerifyCmd(), newVolumeStatusCmd(), newVolumeRepairCmd(), newVolumeScrubCmd(), newVolumeNBDCmd())
 	return cmd
 }
 
