@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tern/tools/guests"
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm"
+	"tern/vmm/guests"
 	"tern/vmm/kvm"
 )
 

@@ -13,11 +13,12 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/dataplane/tlsconf"
-	"tern/tools/guests"
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
+	"tern/internal/tlsconf"
+	"tern/migration/runner"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
 )
@@ -174,7 +175,7 @@ func dirtySpec(id string, size, rate uint64) instance.Spec {
 }
 
 // runTernMigration boots the dirty guest in one `tern vmm serve`,
-// migrates it to another with client.Migrate (what `tern migrate` runs),
+// migrates it to another with runner.Migrate (what `tern migrate` runs),
 // and reads the guest's gaps off the target's console up to its first
 // verification after the migration, which must pass. It also returns the
 // guest's TSC frequency, for the QEMU run.
@@ -217,7 +218,7 @@ func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate u
 		return row, 0, err
 	}
 	mctx, cancel := context.WithTimeout(ctx, migrateWait)
-	r, err := client.Migrate(mctx, src, dst, client.MigrateOptions{SameHost: sameHost})
+	r, err := runner.Migrate(mctx, src, dst, runner.MigrateOptions{SameHost: sameHost})
 	cancel()
 	if err != nil {
 		return row, 0, err

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 )
 
 // qemuResult is one QEMU live migration: query-migrate's total-time and

@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/nbd"
 	"tern/volume/upstairs"
-	"tern/volume/wire"
 )
 
 // NBDScenarios are the IO shapes of `tern bench nbd`, in the order they
@@ -106,7 +106,7 @@ func RunNBD(ctx context.Context, opts NBDOptions) ([]NBDScenario, error) {
 		return nil, err
 	}
 	defer up.Close()
-	if err := up.Activate(ctx, wire.Generation(1)); err != nil {
+	if err := up.Activate(ctx, ids.Generation(1)); err != nil {
 		return nil, fmt.Errorf("activating volume: %w", err)
 	}
 	space := int64(cl.Spec.SizeBytes())

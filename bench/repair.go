@@ -11,8 +11,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/upstairs"
-	"tern/volume/wire"
 )
 
 // RepairOptions configure RunRepair.
@@ -73,7 +73,7 @@ func RunRepair(ctx context.Context, opts RepairOptions) (*RepairReport, error) {
 	}
 	blocks := scatteredBlocks(spec, opts.Diverge)
 	rep := &RepairReport{SizeBytes: spec.SizeBytes(), DivergedBlocks: len(blocks)}
-	gen := wire.Generation(1)
+	gen := ids.Generation(1)
 	measure := func(round uint64, whole bool) (time.Duration, upstairs.RepairStats, error) {
 		for _, i := range []int{0, 1} {
 			if err := divergeRegion(cl.RegionDir(i), spec, blocks, round); err != nil {
@@ -141,7 +141,7 @@ func fillRegion(dir string, spec extent.Spec) error {
 		for i := range n {
 			hashes[i] = xxhash.Sum64(buf[int(i)*bs : int(i+1)*bs])
 		}
-		if err := r.WriteBlocks(extent.BlockIndex(first), buf[:int(n)*bs], hashes[:n]); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(first), buf[:int(n)*bs], hashes[:n]); err != nil {
 			return fmt.Errorf("filling %s: %w", dir, err)
 		}
 	}
@@ -183,7 +183,7 @@ func divergeRegion(dir string, spec extent.Spec, blocks []uint64, round uint64) 
 	buf := make([]byte, bs)
 	for _, b := range blocks {
 		upstairs.FillPattern(buf, bs, b, 100+round)
-		if err := r.WriteBlocks(extent.BlockIndex(b), buf, []uint64{xxhash.Sum64(buf)}); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(b), buf, []uint64{xxhash.Sum64(buf)}); err != nil {
 			return fmt.Errorf("diverging %s: %w", dir, err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
 	"tern/volume/volumetest"

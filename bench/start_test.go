@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm/kvm"
 )
 

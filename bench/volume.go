@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/upstairs"
-	"tern/volume/wire"
 )
 
 // VolumeScenarios are the IO shapes of `tern bench volume`, in the order
@@ -88,7 +88,7 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 		return nil, err
 	}
 	defer up.Close()
-	if err := up.Activate(ctx, wire.Generation(1)); err != nil {
+	if err := up.Activate(ctx, ids.Generation(1)); err != nil {
 		return nil, fmt.Errorf("activating volume: %w", err)
 	}
 	space := int64(spec.SizeBytes())

@@ -8,9 +8,9 @@ import (
 	"os"
 	"strings"
 
-	"tern/tools/guests"
 	"tern/vmm/boot"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/memory"
 )
 
@@ -19,7 +19,7 @@ var ErrInvalidConfig = errors.New("invalid VM config")
 
 // Config describes a VM before it exists.
 type Config struct {
-	// Guest is a built-in guest's name (tools/guests: hello, dirty, disk,
+	// Guest is a built-in guest's name (vmm/guests: hello, dirty, disk,
 	// echo) or, when it contains a '/' or ends in ".elf", an ELF file's
 	// path.
 	Guest string

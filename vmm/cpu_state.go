@@ -12,22 +12,14 @@ func setCPUState(cpu *kvm.VCPU, st boot.CPUState) error {
 	if err != nil {
 		return err
 	}
-	s.CS, s.DS, s.ES, s.FS = segment(st.CS), segment(st.DS), segment(st.ES), segment(st.FS)
-	s.GS, s.SS, s.TR, s.LDT = segment(st.GS), segment(st.SS), segment(st.TR), segment(st.LDT)
-	s.GDT = kvm.DTable{Base: st.GDT.Base, Limit: st.GDT.Limit}
-	s.IDT = kvm.DTable{Base: st.IDT.Base, Limit: st.IDT.Limit}
+	s.CS, s.DS, s.ES, s.FS = st.CS, st.DS, st.ES, st.FS
+	s.GS, s.SS, s.TR, s.LDT = st.GS, st.SS, st.TR, st.LDT
+	s.GDT, s.IDT = st.GDT, st.IDT
 	s.CR0, s.CR3, s.CR4, s.EFER = st.CR0, st.CR3, st.CR4, st.EFER
 	if err := cpu.SetSregs(s); err != nil {
 		return err
 	}
 	return cpu.SetRegs(kvm.Regs{RIP: st.RIP, RSP: st.RSP, RFLAGS: st.RFLAGS, RSI: st.RSI})
-}
-
-func segment(s boot.Segment) kvm.Segment {
-	return kvm.Segment{
-		Base: s.Base, Limit: s.Limit, Selector: s.Selector, Type: s.Type,
-		Present: s.Present, DPL: s.DPL, DB: s.DB, S: s.S, L: s.L, G: s.G, AVL: s.AVL,
-	}
 }
 
 // cpuidFor returns the supported CPUID leaves with vCPU id's initial APIC

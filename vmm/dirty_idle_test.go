@@ -3,8 +3,8 @@ package vmm_test
 import (
 	"testing"
 
-	"tern/tools/guests"
 	"tern/vmm"
+	"tern/vmm/guests"
 	"tern/vmm/kvm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"

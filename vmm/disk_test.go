@@ -11,9 +11,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -39,7 +39,7 @@
 //     start at a HLT tern writes at APParkAddr and wait there until Stop
 //     (tern's guests are uniprocessor and nothing yet starts application
 //     processors).
-//   - Built-in guests (tools/guests) get a parameter block at
+//   - Built-in guests (vmm/guests) get a parameter block at
 //     guests.ParamsAddr with the TSC frequency KVM reports and the
 //     virtio-mmio base filled in.
 //   - Pause returns once every vCPU is parked at an instruction boundary;

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/internal/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"sync"
 
-	"tern/tools/guests"
 	"tern/vmm/boot"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/kvm"
 	"tern/vmm/memory"
 	"tern/vmm/vcpu"

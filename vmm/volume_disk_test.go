@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"testing"
 
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/upstairs"
 	"tern/volume/volumetest"
-	"tern/volume/wire"
 )
 
 // TestDiskGuestOnAThreeReplicaVolume runs the disk guest on a volume of
@@ -38,7 +38,7 @@ func TestDiskGuestOnAThreeReplicaVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	if err := up.Activate(ctx, wire.Generation(1)); err != nil {
+	if err := up.Activate(ctx, ids.Generation(1)); err != nil {
 		t.Fatalf("activating the volume: %v", err)
 	}
 	disk, err := devices.NewVolumeBackend(up, int(spec.BlockSize), uint64(spec.BlockSize)*uint64(spec.ExtentBlocks)*uint64(spec.ExtentCount))

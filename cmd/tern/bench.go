@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/bench"
-	"tern/units"
+	"tern/internal/units"
 )
 
 func init() { rootCmd.AddCommand(newBenchCmd()) }

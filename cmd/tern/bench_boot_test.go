@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"tern/bench"
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm/kvm"
 )
 

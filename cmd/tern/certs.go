@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 )
 
 func init() { rootCmd.AddCommand(newCertsCmd()) }

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // deadReplicaBound is what the test asserts about detection: generous, as
@@ -84,7 +85,7 @@ func TestKilledDownstairsIsDroppedWithinTheIdleTimeout(t *testing.T) {
 	for {
 		changed := u.ReplicaStateChanged()
 		st = u.Status().Replicas[victim]
-		if st.State != upstairs.ReplicaActive {
+		if st.State != engine.ReplicaActive {
 			break
 		}
 		select {

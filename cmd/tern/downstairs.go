@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/telemetry"
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/telemetry"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 )

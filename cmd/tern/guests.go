@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 )
 
 func init() { rootCmd.AddCommand(newGuestsCmd()) }

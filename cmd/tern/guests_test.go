@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 )
 
 func TestGuestsBuildWritesEveryEmbeddedGuest(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 )
 
 func main() {

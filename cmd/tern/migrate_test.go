@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/vmm/api"
 	"tern/vmm/client"
 )

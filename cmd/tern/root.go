@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/telemetry"
+	"tern/internal/telemetry"
 )
 
 // rootCmd is the tern command; each subcommand file adds itself in init.

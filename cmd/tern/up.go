@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/vmm/client"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 )
 
 // upEmulatedHostAddr is the host's loopback as the vmm inside the

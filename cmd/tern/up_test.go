@@ -14,9 +14,9 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/tools/guests"
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
 )

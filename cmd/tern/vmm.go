@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/vmm"
 	"tern/vmm/devices"
 )

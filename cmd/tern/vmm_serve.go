@@ -16,10 +16,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
+	"tern/migration"
 	"tern/vmm/api"
 	"tern/vmm/instance"
-	"tern/vmm/migrate"
 	"tern/volume/transport"
 )
 
@@ -160,10 +160,10 @@ func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS 
 }
 
 // listenMigration listens for migration connections: QUIC with mutual
-// TLS from bundle's CA, ALPN migrate.NextProto.
+// TLS from bundle's CA, ALPN migration.NextProto.
 func listenMigration(addr string, bundle *tlsconf.Bundle) (*transport.Listener, error) {
 	conf := bundle.ServerConfig()
-	conf.NextProtos = []string{migrate.NextProto}
+	conf.NextProtos = []string{migration.NextProto}
 	mln, err := transport.Listen(addr, conf)
 	if err != nil {
 		return nil, fmt.Errorf("listening for migration: %w", err)
@@ -196,23 +196,23 @@ func sameHostSocketPrefix() string {
 
 // MigrationProtocolsEnv is a test hook: a comma-separated list of
 // migration protocol versions this process offers and reports instead of
-// migrate.SupportedVersions, so that a version mismatch can be produced
+// migration.SupportedVersions, so that a version mismatch can be produced
 // between two real processes (TERN_MIGRATION_PROTOCOLS=99).
 const MigrationProtocolsEnv = "TERN_MIGRATION_PROTOCOLS"
 
 // migrationProtocols reads MigrationProtocolsEnv; nil when unset.
-func migrationProtocols() ([]migrate.Version, error) {
+func migrationProtocols() ([]migration.Version, error) {
 	v := os.Getenv(MigrationProtocolsEnv)
 	if v == "" {
 		return nil, nil
 	}
-	var out []migrate.Version
+	var out []migration.Version
 	for f := range strings.SplitSeq(v, ",") {
 		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
 		if err != nil || n == 0 {
 			return nil, fmt.Errorf("%s=%q: want comma-separated protocol versions from 1 to 65535", MigrationProtocolsEnv, v)
 		}
-		out = append(out, migrate.Version(n))
+		out = append(out, migration.Version(n))
 	}
 	return out, nil
 }

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"tern/vmm/migrate"
+	"tern/migration"
 )
 
 // TestMigrationProtocolsHook reads TERN_MIGRATION_PROTOCOLS: unset is the
@@ -12,12 +12,12 @@ import (
 func TestMigrationProtocolsHook(t *testing.T) {
 	for _, tc := range []struct {
 		env  string
-		want []migrate.Version
+		want []migration.Version
 		ok   bool
 	}{
 		{"", nil, true},
-		{"99", []migrate.Version{99}, true},
-		{"1, 7", []migrate.Version{1, 7}, true},
+		{"99", []migration.Version{99}, true},
+		{"1, 7", []migration.Version{1, 7}, true},
 		{"0", nil, false},
 		{"x", nil, false},
 		{"70000", nil, false},

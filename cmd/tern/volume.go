@@ -10,8 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -131,9 +132,9 @@ func ioFailed(ctx context.Context, up *upstairs.Upstairs, err error, ioTimeout t
 	var lost []string
 	for i, r := range up.Status().Replicas {
 		switch {
-		case r.State != upstairs.ReplicaActive && (r.FaultReason != "" || r.LastError != ""):
+		case r.State != engine.ReplicaActive && (r.FaultReason != "" || r.LastError != ""):
 			lost = append(lost, fmt.Sprintf("replica %d (%s): %s: %s", i, r.Target, r.State, replicaWhy(r)))
-		case r.State != upstairs.ReplicaActive:
+		case r.State != engine.ReplicaActive:
 			lost = append(lost, fmt.Sprintf("replica %d (%s): %s", i, r.Target, r.State))
 		case r.OutstandingJobs > 0:
 			lost = append(lost, fmt.Sprintf("replica %d (%s): no reply to %d requests", i, r.Target, r.OutstandingJobs))

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
 )

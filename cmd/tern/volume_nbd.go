@@ -14,12 +14,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/telemetry"
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/telemetry"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
 	"tern/volume/nbd"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // How `tern volume nbd` spends the 10 s a stop may take: finish the
@@ -213,7 +214,7 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 	go func() { served <- srv.Serve(ln) }()
 	active := 0
 	for _, r := range up.Status().Replicas {
-		if r.State == upstairs.ReplicaActive {
+		if r.State == engine.ReplicaActive {
 			active++
 		}
 	}

@@ -12,10 +12,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
+	"tern/volume/ids"
 	"tern/volume/inspect"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -219,11 +221,11 @@ func (p *preparedVolume) activate(ctx context.Context) error {
 			}
 		}
 	}()
-	err := p.up.Activate(actx, wire.Generation(p.flags.gen))
+	err := p.up.Activate(actx, ids.Generation(p.flags.gen))
 	cancel()
 	if <-timedOut && ctx.Err() == nil {
 		return fmt.Errorf("activating volume: not negotiated within --activate-timeout %v: %s",
-			p.flags.activateTimeout, p.replicaReasons(func(r upstairs.ReplicaStatus) bool { return r.State != upstairs.ReplicaActive }))
+			p.flags.activateTimeout, p.replicaReasons(func(r upstairs.ReplicaStatus) bool { return r.State != engine.ReplicaActive }))
 	}
 	if err != nil {
 		return err
@@ -231,7 +233,7 @@ func (p *preparedVolume) activate(ctx context.Context) error {
 	st := p.up.Status()
 	var out []string
 	for i, r := range st.Replicas {
-		if r.State != upstairs.ReplicaActive {
+		if r.State != engine.ReplicaActive {
 			out = append(out, fmt.Sprintf("replica %d (%s): %s", i, r.Target, p.reason(i, r)))
 			if p.filter != nil {
 				p.filter.quiet(i)

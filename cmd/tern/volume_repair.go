@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/volume/reconcile"
-	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // newVolumeRepairCmd is `tern volume repair`: activate (which reconciles
@@ -61,7 +61,7 @@ func newVolumeRepairCmd() *cobra.Command {
 				final.ExtentsDone, final.ExtentsTotal, final.BlocksCompared,
 				units.FormatBytes(stats.BytesCopied), final.UpdatedAt.Sub(final.StartedAt).Seconds())
 			for i, r := range up.Status().Replicas {
-				if r.State != upstairs.ReplicaActive {
+				if r.State != engine.ReplicaActive {
 					fmt.Fprintf(summary, "replica %d (%s) is %s: it was not repaired\n", i, r.Target, r.State)
 				}
 			}

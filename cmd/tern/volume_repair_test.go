@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 )
 
 // TestVolumeRepairReconcilesAStaleReplica runs the README's commands
@@ -84,7 +85,7 @@ func regionHashes(t *testing.T, dir string) []uint64 {
 	defer r.Close()
 	var all []uint64
 	for e := range r.Spec().ExtentCount {
-		h, err := r.ExtentHashes(extent.ExtentID(e), nil)
+		h, err := r.ExtentHashes(ids.ExtentID(e), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

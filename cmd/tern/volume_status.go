@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
 	"tern/volume/inspect"
 )
 

@@ -21,10 +21,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/telemetry"
+	"tern/internal/telemetry"
+	"tern/migration"
 	"tern/vmm/devices"
 	"tern/vmm/instance"
-	"tern/vmm/migrate"
 )
 
 // ensureWaitTimeout bounds how long an ensure waits for an instance
@@ -59,13 +59,13 @@ type Config struct {
 	// empty when the process does not listen for migration.
 	MigrationAddr string
 	// MigrationVersions are the migration protocol versions offered and
-	// reported (nil: migrate.SupportedVersions).
-	MigrationVersions []migrate.Version
+	// reported (nil: migration.SupportedVersions).
+	MigrationVersions []migration.Version
 	// APIURL is this server's own URL, which a migration target sends
 	// its source for the source's serial watchers.
 	APIURL string
 	// SameHostSocketPrefix is where a migration source makes its memfd
-	// hand-over socket (migrate.SourceConfig.SameHostSocketPrefix); empty
+	// hand-over socket (migration.SourceConfig.SameHostSocketPrefix); empty
 	// refuses the same-host path.
 	SameHostSocketPrefix string
 }
@@ -556,14 +556,14 @@ func uintParam(v string, def uint64) (uint64, error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migrate.DeviceVersions()})
+	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
 }
 
-func (s *Server) migrationVersions() []migrate.Version {
+func (s *Server) migrationVersions() []migration.Version {
 	if s.cfg.MigrationVersions != nil {
 		return s.cfg.MigrationVersions
 	}
-	return migrate.SupportedVersions
+	return migration.SupportedVersions
 }
 
 // AcceptMigration hands a migration connection a target dialed to the

@@ -1,8 +1,8 @@
 package api
 
 import (
+	"tern/migration"
 	"tern/vmm/instance"
-	"tern/vmm/migrate"
 )
 
 // InstanceView is GET /v1/instance (and the body of a 201 ensure).
@@ -26,7 +26,7 @@ type Version struct {
 	Build string `json:"build"`
 	// MigrationProtocols are the migration protocol versions spoken,
 	// lowest first.
-	MigrationProtocols []migrate.Version `json:"migration_protocols"`
+	MigrationProtocols []migration.Version `json:"migration_protocols"`
 	// Devices maps each device state kind to the versions read.
 	Devices map[string][]uint16 `json:"devices"`
 }

@@ -2,7 +2,9 @@
 // tern's ELF64 test guests and Linux bzImages into vmm/memory, builds
 // identity-mapped long-mode page tables and a GDT in guest memory, and
 // returns the initial register and segment state as plain data (CPUState)
-// for a vCPU to apply.
+// for a vCPU to apply. Its segments and descriptor tables are vmm/kvm's
+// ABI types (kvm.Segment, kvm.DTable): the one thing boot takes from
+// vmm/kvm, no ioctl.
 //
 // Invariants:
 //   - Parsing is separate from loading: ParseELF and ParseBzImage read only
@@ -24,7 +26,7 @@
 // from PageTablesAddr, Linux boot_params (the zero page) at ZeroPageAddr,
 // the Linux command line at CmdlineAddr, the initial stack in
 // the page below StackTopAddr. 0x8000 holds tern's test-guest parameter block
-// (tools/guests) and is left alone.
+// (vmm/guests) and is left alone.
 //
 // Package vmm applies CPUState with KVM_SET_SREGS / KVM_SET_REGS (after
 // KVM_SET_CPUID2) and boots the test guests from LoadELF + LongModeState

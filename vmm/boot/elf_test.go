@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 	"tern/vmm/memory"
 )
 

@@ -3,7 +3,7 @@ package boot
 import (
 	"testing"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 )
 
 func FuzzParseELF(f *testing.F) {

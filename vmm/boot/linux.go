@@ -272,7 +272,7 @@ func VmlinuxHeader() *SetupHeader {
 }
 
 // LoadVmlinux places an uncompressed ELF kernel (vmlinux, e.g. what
-// tools/kvmhost extracts from a bzImage) at its segments' physical
+// internal/kvmhost extracts from a bzImage) at its segments' physical
 // addresses, then the command line, initrd and zero page as LoadLinux
 // does, with VmlinuxHeader as the setup header. Its 64-bit entry is the
 // ELF entry (startup_64), which takes RSI pointing at the zero page as a

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"tern/vmm/kvm"
 	"tern/vmm/memory"
 )
 
@@ -108,30 +109,14 @@ func descriptor(flags uint16, base, limit uint32) uint64 {
 		uint64(limit&0xf0000)<<32 | uint64(base&0x00ffffff)<<16 | uint64(limit&0xffff)
 }
 
-// Segment is a segment register's full state, in the fields of KVM's
-// struct kvm_segment.
-type Segment struct {
-	Base     uint64
-	Limit    uint32
-	Selector uint16
-	Type     uint8
-	Present  uint8
-	DPL      uint8
-	DB       uint8
-	S        uint8
-	L        uint8
-	G        uint8
-	AVL      uint8
-}
-
 // segmentFromDescriptor decodes descriptor d as loaded with selector sel.
-func segmentFromDescriptor(sel uint16, d uint64) Segment {
+func segmentFromDescriptor(sel uint16, d uint64) kvm.Segment {
 	limit := uint32(d&0xffff) | uint32(d>>32)&0xf0000
 	g := uint8(d >> 55 & 1)
 	if g == 1 {
 		limit = limit<<12 | 0xfff
 	}
-	return Segment{
+	return kvm.Segment{
 		Base:     d>>16&0xffffff | d>>32&0xff000000,
 		Limit:    limit,
 		Selector: sel,
@@ -146,14 +131,10 @@ func segmentFromDescriptor(sel uint16, d uint64) Segment {
 	}
 }
 
-// DescriptorTable is a GDTR or IDTR value.
-type DescriptorTable struct {
-	Base  uint64
-	Limit uint16
-}
-
 // CPUState is the initial state of the boot vCPU, as plain data: what
-// KVM_SET_REGS and KVM_SET_SREGS need.
+// KVM_SET_REGS and KVM_SET_SREGS need. Its segments and descriptor tables
+// are KVM's own types (struct kvm_segment, struct kvm_dtable), so they are
+// handed to the vCPU as they are.
 type CPUState struct {
 	RIP, RSP, RFLAGS uint64
 	// RSI carries the zero page's address for Linux; 0 for tern's guests.
@@ -161,20 +142,20 @@ type CPUState struct {
 
 	CR0, CR3, CR4, EFER uint64
 
-	CS, DS, ES, FS, GS, SS, TR, LDT Segment
-	GDT, IDT                        DescriptorTable
+	CS, DS, ES, FS, GS, SS, TR, LDT kvm.Segment
+	GDT, IDT                        kvm.DTable
 }
 
 // WriteGDT writes the GDT at GDTAddr and returns its GDTR value.
-func WriteGDT(m *memory.Memory) (DescriptorTable, error) {
+func WriteGDT(m *memory.Memory) (kvm.DTable, error) {
 	b := make([]byte, 8*len(gdtEntries))
 	for i, d := range gdtEntries {
 		binary.LittleEndian.PutUint64(b[8*i:], d)
 	}
 	if err := m.Write(GDTAddr, b); err != nil {
-		return DescriptorTable{}, fmt.Errorf("placing GDT: %w", err)
+		return kvm.DTable{}, fmt.Errorf("placing GDT: %w", err)
 	}
-	return DescriptorTable{Base: uint64(GDTAddr), Limit: uint16(len(b) - 1)}, nil
+	return kvm.DTable{Base: uint64(GDTAddr), Limit: uint16(len(b) - 1)}, nil
 }
 
 // LongModeState writes the GDT and page tables into m and returns the state
@@ -205,8 +186,8 @@ func LongModeState(m *memory.Memory, entry uint64) (CPUState, error) {
 		CS:     code,
 		DS:     data, ES: data, FS: data, GS: data, SS: data,
 		TR:  segmentFromDescriptor(SelectorTSS, gdtEntries[3]),
-		LDT: Segment{Type: 2, Present: 1, Limit: 0xffff}, // an empty LDT that VMX's guest-state checks accept
+		LDT: kvm.Segment{Type: 2, Present: 1, Limit: 0xffff}, // an empty LDT that VMX's guest-state checks accept
 		GDT: gdtr,
-		IDT: DescriptorTable{}, // none: interrupts are off; tern's guests load their own
+		IDT: kvm.DTable{}, // none: interrupts are off; tern's guests load their own
 	}, nil
 }

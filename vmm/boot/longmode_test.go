@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"tern/vmm/kvm"
 	"tern/vmm/memory"
 )
 
@@ -50,15 +51,15 @@ func TestLongModeStateIs64BitFlatWithAMatchingGDT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code := Segment{Base: 0, Limit: 0xffffffff, Selector: 0x08, Type: 0xb, Present: 1, S: 1, L: 1, G: 1}
-	data := Segment{Base: 0, Limit: 0xffffffff, Selector: 0x10, Type: 0x3, Present: 1, S: 1, DB: 1, G: 1}
-	tss := Segment{Base: 0, Limit: 0xffffffff, Selector: 0x18, Type: 0xb, Present: 1, G: 1}
+	code := kvm.Segment{Base: 0, Limit: 0xffffffff, Selector: 0x08, Type: 0xb, Present: 1, S: 1, L: 1, G: 1}
+	data := kvm.Segment{Base: 0, Limit: 0xffffffff, Selector: 0x10, Type: 0x3, Present: 1, S: 1, DB: 1, G: 1}
+	tss := kvm.Segment{Base: 0, Limit: 0xffffffff, Selector: 0x18, Type: 0xb, Present: 1, G: 1}
 	want := CPUState{
 		RIP: 0x1000aa, RSP: 0x10000, RFLAGS: 2,
 		CR0: 0x80000011, CR3: 0x1000, CR4: 0x20, EFER: 0x500,
 		CS: code, DS: data, ES: data, FS: data, GS: data, SS: data, TR: tss,
-		LDT: Segment{Type: 2, Present: 1, Limit: 0xffff},
-		GDT: DescriptorTable{Base: 0x500, Limit: 31},
+		LDT: kvm.Segment{Type: 2, Present: 1, Limit: 0xffff},
+		GDT: kvm.DTable{Base: 0x500, Limit: 31},
 	}
 	if st != want {
 		t.Errorf("state\n got %+v\nwant %+v", st, want)

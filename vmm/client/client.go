@@ -56,6 +56,11 @@ func New(server string, httpClient *http.Client) (*Client, error) {
 	return &Client{base: strings.TrimRight(u.String(), "/"), http: httpClient}, nil
 }
 
+// At returns a client for another server that shares c's HTTP client (and
+// so its TLS configuration): a migration's target, or the server a serial
+// console moved to.
+func (c *Client) At(server string) (*Client, error) { return New(server, c.http) }
+
 // Base returns the server's base URL.
 func (c *Client) Base() string { return c.base }
 

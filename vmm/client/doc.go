@@ -3,10 +3,6 @@
 // *APIError carrying the server's error_code, so callers branch with
 // errors.As or IsCode instead of parsing messages.
 //
-// Migrate drives a live migration between two servers (what `tern
-// migrate` and `tern bench migrate` run): CheckMigrationVersions on both
-// GET /v1/version, the target's migration_target ensure, then both
-// monitors until the target runs and the source is destroyed, or either
-// fails (*MigrationError). The decision over what the monitors said is a
-// pure function of the snapshots seen (migrationWatch.decide).
+// Driving a live migration between two servers with this client is
+// migration/runner's (what `tern migrate` and `tern bench migrate` run).
 package client

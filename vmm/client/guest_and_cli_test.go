@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"tern/tools/guests"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm/kvmtest"
 )

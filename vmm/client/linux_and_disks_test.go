@@ -12,9 +12,9 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/tools/guests"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/internal/linuxtest"
 	"tern/vmm/kvm/kvmtest"

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/tools/guests"
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"

@@ -10,9 +10,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/tools/guests"
+	"tern/migration"
 	"tern/vmm/api"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm/kvmtest"
 )
@@ -201,14 +202,14 @@ func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSee
 	in := dstSeen.waitFor(dst.client, "running", func(s instance.Snapshot) bool {
 		return s.State == instance.Running || s.State == instance.Failed || s.State == instance.Destroyed
 	}).Migration.In
-	if last := dstSeen.snaps[len(dstSeen.snaps)-1]; last.State != instance.Running || in.Phase != instance.PhaseFinish || in.TotalMs <= 0 {
+	if last := dstSeen.snaps[len(dstSeen.snaps)-1]; last.State != instance.Running || in.Phase != migration.PhaseFinish || in.TotalMs <= 0 {
 		v, _ := dst.client.Get(c)
 		t.Fatalf("target ended %s with in %+v; want running at finish (error %q)", last.State, in, v.Error)
 	}
 	out := srcSeen.waitFor(src.client, "destroyed", func(s instance.Snapshot) bool {
 		return s.State == instance.Destroyed
 	}).Migration.Out
-	if out.Phase != instance.PhaseFinish || out.ID != spec.Init.MigrationID || out.TotalMs <= 0 || out.DowntimeMs <= 0 || out.Round < 1 && !spec.Init.SameHost {
+	if out.Phase != migration.PhaseFinish || out.ID != spec.Init.MigrationID || out.TotalMs <= 0 || out.DowntimeMs <= 0 || out.Round < 1 && !spec.Init.SameHost {
 		t.Fatalf("source's out at destroyed: %+v; want finish of %s with totals", out, spec.Init.MigrationID)
 	}
 	// The source's serial watcher is sent to the target.
@@ -268,7 +269,7 @@ func TestMigrateSameHostHandsTheMemoryOver(t *testing.T) {
 func waitSourceResumed(t *testing.T, seen *history, src *vmmProc, id string) instance.Snapshot {
 	t.Helper()
 	snap := seen.waitFor(src.client, "running with out.phase error", func(s instance.Snapshot) bool {
-		return s.Migration.Out.Phase == instance.PhaseError || s.State == instance.Destroyed || s.State == instance.Failed
+		return s.Migration.Out.Phase == migration.PhaseError || s.State == instance.Destroyed || s.State == instance.Failed
 	})
 	if snap.State != instance.Running || snap.Migration.Out.ID != id || snap.Migration.Out.Error == "" {
 		t.Fatalf("source at out.phase error: %+v; want state running in the same gen, out.id %s and a reason", snap, id)
@@ -289,7 +290,7 @@ func waitTargetFailed(t *testing.T, dst *vmmProc) string {
 			t.Fatalf("the target ran: %+v", seen.snaps)
 		}
 	}
-	if snap.State != instance.Failed || snap.Migration.In.Phase != instance.PhaseError || snap.Migration.In.Error == "" {
+	if snap.State != instance.Failed || snap.Migration.In.Phase != migration.PhaseError || snap.Migration.In.Error == "" {
 		t.Fatalf("target ended %+v; want failed at in.phase error with a reason", snap)
 	}
 	return snap.Migration.In.Error
@@ -370,7 +371,7 @@ func TestKillingTheTargetDuringPreCopyResumesTheSource(t *testing.T) {
 	}
 	srcSeen := &history{t: t, name: "source"}
 	srcSeen.waitFor(src.client, "out.phase ram_push", func(s instance.Snapshot) bool {
-		return s.Migration.Out.Phase == instance.PhaseRAMPush || s.Migration.Out.Phase == instance.PhaseError
+		return s.Migration.Out.Phase == migration.PhaseRAMPush || s.Migration.Out.Phase == migration.PhaseError
 	})
 	if err := dst.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -392,7 +393,7 @@ func TestKillingTheSourceDuringPreCopyFailsTheTarget(t *testing.T) {
 	}
 	dstSeen := &history{t: t, name: "target"}
 	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s instance.Snapshot) bool {
-		return s.Migration.In.Phase == instance.PhaseRAMPush || s.State != instance.Migrating
+		return s.Migration.In.Phase == migration.PhaseRAMPush || s.State != instance.Migrating
 	})
 	if err := src.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -448,7 +449,7 @@ func TestStoppingAMigrationTargetAbandonsTheImport(t *testing.T) {
 	}
 	dstSeen := &history{t: t, name: "target"}
 	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s instance.Snapshot) bool {
-		return s.Migration.In.Phase == instance.PhaseRAMPush || s.State != instance.Migrating
+		return s.Migration.In.Phase == migration.PhaseRAMPush || s.State != instance.Migrating
 	})
 	if err := dst.client.RequestState(ctx(t), instance.Stop); err != nil {
 		t.Fatal(err)
@@ -461,7 +462,7 @@ func TestStoppingAMigrationTargetAbandonsTheImport(t *testing.T) {
 			t.Fatalf("the target ran: %+v", dstSeen.snaps)
 		}
 	}
-	if end.State != instance.Destroyed || end.Migration.In.Phase != instance.PhaseError {
+	if end.State != instance.Destroyed || end.Migration.In.Phase != migration.PhaseError {
 		t.Fatalf("target ended %+v; want destroyed with in.phase error", end)
 	}
 	waitSourceResumed(t, &history{t: t, name: "source"}, src, "m-stop")

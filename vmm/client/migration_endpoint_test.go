@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"tern/dataplane/tlsconf"
-	"tern/vmm/migrate"
+	"tern/internal/tlsconf"
+	"tern/migration"
 	"tern/volume/transport"
 )
 
@@ -19,10 +19,10 @@ func TestVersionAndMigrationEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ver.Build == "" || !slices.Equal(ver.MigrationProtocols, migrate.SupportedVersions) {
-		t.Fatalf("GET /v1/version = %+v; want a build and protocols %v", ver, migrate.SupportedVersions)
+	if ver.Build == "" || !slices.Equal(ver.MigrationProtocols, migration.SupportedVersions) {
+		t.Fatalf("GET /v1/version = %+v; want a build and protocols %v", ver, migration.SupportedVersions)
 	}
-	for kind, want := range migrate.DeviceVersions() {
+	for kind, want := range migration.DeviceVersions() {
 		if !slices.Equal(ver.Devices[kind], want) {
 			t.Errorf("devices[%s] = %v; want %v", kind, ver.Devices[kind], want)
 		}
@@ -42,7 +42,7 @@ func TestVersionAndMigrationEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := b.ClientConfig("127.0.0.1")
-	conf.NextProtos = []string{migrate.NextProto}
+	conf.NextProtos = []string{migration.NextProto}
 	conn, err := transport.Dial(ctx, v.MigrationAddr, conf)
 	if err != nil {
 		t.Fatalf("dialing migration_addr %s: %v", v.MigrationAddr, err)

@@ -21,7 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/vmm/api"
 	"tern/vmm/client"
 	"tern/vmm/internal/linuxtest"

@@ -10,9 +10,10 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/volumetest"
 )
 
@@ -40,7 +41,7 @@ func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.
 		for i := range buf {
 			buf[i] = byte(b + uint64(i))
 		}
-		if err := r.WriteBlocks(extent.BlockIndex(b), buf, []uint64{xxhash.Sum64(buf)}); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(b), buf, []uint64{xxhash.Sum64(buf)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"tern/vmm/migrate"
+	"tern/migration"
 )
 
 // Component kinds.
 const (
 	// ComponentMigrationFailureInjector fails migrations on purpose:
 	// {kind, fail_exports: N, fail_imports: N, phase: PHASE}
-	// (migrate.InjectorSpec); counts default to 0, phase to device.
+	// (migration.InjectorSpec); counts default to 0, phase to device.
 	ComponentMigrationFailureInjector = "migration_failure_injector"
 )
 
@@ -26,23 +26,23 @@ var componentKinds = map[string]func(json.RawMessage) error{
 
 // parseInjector reads a migration_failure_injector strictly: no unknown
 // fields, a phase of the protocol (not error), counts not negative.
-func parseInjector(raw json.RawMessage) (migrate.InjectorSpec, error) {
+func parseInjector(raw json.RawMessage) (migration.InjectorSpec, error) {
 	var j struct {
 		Kind string `json:"kind"`
-		migrate.InjectorSpec
+		migration.InjectorSpec
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
-		return migrate.InjectorSpec{}, err
+		return migration.InjectorSpec{}, err
 	}
 	spec := j.InjectorSpec
 	if spec.Phase == 0 {
-		spec.Phase = migrate.PhaseDevice // the default, as Propolis's
+		spec.Phase = migration.PhaseDevice // the default, as Propolis's
 	}
 	switch {
-	case spec.Phase == migrate.PhaseError:
-		return spec, fmt.Errorf("phase: want one of %v", migrate.Phases)
+	case spec.Phase == migration.PhaseError:
+		return spec, fmt.Errorf("phase: want one of %v", migration.Phases)
 	case spec.FailExports < 0 || spec.FailImports < 0:
 		return spec, fmt.Errorf("fail_exports %d, fail_imports %d: want 0 or more", spec.FailExports, spec.FailImports)
 	}
@@ -52,12 +52,12 @@ func parseInjector(raw json.RawMessage) (migrate.InjectorSpec, error) {
 // FailureInjector returns the spec's migration_failure_injector, if it
 // has one (Validate allows at most one). The spec must have passed
 // Validate.
-func (s Spec) FailureInjector() (migrate.InjectorSpec, bool) {
+func (s Spec) FailureInjector() (migration.InjectorSpec, bool) {
 	for _, c := range s.Components {
 		if c.Kind == ComponentMigrationFailureInjector {
 			spec, err := parseInjector(c.Raw)
 			return spec, err == nil
 		}
 	}
-	return migrate.InjectorSpec{}, false
+	return migration.InjectorSpec{}, false
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/migration"
 	"tern/vmm/devices"
-	"tern/vmm/migrate"
 )
 
 // Config is what Start needs besides the spec.
@@ -34,13 +34,13 @@ type Config struct {
 	// migration in.
 	MigrationTLS *tls.Config
 	// MigrationVersions are the protocol versions offered either way
-	// (nil: migrate.SupportedVersions).
-	MigrationVersions []migrate.Version
+	// (nil: migration.SupportedVersions).
+	MigrationVersions []migration.Version
 	// APIURL is this VMM's API, which a migration target sends its
 	// source for the source's serial watchers.
 	APIURL string
 	// SameHostSocketPrefix is where a migration source makes its memfd
-	// hand-over socket (migrate.SourceConfig.SameHostSocketPrefix); empty
+	// hand-over socket (migration.SourceConfig.SameHostSocketPrefix); empty
 	// refuses the same-host path.
 	SameHostSocketPrefix string
 }
@@ -113,7 +113,7 @@ func Start(cfg Config) *Controller {
 		// Born migrating in (the policy's migrate_in row): the built spec
 		// is known once the source sent its own.
 		c.state, c.pending, c.built = Migrating, PendingOf(MigrateIn), Spec{}
-		c.pub = NewPublisherAt(cfg.FirstGen, Migrating, Migration{In: MigrationStatus{ID: cfg.Spec.Init.MigrationID, Phase: PhaseSync}})
+		c.pub = NewPublisherAt(cfg.FirstGen, Migrating, Migration{In: migration.Progress{ID: cfg.Spec.Init.MigrationID, Phase: migration.PhaseSync}})
 	} else {
 		c.pub = NewPublisherAt(cfg.FirstGen, Creating, Migration{})
 	}

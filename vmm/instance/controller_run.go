@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"tern/vmm/migrate"
+	"tern/migration"
 )
 
 // runResult is what a machine's Run returned.
@@ -31,7 +31,7 @@ type driver struct {
 	pump    *consolePump
 	// inj is the instance's migration failure injector, made on first
 	// use; its counts span migrations.
-	inj *migrate.Injector
+	inj *migration.Injector
 }
 
 // run is the owner goroutine: it builds the instance, then carries out

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tern/vmm/devices"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
@@ -105,7 +106,7 @@ func openDisk(spec DiskSpec, clientTLS *tls.Config, log *slog.Logger) (*disk, er
 // activate runs a volume's activation to its end; the owner goroutine
 // runs it on a goroutine it waits for. ctx aborts it.
 func (d *disk) activate(ctx context.Context) {
-	err := d.up.Activate(ctx, wire.Generation(d.spec.Backend.Gen))
+	err := d.up.Activate(ctx, ids.Generation(d.spec.Backend.Gen))
 	d.mu.Lock()
 	d.actErr = err
 	d.mu.Unlock()

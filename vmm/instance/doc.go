@@ -70,14 +70,15 @@
 //     destroyed and closes the publisher. A failed build, activation or
 //     vCPU ends the same way in failed.
 //
-// Migration (migration.go). A migration target is born migrating with
+// Migration (migration.go; the engines and the Progress it publishes are
+// package migration's). A migration target is born migrating with
 // migrate_in pending; its owner goroutine dials the source, builds from
 // the spec the source sends merged with the ensure's disks and
 // components (mergeMigrated: volumes at a higher generation, activated
 // just before commit), and publishes running with migration.in at
 // finish, or failed with it at error. On a source, AcceptMigration asks
 // the policy for migrate_out and hands the connection to the owner
-// goroutine, which runs migrate.Send: migrating with migration.out while
+// goroutine, which runs migration.Send: migrating with migration.out while
 // it runs; after success it halts to destroyed; after a failure it
 // publishes running with out.phase error in one generation, completing
 // migrate_out in the same step, so the next one is accepted from then.

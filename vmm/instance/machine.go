@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"tern/tools/guests"
 	"tern/vmm"
 	"tern/vmm/devices"
+	"tern/vmm/guests"
 	"tern/vmm/memory"
 )
 
@@ -114,7 +114,7 @@ func guestParamsFor(s Spec) (*guests.Params, uint64) {
 }
 
 // Offsets of the parameter block's words setDirtyRate reads and writes
-// (tools/guests/src/guest.h).
+// (vmm/guests/src/guest.h).
 const (
 	paramsPageDelayOffset = 0x30
 	paramsTSCkHzOffset    = 0x50

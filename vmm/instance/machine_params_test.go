@@ -3,7 +3,7 @@ package instance
 import (
 	"testing"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 )
 
 func TestDirtyGuestParamsCarryIdleAndTheRate(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/migration"
 	"tern/vmm"
 	"tern/vmm/memory"
-	"tern/vmm/migrate"
 	"tern/volume/transport"
 )
 
@@ -25,7 +25,7 @@ const migrationDialTimeout = 30 * time.Second
 type migrationConfig struct {
 	host           Host
 	tls            *tls.Config
-	versions       []migrate.Version
+	versions       []migration.Version
 	apiURL         string
 	sameHostPrefix string
 }
@@ -34,7 +34,7 @@ func migrationConfigOf(cfg Config) migrationConfig {
 	m := migrationConfig{host: cfg.Host, versions: cfg.MigrationVersions, apiURL: cfg.APIURL, sameHostPrefix: cfg.SameHostSocketPrefix}
 	if cfg.MigrationTLS != nil {
 		m.tls = cfg.MigrationTLS.Clone()
-		m.tls.NextProtos = []string{migrate.NextProto}
+		m.tls.NextProtos = []string{migration.NextProto}
 	}
 	return m
 }
@@ -75,15 +75,6 @@ func (c *Controller) dropOutgoing(why string) {
 	}
 }
 
-// statusOf is the published form of a migration's progress.
-func statusOf(id string, p migrate.Progress) MigrationStatus {
-	var ph Phase
-	ph.UnmarshalText([]byte(p.Phase.String())) // the same names; an unknown one stays 0
-	return MigrationStatus{ID: id, Phase: ph, Round: p.Round, BytesSent: p.BytesSent, PagesRemaining: p.PagesRemaining,
-		DirtyPagesPerSec: p.DirtyPagesPerSec, BandwidthBytesPerSec: p.BandwidthBytesPerSec,
-		EstimatedDowntimeMs: p.EstimatedDowntimeMs, TotalMs: p.TotalMs, DowntimeMs: p.DowntimeMs, Error: p.Error}
-}
-
 // vmOf returns the *vmm.VM behind a machine, nil for one that has none
 // (a test's fake).
 func vmOf(m Machine) *vmm.VM {
@@ -110,7 +101,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		id, apiURL string
 		settled    bool // migrate_out completed by a published error
 	)
-	fail := func(st MigrationStatus) {
+	fail := func(st migration.Progress) {
 		settled = true
 		c.publishWith(Running, func(s *Snapshot) { s.Migration.Out = st }, MigrateOut)
 	}
@@ -130,30 +121,29 @@ func (d *driver) migrateOut() (migrated bool) {
 		if conn != nil {
 			conn.CloseWithError(codeMigrationRefused, "migrate_out refused: "+err.Error())
 		}
-		fail(MigrationStatus{Phase: PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
+		fail(migration.Progress{Phase: migration.PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
 		return false
 	}
-	cfg := migrate.SourceConfig{
+	cfg := migration.SourceConfig{
 		VM: vm, Spec: specJSON, Versions: c.mig.versions, SameHostSocketPrefix: c.mig.sameHostPrefix,
 		Logger: c.log.With("migration", "out"),
-		OnOffer: func(o migrate.Offer) error {
+		OnOffer: func(o migration.Offer) error {
 			id, apiURL = o.MigrationID, o.APIURL
 			return nil
 		},
 		AfterPause: func() error { return d.flushDisks() },
-		OnProgress: func(p migrate.Progress) {
-			st := statusOf(id, p)
-			if p.Phase == migrate.PhaseError {
-				fail(st) // the guest runs again: Send publishes error only after Resume
+		OnProgress: func(p migration.Progress) {
+			if p.Phase == migration.PhaseError {
+				fail(p) // the guest runs again: Send publishes error only after Resume
 				return
 			}
-			c.publishWith(Migrating, func(s *Snapshot) { s.Migration.Out = st })
+			c.publishWith(Migrating, func(s *Snapshot) { s.Migration.Out = p })
 		},
 	}
 	if inj, ok := spec.FailureInjector(); ok {
 		cfg.Injector = d.injector(inj)
 	}
-	res, err := migrate.Send(d.ctx, conn, cfg)
+	res, err := migration.Send(d.ctx, conn, cfg)
 	switch {
 	case err == nil:
 		c.mu.Lock()
@@ -161,7 +151,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		c.mu.Unlock()
 		c.log.Info("migrated out", "migration_id", id, "to", apiURL, "total", res.Total, "downtime", res.Downtime)
 		return true
-	case errors.Is(err, migrate.ErrCommitted):
+	case errors.Is(err, migration.ErrCommitted):
 		// The guest is the target's (or lost); this side never resumes it.
 		c.log.Error("migration out failed after the point of no return", "migration_id", id, "err", err)
 		c.mu.Lock()
@@ -169,7 +159,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		c.mu.Unlock()
 		return true
 	case !settled:
-		fail(MigrationStatus{ID: id, Phase: PhaseError, Error: err.Error()})
+		fail(migration.Progress{ID: id, Phase: migration.PhaseError, Error: err.Error()})
 	}
 	c.log.Warn("migration out failed; the guest runs on", "migration_id", id, "err", err)
 	return false
@@ -177,9 +167,9 @@ func (d *driver) migrateOut() (migrated bool) {
 
 // injector returns the instance's failure injector, made once: its
 // counts span migrations.
-func (d *driver) injector(spec migrate.InjectorSpec) *migrate.Injector {
+func (d *driver) injector(spec migration.InjectorSpec) *migration.Injector {
 	if d.inj == nil {
-		d.inj = migrate.NewInjector(spec)
+		d.inj = migration.NewInjector(spec)
 	}
 	return d.inj
 }
@@ -204,10 +194,10 @@ func (d *driver) flushDisks() error {
 // run. A stop requested meanwhile aborts it. On success the instance is
 // running with migration.in at finish; on failure the caller fails the
 // instance with the returned status as migration.in.
-func (d *driver) migrateIn() (MigrationStatus, error) {
+func (d *driver) migrateIn() (migration.Progress, error) {
 	c := d.c
 	in := c.spec.Init
-	last := MigrationStatus{ID: in.MigrationID, Phase: PhaseSync}
+	last := migration.Progress{ID: in.MigrationID, Phase: migration.PhaseSync}
 	if c.mig.tls == nil {
 		return errorStatus(last, errors.New("migrating in: this VMM has no certificates for migration")), errors.New("migrating in: no certificates")
 	}
@@ -242,20 +232,20 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 		downtime = *in.DowntimeTargetMs
 	}
 	var pausedAt time.Time
-	cfg := migrate.TargetConfig{
+	cfg := migration.TargetConfig{
 		Build:    d.buildMigrated,
 		Start:    d.runMigrated,
 		Versions: c.mig.versions,
-		Offer: migrate.Offer{MigrationID: in.MigrationID, DowntimeTarget: time.Duration(downtime) * time.Millisecond,
+		Offer: migration.Offer{MigrationID: in.MigrationID, DowntimeTarget: time.Duration(downtime) * time.Millisecond,
 			SameHost: in.SameHost, APIURL: c.mig.apiURL},
 		BeforeFinish: d.activateMigrated,
 		Logger:       c.log.With("migration", "in"),
-		OnProgress: func(p migrate.Progress) {
-			last = statusOf(in.MigrationID, p)
-			if p.Phase == migrate.PhasePause && pausedAt.IsZero() {
+		OnProgress: func(p migration.Progress) {
+			last = p
+			if p.Phase == migration.PhasePause && pausedAt.IsZero() {
 				pausedAt = time.Now()
 			}
-			if p.Phase != migrate.PhaseError {
+			if p.Phase != migration.PhaseError {
 				c.publishWith(Migrating, func(s *Snapshot) { s.Migration.In = last })
 			}
 		},
@@ -263,7 +253,7 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 	if inj, ok := c.spec.FailureInjector(); ok {
 		cfg.Injector = d.injector(inj)
 	}
-	vm, res, err := migrate.Receive(ctx, conn, cfg)
+	vm, res, err := migration.Receive(ctx, conn, cfg)
 	if err != nil {
 		// Receive stopped and closed the VM it built; the guest never ran.
 		if d.runDone != nil {
@@ -280,7 +270,7 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 	st := hist.State()
 	c.console.Restore(st) // the source's console, at the source's offsets
 	d.pump = startConsolePumpAt(hist, c.console, st.End)
-	last.Phase = PhaseFinish
+	last.Phase = migration.PhaseFinish
 	last.TotalMs = float64(res.Total) / float64(time.Millisecond)
 	if !pausedAt.IsZero() {
 		last.DowntimeMs = float64(time.Since(pausedAt)) / float64(time.Millisecond)
@@ -288,8 +278,8 @@ func (d *driver) migrateIn() (MigrationStatus, error) {
 	return last, nil
 }
 
-func errorStatus(last MigrationStatus, err error) MigrationStatus {
-	last.Phase, last.Error = PhaseError, err.Error()
+func errorStatus(last migration.Progress, err error) migration.Progress {
+	last.Phase, last.Error = migration.PhaseError, err.Error()
 	return last
 }
 

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"tern/vmm/migrate"
 )
 
 func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
@@ -55,20 +53,5 @@ func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
 	}
 	if _, err := mergeMigrated(Spec{ID: "j"}, src); err == nil || !strings.Contains(err.Error(), `"i"`) {
 		t.Fatalf("another id: %v", err)
-	}
-}
-
-func TestStatusOfCarriesEveryProgressField(t *testing.T) {
-	p := migrate.Progress{Phase: migrate.PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
-		BandwidthBytesPerSec: 7, EstimatedDowntimeMs: 0.25, TotalMs: 9, DowntimeMs: 4, Error: "x"}
-	want := MigrationStatus{ID: "m", Phase: PhaseRAMPushDirty, Round: 3, BytesSent: 10, PagesRemaining: 2, DirtyPagesPerSec: 1.5,
-		BandwidthBytesPerSec: 7, EstimatedDowntimeMs: 0.25, TotalMs: 9, DowntimeMs: 4, Error: "x"}
-	if got := statusOf("m", p); got != want {
-		t.Fatalf("statusOf = %+v; want %+v", got, want)
-	}
-	for _, ph := range migrate.Phases {
-		if got := statusOf("m", migrate.Progress{Phase: ph}).Phase.String(); got != ph.String() {
-			t.Errorf("phase %v published as %s", ph, got)
-		}
 	}
 }

@@ -2,123 +2,16 @@ package instance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
+
+	"tern/migration"
 )
-
-// Phase is a live-migration phase (DESIGN §6), published in
-// Snapshot.Migration.
-type Phase uint8
-
-// The migration phases, in the order a migration passes them; Error may
-// follow any of them.
-const (
-	PhaseSync Phase = iota + 1
-	PhaseRAMPush
-	PhasePause
-	PhaseRAMPushDirty
-	PhaseDevice
-	PhaseFinish
-	PhaseError
-)
-
-var phaseNames = [...]string{
-	PhaseSync:         "sync",
-	PhaseRAMPush:      "ram_push",
-	PhasePause:        "pause",
-	PhaseRAMPushDirty: "ram_push_dirty",
-	PhaseDevice:       "device",
-	PhaseFinish:       "finish",
-	PhaseError:        "error",
-}
-
-// String returns the phase's API name, or "Phase(N)" for an invalid value.
-func (p Phase) String() string { return enumString(phaseNames[:], uint8(p), "Phase") }
-
-// MarshalText returns the phase's API name ("ram_push").
-func (p Phase) MarshalText() ([]byte, error) { return enumMarshal(phaseNames[:], uint8(p), "phase") }
-
-// UnmarshalText parses an API name such as "ram_push".
-func (p *Phase) UnmarshalText(text []byte) error {
-	v, err := enumParse(phaseNames[:], text, "phase")
-	*p = Phase(v)
-	return err
-}
-
-// MigrationStatus is one direction of migration: its id, phase and
-// progress. The zero value means no migration in that direction and is
-// published as JSON null; otherwise it is {"id","phase","round",
-// "bytes_sent","pages_remaining","dirty_pages_per_sec",
-// "bandwidth_bytes_per_sec","estimated_downtime_ms"}, plus "total_ms" and
-// "downtime_ms" at finish and "error" with phase error. It is a value
-// with no pointers, so a published Snapshot shares nothing with the next
-// one and needs no copying.
-type MigrationStatus struct {
-	ID    string
-	Phase Phase
-	// Round is the pre-copy round in progress or last sent (1: the full
-	// copy).
-	Round int
-	// BytesSent counts page bytes sent (source) or received (target).
-	BytesSent uint64
-	// PagesRemaining is what the next round or the paused copy must send.
-	PagesRemaining uint64
-	// DirtyPagesPerSec is the guest's dirtying rate over the last round.
-	DirtyPagesPerSec float64
-	// BandwidthBytesPerSec is the measured transfer rate.
-	BandwidthBytesPerSec float64
-	// EstimatedDowntimeMs is PagesRemaining at that bandwidth.
-	EstimatedDowntimeMs float64
-	// TotalMs and DowntimeMs are set at finish.
-	TotalMs, DowntimeMs float64
-	// Error is the reason, set with PhaseError.
-	Error string
-}
-
-type migrationStatusJSON struct {
-	ID                   string  `json:"id"`
-	Phase                Phase   `json:"phase"`
-	Round                int     `json:"round"`
-	BytesSent            uint64  `json:"bytes_sent"`
-	PagesRemaining       uint64  `json:"pages_remaining"`
-	DirtyPagesPerSec     float64 `json:"dirty_pages_per_sec"`
-	BandwidthBytesPerSec float64 `json:"bandwidth_bytes_per_sec"`
-	EstimatedDowntimeMs  float64 `json:"estimated_downtime_ms"`
-	TotalMs              float64 `json:"total_ms,omitempty"`
-	DowntimeMs           float64 `json:"downtime_ms,omitempty"`
-	Error                string  `json:"error,omitempty"`
-}
-
-// Active reports whether m describes a migration (is not the zero value).
-func (m MigrationStatus) Active() bool { return m != MigrationStatus{} }
-
-// MarshalJSON writes null for the zero value, else the object.
-func (m MigrationStatus) MarshalJSON() ([]byte, error) {
-	if !m.Active() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(migrationStatusJSON(m))
-}
-
-// UnmarshalJSON reads null as the zero value, else the object.
-func (m *MigrationStatus) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*m = MigrationStatus{}
-		return nil
-	}
-	var j migrationStatusJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*m = MigrationStatus(j)
-	return nil
-}
 
 // Migration is the instance's migration in each direction.
 type Migration struct {
-	In  MigrationStatus `json:"in"`
-	Out MigrationStatus `json:"out"`
+	In  migration.Progress `json:"in"`
+	Out migration.Progress `json:"out"`
 }
 
 // Snapshot is one published state of an instance. Its fields change only
@@ -151,17 +44,17 @@ type Publisher struct {
 // NewPublisher returns a publisher whose first snapshot, gen 1, has the
 // given state and migration: (creating, none) for an instance ensured from
 // a spec, (migrating, in={id, sync}) for a migration target.
-func NewPublisher(state State, migration Migration) *Publisher {
-	return NewPublisherAt(1, state, migration)
+func NewPublisher(state State, mig Migration) *Publisher {
+	return NewPublisherAt(1, state, mig)
 }
 
 // NewPublisherAt is NewPublisher with a first gen other than 1 (at least
 // 1): a process that hosts one instance after another starts each new
 // publisher past the last one's final gen, so a watcher's gens strictly
 // increase across instances too.
-func NewPublisherAt(first uint64, state State, migration Migration) *Publisher {
+func NewPublisherAt(first uint64, state State, mig Migration) *Publisher {
 	return &Publisher{
-		cur:     Snapshot{Gen: max(first, 1), State: state, Migration: migration},
+		cur:     Snapshot{Gen: max(first, 1), State: state, Migration: mig},
 		changed: make(chan struct{}),
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"tern/migration"
 )
 
 func setState(s State) func(*Snapshot) {
@@ -227,7 +229,7 @@ func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
 				snap, err := p.Publish(func(s *Snapshot) {
 					// Tag the snapshot with its own (future) gen so a torn
 					// or reordered publish would show.
-					s.Migration.Out = MigrationStatus{ID: "m", Phase: Phase(1 + s.Gen%7)}
+					s.Migration.Out = migration.Progress{ID: "m", Phase: migration.Phase(1 + s.Gen%7)}
 				})
 				if err != nil {
 					t.Error(err)
@@ -236,7 +238,7 @@ func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
 				if snap.Gen <= last {
 					t.Errorf("gen went from %d to %d on one publisher", last, snap.Gen)
 				}
-				if want := Phase(1 + (snap.Gen-1)%7); snap.Migration.Out.Phase != want {
+				if want := migration.Phase(1 + (snap.Gen-1)%7); snap.Migration.Out.Phase != want {
 					t.Errorf("gen %d carries phase %s; want %s", snap.Gen, snap.Migration.Out.Phase, want)
 				}
 				last = snap.Gen
@@ -290,16 +292,16 @@ func TestMigrationErrorAndRunningArePublishedInOneSnapshot(t *testing.T) {
 		const id = "6f1c2a9e-0000-4000-8000-000000000001"
 		mustPublish(t, p, func(s *Snapshot) {
 			s.State = Migrating
-			s.Migration.Out = MigrationStatus{ID: id, Phase: PhaseSync}
+			s.Migration.Out = migration.Progress{ID: id, Phase: migration.PhaseSync}
 		})
 		synctest.Wait()
-		for _, ph := range []Phase{PhaseRAMPush, PhasePause} {
+		for _, ph := range []migration.Phase{migration.PhaseRAMPush, migration.PhasePause} {
 			mustPublish(t, p, func(s *Snapshot) { s.Migration.Out.Phase = ph })
 			synctest.Wait()
 		}
 		failed := mustPublish(t, p, func(s *Snapshot) {
 			s.State = Running
-			s.Migration.Out.Phase = PhaseError
+			s.Migration.Out.Phase = migration.PhaseError
 		})
 		synctest.Wait()
 		p.Close()
@@ -309,11 +311,11 @@ func TestMigrationErrorAndRunningArePublishedInOneSnapshot(t *testing.T) {
 			t.Fatalf("watcher saw %d snapshots; want 5: %+v", len(seen), seen)
 		}
 		if last := seen[len(seen)-1]; last != failed || last.State != Running ||
-			last.Migration.Out != (MigrationStatus{ID: id, Phase: PhaseError}) {
+			last.Migration.Out != (migration.Progress{ID: id, Phase: migration.PhaseError}) {
 			t.Fatalf("last snapshot %+v; want running with out={%s, error}", last, id)
 		}
 		for _, s := range seen {
-			errored := s.Migration.Out.Phase == PhaseError
+			errored := s.Migration.Out.Phase == migration.PhaseError
 			if errored != (s.State == Running && s.Migration.Out.Active()) {
 				t.Fatalf("snapshot %+v shows half of the failure", s)
 			}
@@ -326,10 +328,10 @@ func TestMigrationErrorAndRunningArePublishedInOneSnapshot(t *testing.T) {
 }
 
 func TestPublishedSnapshotsShareNothing(t *testing.T) {
-	p := NewPublisher(Migrating, Migration{In: MigrationStatus{ID: "a", Phase: PhaseSync}})
+	p := NewPublisher(Migrating, Migration{In: migration.Progress{ID: "a", Phase: migration.PhaseSync}})
 	first := p.Current()
-	mustPublish(t, p, func(s *Snapshot) { s.Migration.In.Phase = PhaseRAMPush })
-	if first.Migration.In.Phase != PhaseSync {
+	mustPublish(t, p, func(s *Snapshot) { s.Migration.In.Phase = migration.PhaseRAMPush })
+	if first.Migration.In.Phase != migration.PhaseSync {
 		t.Fatalf("an earlier snapshot changed: %+v", first)
 	}
 }
@@ -344,17 +346,17 @@ func TestSnapshotJSONHasExactlyTheAPIKeys(t *testing.T) {
 			`{"gen":1,"state":"creating","migration":{"in":null,"out":null}}`,
 		},
 		{
-			Snapshot{Gen: 7, State: Running, Migration: Migration{Out: MigrationStatus{ID: "m1", Phase: PhaseError, Round: 2, BytesSent: 4096, Error: "peer: gone"}}},
+			Snapshot{Gen: 7, State: Running, Migration: Migration{Out: migration.Progress{ID: "m1", Phase: migration.PhaseError, Round: 2, BytesSent: 4096, Error: "peer: gone"}}},
 			`{"gen":7,"state":"running","migration":{"in":null,"out":{"id":"m1","phase":"error","round":2,"bytes_sent":4096,` +
 				`"pages_remaining":0,"dirty_pages_per_sec":0,"bandwidth_bytes_per_sec":0,"estimated_downtime_ms":0,"error":"peer: gone"}}}`,
 		},
 		{
-			Snapshot{Gen: 2, State: Migrating, Migration: Migration{In: MigrationStatus{ID: "m2", Phase: PhaseRAMPushDirty}}},
+			Snapshot{Gen: 2, State: Migrating, Migration: Migration{In: migration.Progress{ID: "m2", Phase: migration.PhaseRAMPushDirty}}},
 			`{"gen":2,"state":"migrating","migration":{"in":{"id":"m2","phase":"ram_push_dirty","round":0,"bytes_sent":0,` +
 				`"pages_remaining":0,"dirty_pages_per_sec":0,"bandwidth_bytes_per_sec":0,"estimated_downtime_ms":0},"out":null}}`,
 		},
 		{
-			Snapshot{Gen: 9, State: Destroyed, Migration: Migration{Out: MigrationStatus{ID: "m3", Phase: PhaseFinish, Round: 3,
+			Snapshot{Gen: 9, State: Destroyed, Migration: Migration{Out: migration.Progress{ID: "m3", Phase: migration.PhaseFinish, Round: 3,
 				BytesSent: 8192, PagesRemaining: 0, DirtyPagesPerSec: 12.5, BandwidthBytesPerSec: 1e8, EstimatedDowntimeMs: 1.5, TotalMs: 900, DowntimeMs: 12}}},
 			`{"gen":9,"state":"destroyed","migration":{"in":null,"out":{"id":"m3","phase":"finish","round":3,"bytes_sent":8192,` +
 				`"pages_remaining":0,"dirty_pages_per_sec":12.5,"bandwidth_bytes_per_sec":100000000,"estimated_downtime_ms":1.5,"total_ms":900,"downtime_ms":12}}}`,

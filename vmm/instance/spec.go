@@ -43,7 +43,7 @@ const (
 // Cmdline).
 type GuestSpec struct {
 	Kind string `json:"kind"`
-	// Path is an ELF file's path, or a built-in guest's name (tools/guests)
+	// Path is an ELF file's path, or a built-in guest's name (vmm/guests)
 	// when it has no '/' and does not end in ".elf".
 	Path    string `json:"path,omitempty"`
 	Kernel  string `json:"kernel,omitempty"`

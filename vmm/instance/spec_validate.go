@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strings"
 
-	"tern/tools/guests"
 	"tern/vmm"
+	"tern/vmm/guests"
 )
 
 // ErrInvalidSpec is wrapped by every problem Validate finds.
@@ -39,7 +39,7 @@ const MaxDisks = vmm.MaxDisks
 const minMemoryMiB = 2
 
 // dirtyMemStartMiB is where the dirty guest's patterned area starts by
-// default (tools/guests: 4 MiB).
+// default (vmm/guests: 4 MiB).
 const dirtyMemStartMiB = 4
 
 // guestParams lists the parameters each built-in guest takes through the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"tern/vmm/migrate"
+	"tern/migration"
 )
 
 func validSpec() Spec {
@@ -213,7 +213,7 @@ func TestFailureInjectorIsParsedFromItsComponent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, ok := s.FailureInjector()
-	if want := (migrate.InjectorSpec{Phase: migrate.PhaseRAMPush, FailExports: 2}); !ok || got != want {
+	if want := (migration.InjectorSpec{Phase: migration.PhaseRAMPush, FailExports: 2}); !ok || got != want {
 		t.Fatalf("FailureInjector = %+v, %v; want %+v", got, ok, want)
 	}
 }

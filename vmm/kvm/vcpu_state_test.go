@@ -154,12 +154,8 @@ func startLongMode(t *testing.T, v *testVM, cpu *kvm.VCPU, entry uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seg := func(s boot.Segment) kvm.Segment {
-		return kvm.Segment{Base: s.Base, Limit: s.Limit, Selector: s.Selector, Type: s.Type,
-			Present: s.Present, DPL: s.DPL, DB: s.DB, S: s.S, L: s.L, G: s.G, AVL: s.AVL}
-	}
-	sregs.CS, sregs.DS, sregs.ES, sregs.FS = seg(st.CS), seg(st.DS), seg(st.ES), seg(st.FS)
-	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = seg(st.GS), seg(st.SS), seg(st.TR), seg(st.LDT)
+	sregs.CS, sregs.DS, sregs.ES, sregs.FS = st.CS, st.DS, st.ES, st.FS
+	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = st.GS, st.SS, st.TR, st.LDT
 	sregs.GDT, sregs.IDT = gdtr, kvm.DTable{}
 	const cr4OSFXSR, cr4OSXMMEXCPT = 1 << 9, 1 << 10
 	sregs.CR0, sregs.CR3, sregs.CR4, sregs.EFER = st.CR0, st.CR3, st.CR4|cr4OSFXSR|cr4OSXMMEXCPT, st.EFER

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // CrashSpec is a crash campaign: a workload with periodic flushes on
@@ -170,7 +171,7 @@ func waitAllActive(ctx context.Context, u *upstairs.Upstairs, timeout time.Durat
 		st := u.Status()
 		all := true
 		for _, r := range st.Replicas {
-			all = all && r.State == upstairs.ReplicaActive
+			all = all && r.State == engine.ReplicaActive
 		}
 		if all {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // testRegion is every test's geometry: four 1 MiB extents of 4 KiB
@@ -27,7 +28,7 @@ func newUpstairs(t *testing.T, c *Cluster, targets []string, gen uint64) *upstai
 
 // waitReplica waits until replica r's state satisfies ok, failing the
 // test after timeout.
-func waitReplica(t *testing.T, u *upstairs.Upstairs, r int, timeout time.Duration, what string, ok func(upstairs.ReplicaState) bool) {
+func waitReplica(t *testing.T, u *upstairs.Upstairs, r int, timeout time.Duration, what string, ok func(engine.ReplicaState) bool) {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
@@ -44,8 +45,8 @@ func waitReplica(t *testing.T, u *upstairs.Upstairs, r int, timeout time.Duratio
 	}
 }
 
-func isActive(s upstairs.ReplicaState) bool  { return s == upstairs.ReplicaActive }
-func notActive(s upstairs.ReplicaState) bool { return s != upstairs.ReplicaActive }
+func isActive(s engine.ReplicaState) bool  { return s == engine.ReplicaActive }
+func notActive(s engine.ReplicaState) bool { return s != engine.ReplicaActive }
 
 // waitAcked waits until the workload acknowledged n more writes than from.
 func waitAcked(t *testing.T, w *Workload, from int64, n int64) int64 {

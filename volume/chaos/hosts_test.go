@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // replicaPort is where each downstairs listens in its own host.
@@ -281,7 +282,7 @@ func TestWorkloadVerifiedThroughDelayAndLossOnEveryLink(t *testing.T) {
 		t.Logf("%s: %d writes acknowledged in %v; proxies so far: %d datagrams, %d dropped, %d duplicated",
 			ph.name, w.Stats().WritesAcked, time.Since(start).Round(time.Millisecond), sum.Received, sum.Dropped, sum.Duplicated)
 		for r := range 3 {
-			if st := u.Status().Replicas[r]; st.State != upstairs.ReplicaActive {
+			if st := u.Status().Replicas[r]; st.State != engine.ReplicaActive {
 				t.Logf("replica %d %v: %s", r, st.State, st.FaultReason)
 			}
 		}
@@ -371,7 +372,7 @@ func TestReplicaCutPastItsBacklogIsRepairedLive(t *testing.T) {
 	if err := v.ds[1].Cut(Both); err != nil {
 		t.Fatal(err)
 	}
-	waitReplica(t, u, 1, 2*time.Minute, "faulted past its backlog", func(s upstairs.ReplicaState) bool { return s == upstairs.ReplicaFaulted })
+	waitReplica(t, u, 1, 2*time.Minute, "faulted past its backlog", func(s engine.ReplicaState) bool { return s == engine.ReplicaFaulted })
 	acked = waitAcked(t, w, acked, 40)
 	if err := v.ds[1].Heal(); err != nil {
 		t.Fatal(err)

@@ -16,9 +16,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
 	"tern/volume/extent"
+	"tern/volume/ids"
 )
 
 // StartTimeout bounds how long a downstairs process may take to log that
@@ -264,7 +265,7 @@ func (r *Replica) Stop() error {
 // CompareRegions opens every replica's region (their processes must be
 // stopped) and returns the blocks whose contents are not the same on all
 // three, at most limit of them.
-func (c *Cluster) CompareRegions(ctx context.Context, limit int) ([]extent.BlockIndex, error) {
+func (c *Cluster) CompareRegions(ctx context.Context, limit int) ([]ids.BlockIndex, error) {
 	var regions [3]*extent.Region
 	for i, r := range c.Replicas {
 		reg, err := extent.Open(r.Dir)
@@ -275,15 +276,15 @@ func (c *Cluster) CompareRegions(ctx context.Context, limit int) ([]extent.Block
 		regions[i] = reg
 	}
 	spec := regions[0].Spec()
-	total := extent.BlockIndex(uint64(spec.ExtentBlocks) * uint64(spec.ExtentCount))
+	total := ids.BlockIndex(uint64(spec.ExtentBlocks) * uint64(spec.ExtentCount))
 	bs := int(spec.BlockSize)
 	var bufs [3][]byte
 	var hashes [3][]uint64
 	for i := range bufs {
 		bufs[i], hashes[i] = make([]byte, bs), make([]uint64, 1)
 	}
-	var differ []extent.BlockIndex
-	for b := extent.BlockIndex(0); b < total; b++ {
+	var differ []ids.BlockIndex
+	for b := ids.BlockIndex(0); b < total; b++ {
 		if ctx.Err() != nil {
 			return differ, ctx.Err()
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/upstairs"
-	"tern/volume/wire"
 )
 
 // ActivateTimeout bounds an activation, reconciliation included.
@@ -35,7 +35,7 @@ func openUpstairsWith(c *Cluster, targets []string, gen uint64, tune func(*upsta
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ActivateTimeout)
 	defer cancel()
-	if err := u.Activate(ctx, wire.Generation(gen)); err != nil {
+	if err := u.Activate(ctx, ids.Generation(gen)); err != nil {
 		u.Close()
 		return nil, fmt.Errorf("activating upstairs: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -47,7 +48,7 @@ func TestHostileRequestsGetErrorsNotPanics(t *testing.T) {
 	}
 	c.t = t
 	// First+Count past uint32: the versions that exist, or none.
-	for _, first := range []wire.ExtentID{testExtentCount - 1, math.MaxUint32} {
+	for _, first := range []ids.ExtentID{testExtentCount - 1, math.MaxUint32} {
 		r := c.call(&wire.ExtentVersionsRequest{JobID: c.jobID(), First: first, Count: math.MaxUint32})
 		switch r := r.(type) {
 		case *wire.ExtentVersions:
@@ -71,7 +72,7 @@ func TestUnsortedRepairBlocksEndTheSession(t *testing.T) {
 	ts := startServer(t, dir)
 	two, twoHashes := blocks(2, 7)
 	v := wire.ExtentVersion{Gen: 9, Flush: 9}
-	gen := wire.Generation(0)
+	gen := ids.Generation(0)
 	check := func() *client {
 		gen++
 		c := dial(t, ts.addr(), false)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/wire"
 )
@@ -61,7 +62,7 @@ func benchWrite(b *testing.B, size, depth int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	pipeline(b, c, depth, func(i int) wire.Message {
-		return &wire.Write{JobID: wire.JobID(10000 + i), Offset: wire.BlockIndex((i % slots) * n), Hashes: hashes, Data: data}
+		return &wire.Write{JobID: wire.JobID(10000 + i), Offset: ids.BlockIndex((i % slots) * n), Hashes: hashes, Data: data}
 	})
 }
 
@@ -73,13 +74,13 @@ func benchRead(b *testing.B, size, depth int) {
 	data, _ := blocks(n, 1)
 	slots := benchExtentBlocks * 4 / n
 	for i := range slots {
-		c.mustWrite(wire.BlockIndex(i*n), data)
+		c.mustWrite(ids.BlockIndex(i*n), data)
 	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	pipeline(b, c, depth, func(i int) wire.Message {
-		return &wire.Read{JobID: wire.JobID(10000 + i), Offset: wire.BlockIndex((i % slots) * n), Count: uint32(n)}
+		return &wire.Read{JobID: wire.JobID(10000 + i), Offset: ids.BlockIndex((i % slots) * n), Count: uint32(n)}
 	})
 }
 
@@ -168,7 +169,7 @@ func BenchmarkJobPathWrite4KiB(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		msg.JobID = wire.JobID(i + 2)
-		msg.Offset = wire.BlockIndex(i % benchExtentBlocks)
+		msg.Offset = ids.BlockIndex(i % benchExtentBlocks)
 		buf := srv.bufs.get(len(data))
 		copy(*buf, data) // stands in for the decoder filling the buffer
 		j := s.toJob(msg, buf)

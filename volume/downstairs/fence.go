@@ -6,13 +6,13 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
 // fenceInfo says who fenced a session.
 type fenceInfo struct {
-	gen wire.Generation
+	gen ids.Generation
 	by  uuid.UUID
 }
 
@@ -43,7 +43,7 @@ type activateResult struct {
 // reconnect after an outage or a downstairs restart: it replays its
 // backlog); nobody else may. Re-sending the generation s already holds is
 // acknowledged again.
-func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
+func (srv *Server) activate(s *session, gen ids.Generation) activateResult {
 	srv.fence.mu.Lock()
 	defer srv.fence.mu.Unlock()
 	if f := s.fencedBy(); f != nil {
@@ -53,11 +53,11 @@ func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
 		return activateResult{ok: true}
 	}
 	g, holder := srv.region.GenHolder()
-	highest := wire.Generation(g)
+	highest := ids.Generation(g)
 	if !MayActivate(gen, s.upstairs, highest, holder) {
 		return activateResult{code: wire.CodeGenTooLow, msg: fmt.Sprintf("generation %d is not above %d", gen, highest)}
 	}
-	if err := srv.region.SetGenHolder(extent.Generation(gen), s.upstairs); err != nil {
+	if err := srv.region.SetGenHolder(ids.Generation(gen), s.upstairs); err != nil {
 		return activateResult{code: codeOf(err), msg: fmt.Sprintf("store generation: %v", err)}
 	}
 	old := srv.fence.active
@@ -76,7 +76,7 @@ func (srv *Server) activate(s *session, gen wire.Generation) activateResult {
 // when it is that generation's holder coming back (a rejoin after an
 // outage or a downstairs restart). Everything else is refused with
 // CodeGenTooLow. It is a pure decision, shared with the simulator.
-func MayActivate(gen wire.Generation, upstairs uuid.UUID, highest wire.Generation, holder uuid.UUID) bool {
+func MayActivate(gen ids.Generation, upstairs uuid.UUID, highest ids.Generation, holder uuid.UUID) bool {
 	rejoin := gen == highest && holder != uuid.Nil && holder == upstairs
 	return gen > highest || rejoin
 }

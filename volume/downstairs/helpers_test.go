@@ -19,8 +19,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/wire"
 )
@@ -233,12 +234,12 @@ func (c *client) call(m wire.Message) wire.Message {
 	}
 }
 
-func (c *client) activate(gen wire.Generation) wire.Message {
+func (c *client) activate(gen ids.Generation) wire.Message {
 	c.t.Helper()
 	return c.call(&wire.Activate{JobID: c.jobID(), UpstairsID: c.up, SessionID: c.sess, Gen: gen})
 }
 
-func (c *client) mustActivate(gen wire.Generation) {
+func (c *client) mustActivate(gen ids.Generation) {
 	c.t.Helper()
 	if r, ok := c.activate(gen).(*wire.ActivateAck); !ok || r.Gen != gen {
 		c.t.Fatalf("activate gen %d: %+v", gen, r)
@@ -261,24 +262,24 @@ func hashesOf(p []byte) []uint64 {
 	return h
 }
 
-func (c *client) write(off wire.BlockIndex, data []byte, deps ...wire.JobID) wire.Message {
+func (c *client) write(off ids.BlockIndex, data []byte, deps ...wire.JobID) wire.Message {
 	c.t.Helper()
 	return c.call(&wire.Write{JobID: c.jobID(), Deps: deps, Offset: off, Hashes: hashesOf(data), Data: data})
 }
 
-func (c *client) mustWrite(off wire.BlockIndex, data []byte) {
+func (c *client) mustWrite(off ids.BlockIndex, data []byte) {
 	c.t.Helper()
 	if r, ok := c.write(off, data).(*wire.Ack); !ok {
 		c.t.Fatalf("write at %d: %s", off, describe(r))
 	}
 }
 
-func (c *client) read(off wire.BlockIndex, n uint32) wire.Message {
+func (c *client) read(off ids.BlockIndex, n uint32) wire.Message {
 	c.t.Helper()
 	return c.call(&wire.Read{JobID: c.jobID(), Offset: off, Count: n})
 }
 
-func (c *client) mustRead(off wire.BlockIndex, n uint32) *wire.ReadResponse {
+func (c *client) mustRead(off ids.BlockIndex, n uint32) *wire.ReadResponse {
 	c.t.Helper()
 	r, ok := c.read(off, n).(*wire.ReadResponse)
 	if !ok {
@@ -302,7 +303,7 @@ func wantError(t testing.TB, m wire.Message, code wire.ErrorCode) {
 	}
 }
 
-func wantFenced(t testing.TB, m wire.Message, gen wire.Generation) {
+func wantFenced(t testing.TB, m wire.Message, gen ids.Generation) {
 	t.Helper()
 	f, ok := m.(*wire.Fenced)
 	if !ok || f.ByGen != gen {

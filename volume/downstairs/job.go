@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -51,11 +52,11 @@ type job struct {
 	id   wire.JobID
 	deps []wire.JobID
 
-	offset      wire.BlockIndex
+	offset      ids.BlockIndex
 	count       uint32
-	extent      wire.ExtentID
+	extent      ids.ExtentID
 	flushNumber uint64
-	gen         wire.Generation
+	gen         ids.Generation
 	version     wire.ExtentVersion
 	blocks      []uint32
 	hashes      []uint64
@@ -171,17 +172,17 @@ func (j *job) execute(srv *Server) {
 	}
 	switch j.kind {
 	case kindWrite:
-		if err := r.WriteBlocks(extent.BlockIndex(j.offset), j.data(), j.hashes); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(j.offset), j.data(), j.hashes); err != nil {
 			j.failErr(err)
 		}
 	case kindRead:
 		j.buf = srv.bufs.get(int(j.count) * int(srv.spec.BlockSize))
 		j.hashes = grow(j.hashes, int(j.count))
-		if err := r.ReadBlocks(extent.BlockIndex(j.offset), j.data(), j.hashes); err != nil {
+		if err := r.ReadBlocks(ids.BlockIndex(j.offset), j.data(), j.hashes); err != nil {
 			j.failErr(err)
 		}
 	case kindFlush:
-		if err := r.Flush(j.flushNumber, extent.Generation(j.gen)); err != nil {
+		if err := r.Flush(j.flushNumber, ids.Generation(j.gen)); err != nil {
 			j.failErr(err)
 		}
 	case kindExtentVersions:
@@ -197,7 +198,7 @@ func (j *job) execute(srv *Server) {
 		n = min(n, wire.MaxExtentVersions)
 		j.versions = j.versions[:0]
 		for e := range n {
-			v, err := r.ExtentVersion(extent.ExtentID(uint64(j.extent) + e))
+			v, err := r.ExtentVersion(ids.ExtentID(uint64(j.extent) + e))
 			if err != nil {
 				j.failErr(err)
 				return
@@ -205,13 +206,13 @@ func (j *job) execute(srv *Server) {
 			j.versions = append(j.versions, wireVersion(v))
 		}
 	case kindExtentHashes:
-		hs, err := r.ExtentHashes(extent.ExtentID(j.extent), j.hashes)
+		hs, err := r.ExtentHashes(ids.ExtentID(j.extent), j.hashes)
 		j.hashes = hs
 		if err != nil {
 			j.failErr(err)
 			return
 		}
-		v, err := r.ExtentVersion(extent.ExtentID(j.extent))
+		v, err := r.ExtentVersion(ids.ExtentID(j.extent))
 		if err != nil {
 			j.failErr(err)
 			return
@@ -220,19 +221,19 @@ func (j *job) execute(srv *Server) {
 	case kindRepairRead:
 		j.buf = srv.bufs.get(len(j.blocks) * int(srv.spec.BlockSize))
 		j.hashes = grow(j.hashes, len(j.blocks))
-		if err := r.ReadExtentBlocks(extent.ExtentID(j.extent), j.blocks, j.data(), j.hashes); err != nil {
+		if err := r.ReadExtentBlocks(ids.ExtentID(j.extent), j.blocks, j.data(), j.hashes); err != nil {
 			j.failErr(err)
 		}
 	case kindRepairWrite:
-		v := extent.Version{Gen: extent.Generation(j.version.Gen), Flush: j.version.Flush, Dirty: j.version.Dirty}
-		if err := r.RepairExtent(extent.ExtentID(j.extent), j.blocks, j.data(), j.hashes, v); err != nil {
+		v := extent.Version{Gen: ids.Generation(j.version.Gen), Flush: j.version.Flush, Dirty: j.version.Dirty}
+		if err := r.RepairExtent(ids.ExtentID(j.extent), j.blocks, j.data(), j.hashes, v); err != nil {
 			j.failErr(err)
 		}
 	}
 }
 
 func wireVersion(v extent.Version) wire.ExtentVersion {
-	return wire.ExtentVersion{Gen: wire.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+	return wire.ExtentVersion{Gen: ids.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
 }
 
 func grow(s []uint64, n int) []uint64 {

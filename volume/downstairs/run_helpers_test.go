@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 )
 
 func tlsGenerate(dir string) error { return tlsconf.Generate(dir, []string{"127.0.0.1"}, false) }

@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/wire"
 )
@@ -181,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 func (srv *Server) regionInfo() wire.RegionInfo { return regionInfoOf(srv.spec) }
 
 // sessionGen returns the generation s activated with (0 if it did not).
-func (srv *Server) sessionGen(s *session) wire.Generation {
+func (srv *Server) sessionGen(s *session) ids.Generation {
 	srv.fence.mu.RLock()
 	defer srv.fence.mu.RUnlock()
 	return s.gen

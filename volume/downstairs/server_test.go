@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -146,7 +147,7 @@ func TestPipelinedOverlappingJobsRunInOrder(t *testing.T) {
 		if i%3 == 0 && prev != 0 {
 			deps = []wire.JobID{prev} // explicit dependency on some jobs
 		}
-		c.send(&wire.Write{JobID: id, Deps: deps, Offset: wire.BlockIndex(off), Hashes: hashes, Data: data})
+		c.send(&wire.Write{JobID: id, Deps: deps, Offset: ids.BlockIndex(off), Hashes: hashes, Data: data})
 		copy(model[off*testBlockSize:], data)
 		prev = id
 		sent++
@@ -213,23 +214,23 @@ func TestFencedInFlightWritesAreNeverAppliedAfterTakeover(t *testing.T) {
 	a.mustActivate(1)
 	b := dial(t, ts.addr(), false)
 	const writes = 120
-	ids := map[wire.JobID]wire.BlockIndex{}
+	offsets := map[wire.JobID]ids.BlockIndex{}
 	data, hashes := blocks(1, 0xa5)
 	go func() {
 		for i := range writes {
 			id := wire.JobID(5000 + i)
-			a.enc.Encode(&wire.Write{JobID: id, Offset: wire.BlockIndex(i), Hashes: hashes, Data: data})
+			a.enc.Encode(&wire.Write{JobID: id, Offset: ids.BlockIndex(i), Hashes: hashes, Data: data})
 		}
 	}()
 	for i := range writes {
-		ids[wire.JobID(5000+i)] = wire.BlockIndex(i)
+		offsets[wire.JobID(5000+i)] = ids.BlockIndex(i)
 	}
 	b.mustActivate(2)
-	acked := map[wire.BlockIndex]bool{}
+	acked := map[ids.BlockIndex]bool{}
 	for got := 0; got < writes; {
 		switch m := a.recv().(type) {
 		case *wire.Ack:
-			acked[ids[m.JobID]] = true
+			acked[offsets[m.JobID]] = true
 			got++
 		case *wire.Fenced:
 			if m.JobID != 0 {
@@ -242,8 +243,8 @@ func TestFencedInFlightWritesAreNeverAppliedAfterTakeover(t *testing.T) {
 	all := b.mustRead(0, writes)
 	for i := range writes {
 		blk := all.Data[i*testBlockSize : (i+1)*testBlockSize]
-		if acked[wire.BlockIndex(i)] != bytes.Equal(blk, data) {
-			t.Fatalf("block %d: acked=%v but present=%v", i, acked[wire.BlockIndex(i)], bytes.Equal(blk, data))
+		if acked[ids.BlockIndex(i)] != bytes.Equal(blk, data) {
+			t.Fatalf("block %d: acked=%v but present=%v", i, acked[ids.BlockIndex(i)], bytes.Equal(blk, data))
 		}
 	}
 	t.Logf("%d of %d writes applied before the takeover", len(acked), writes)

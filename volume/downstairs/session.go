@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -51,7 +52,7 @@ type session struct {
 	upstairs  uuid.UUID
 	sessionID uuid.UUID
 
-	gen wire.Generation // guarded by srv.fence.mu: the activation generation
+	gen ids.Generation // guarded by srv.fence.mu: the activation generation
 
 	fenced    atomic.Pointer[fenceInfo] // set once when fenced
 	fenceNote chan struct{}             // one-slot: fenced, tell the peer

@@ -3,6 +3,7 @@ package extent
 import (
 	"os"
 	"path/filepath"
+	"tern/volume/ids"
 	"testing"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkWriteBlocks(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				if err := r.WriteBlocks(BlockIndex(next), p, h); err != nil {
+				if err := r.WriteBlocks(ids.BlockIndex(next), p, h); err != nil {
 					b.Fatal(err)
 				}
 				next = (next + size.blocks) % span
@@ -56,7 +57,7 @@ func BenchmarkReadBlocks(b *testing.B) {
 			const span = 16384
 			fill := pattern(71, 256, 4096)
 			for blk := 0; blk < span; blk += 256 {
-				mustWrite(b, r, BlockIndex(blk), fill)
+				mustWrite(b, r, ids.BlockIndex(blk), fill)
 			}
 			p := make([]byte, size.blocks*4096)
 			h := make([]uint64, size.blocks)
@@ -65,7 +66,7 @@ func BenchmarkReadBlocks(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				if err := r.ReadBlocks(BlockIndex(next), p, h); err != nil {
+				if err := r.ReadBlocks(ids.BlockIndex(next), p, h); err != nil {
 					b.Fatal(err)
 				}
 				next = (next + size.blocks) % span

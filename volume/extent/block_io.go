@@ -2,12 +2,13 @@ package extent
 
 import (
 	"fmt"
+	"tern/volume/ids"
 
 	"github.com/cespare/xxhash/v2"
 )
 
 // checkIO validates a region-wide IO of len(hashes) blocks at first.
-func (r *Region) checkIO(first BlockIndex, p []byte, hashes []uint64) error {
+func (r *Region) checkIO(first ids.BlockIndex, p []byte, hashes []uint64) error {
 	bs := uint64(r.spec.BlockSize)
 	if uint64(len(p))%bs != 0 || uint64(len(p))/bs != uint64(len(hashes)) {
 		return fmt.Errorf("%w: %d bytes for %d hashes of %d-byte blocks", ErrUnaligned, len(p), len(hashes), bs)
@@ -24,7 +25,7 @@ func (r *Region) checkIO(first BlockIndex, p []byte, hashes []uint64) error {
 // in hashes; the caller verifies data against them. A block marked corrupt
 // fails the read with a *BlockError wrapping ErrCorruptBlock (p may then be
 // partly filled). Never-written blocks read as zeros.
-func (r *Region) ReadBlocks(first BlockIndex, p []byte, hashes []uint64) error {
+func (r *Region) ReadBlocks(first ids.BlockIndex, p []byte, hashes []uint64) error {
 	if err := r.checkIO(first, p, hashes); err != nil {
 		return fmt.Errorf("read blocks: %w", err)
 	}
@@ -54,7 +55,7 @@ func (r *Region) ReadBlocks(first BlockIndex, p []byte, hashes []uint64) error {
 // anything is written. A successful write clears any corrupt mark on its
 // blocks. The write is durable only after the next Flush. p must not change
 // during the call.
-func (r *Region) WriteBlocks(first BlockIndex, p []byte, hashes []uint64) error {
+func (r *Region) WriteBlocks(first ids.BlockIndex, p []byte, hashes []uint64) error {
 	if err := r.checkIO(first, p, hashes); err != nil {
 		return fmt.Errorf("write blocks: %w", err)
 	}
@@ -85,11 +86,11 @@ func (r *Region) WriteBlocks(first BlockIndex, p []byte, hashes []uint64) error 
 
 // verifyHashes checks every block of p against the caller's hash; first
 // names the first block in errors.
-func (r *Region) verifyHashes(first BlockIndex, p []byte, hashes []uint64) error {
+func (r *Region) verifyHashes(first ids.BlockIndex, p []byte, hashes []uint64) error {
 	bs := int(r.spec.BlockSize)
 	for i, want := range hashes {
 		if xxhash.Sum64(p[i*bs:(i+1)*bs]) != want {
-			return &BlockError{Block: first + BlockIndex(i), Err: ErrHashMismatch}
+			return &BlockError{Block: first + ids.BlockIndex(i), Err: ErrHashMismatch}
 		}
 	}
 	return nil

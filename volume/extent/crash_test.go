@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
+	"tern/volume/ids"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -60,7 +61,7 @@ func cutAfter(n int64) func(crashStep) error {
 }
 
 // checkBlock reads block b and checks it against want.
-func checkBlock(t *testing.T, r *Region, b BlockIndex, oldData, newData []byte, want outcome) {
+func checkBlock(t *testing.T, r *Region, b ids.BlockIndex, oldData, newData []byte, want outcome) {
 	t.Helper()
 	got, err := readChecked(r, b, 1)
 	switch {
@@ -116,9 +117,9 @@ func TestPowerCutAtEachStepNeverServesWrongData(t *testing.T) {
 			checkBlock(t, r, 3, oldData[bs:2*bs], newData[:bs], tc.want)
 			checkBlock(t, r, 4, oldData[2*bs:3*bs], newData[bs:], tc.want)
 			checkBlock(t, r, 5, oldData[3*bs:], nil, readsOld)
-			wantCorrupt := []BlockIndex(nil)
+			wantCorrupt := []ids.BlockIndex(nil)
 			if tc.want == readsCorrupt {
-				wantCorrupt = []BlockIndex{3, 4}
+				wantCorrupt = []ids.BlockIndex{3, 4}
 			}
 			if got := r.CorruptBlocks(); !slices.Equal(got, wantCorrupt) {
 				t.Errorf("CorruptBlocks = %v, want %v", got, wantCorrupt)
@@ -347,7 +348,7 @@ func TestRandomPowerCutsNeverServeWrongData(t *testing.T) {
 				for i := range n {
 					allowed[first+i][h[i]] = true
 				}
-				if err = r.WriteBlocks(BlockIndex(first), p, h); err == nil {
+				if err = r.WriteBlocks(ids.BlockIndex(first), p, h); err == nil {
 					copy(lastWritten[first:], h)
 				}
 			}
@@ -360,7 +361,7 @@ func TestRandomPowerCutsNeverServeWrongData(t *testing.T) {
 		}
 		r = reopen(t, r)
 		for b := range blocks {
-			got, err := readChecked(r, BlockIndex(b), 1)
+			got, err := readChecked(r, ids.BlockIndex(b), 1)
 			if errors.Is(err, ErrCorruptBlock) {
 				corruptSeen++
 				continue

@@ -3,6 +3,7 @@ package extent
 import (
 	"errors"
 	"fmt"
+	"tern/volume/ids"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,7 +54,7 @@ var (
 // ErrCorruptBlock or ErrHashMismatch; errors.Is sees through to it.
 type BlockError struct {
 	// Block is the region-wide block number.
-	Block BlockIndex
+	Block ids.BlockIndex
 	// Err is the reason: ErrCorruptBlock or ErrHashMismatch.
 	Err error
 }

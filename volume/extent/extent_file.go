@@ -5,12 +5,13 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"tern/volume/ids"
 )
 
 // extent is one open extent file and its in-memory state.
 type extent struct {
 	// Immutable after open.
-	id   ExtentID
+	id   ids.ExtentID
 	file File // owned
 
 	// io is held shared by every write to the extent, and exclusively by

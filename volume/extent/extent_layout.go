@@ -3,6 +3,7 @@ package extent
 import (
 	"encoding/binary"
 	"fmt"
+	"tern/volume/ids"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -53,11 +54,11 @@ func (l layout) metaEntryOff(block uint32) int64 {
 }
 
 // extentFileName is the name of extent id's file inside the region dir.
-func extentFileName(id ExtentID) string { return fmt.Sprintf("%06d.ext", id) }
+func extentFileName(id ids.ExtentID) string { return fmt.Sprintf("%06d.ext", id) }
 
 // trailer is the decoded end of an extent file.
 type trailer struct {
-	id  ExtentID
+	id  ids.ExtentID
 	ver Version
 	// seq is the extent's write counter when the trailer was written; the
 	// counter continues from here (or from the largest counter in the
@@ -84,7 +85,7 @@ func (t trailer) encode(buf *[trailerSize]byte) {
 
 // decodeTrailer parses buf as extent id's trailer. ok is false for a torn,
 // garbled or foreign trailer; the caller then treats the extent as dirty.
-func decodeTrailer(buf []byte, id ExtentID) (t trailer, ok bool) {
+func decodeTrailer(buf []byte, id ids.ExtentID) (t trailer, ok bool) {
 	if len(buf) < trailerSize {
 		return trailer{}, false
 	}
@@ -103,7 +104,7 @@ func decodeTrailer(buf []byte, id ExtentID) (t trailer, ok bool) {
 	return trailer{
 		id: id,
 		ver: Version{
-			Gen:   Generation(binary.LittleEndian.Uint64(buf[16:])),
+			Gen:   ids.Generation(binary.LittleEndian.Uint64(buf[16:])),
 			Flush: binary.LittleEndian.Uint64(buf[24:]),
 			Dirty: buf[40] == 1,
 		},

@@ -2,6 +2,7 @@ package extent
 
 import (
 	"fmt"
+	"tern/volume/ids"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -21,7 +22,7 @@ type verifier struct {
 // is dirty or its trailer unreadable, verifies every block against its
 // recorded hash. The returned extent is non-nil whenever its file was
 // opened, so the caller can close it on error.
-func (r *Region) loadExtent(id ExtentID, v *verifier) (*extent, error) {
+func (r *Region) loadExtent(id ids.ExtentID, v *verifier) (*extent, error) {
 	f, err := r.fsys.OpenFile(extentFileName(id), r.readOnly)
 	if isNotExist(err) {
 		return nil, fmt.Errorf("%w: extent %d: %w", ErrBadRegion, id, err)

@@ -3,13 +3,14 @@ package extent
 import (
 	"encoding/json"
 	"fmt"
+	"tern/volume/ids"
 
 	"github.com/google/uuid"
 )
 
 // fence is the content of fence.json.
 type fence struct {
-	HighestGen Generation `json:"highest_gen"`
+	HighestGen ids.Generation `json:"highest_gen"`
 	// Holder is the upstairs that activated at HighestGen (zero when
 	// unknown); it alone may activate at that generation again.
 	Holder uuid.UUID `json:"holder,omitzero"`
@@ -35,7 +36,7 @@ func readFence(fsys FS) (fence, error) {
 
 // GenHolder returns the highest activation generation and the upstairs
 // that holds it (zero if it was set without one).
-func (r *Region) GenHolder() (Generation, uuid.UUID) {
+func (r *Region) GenHolder() (ids.Generation, uuid.UUID) {
 	r.genMu.Lock()
 	defer r.genMu.Unlock()
 	return r.highestGen, r.genHolder
@@ -43,7 +44,7 @@ func (r *Region) GenHolder() (Generation, uuid.UUID) {
 
 // HighestGen returns the highest activation generation ever accepted by
 // this region (0 for a new region).
-func (r *Region) HighestGen() Generation {
+func (r *Region) HighestGen() ids.Generation {
 	r.genMu.Lock()
 	defer r.genMu.Unlock()
 	return r.highestGen
@@ -53,7 +54,7 @@ func (r *Region) HighestGen() Generation {
 // accepted (temporary file, fsync, rename, fsync of the directory) before
 // returning. Setting the current value again is a no-op; a lower value
 // fails with ErrStaleGeneration.
-func (r *Region) SetHighestGen(g Generation) error {
+func (r *Region) SetHighestGen(g ids.Generation) error {
 	return r.SetGenHolder(g, uuid.Nil)
 }
 
@@ -61,7 +62,7 @@ func (r *Region) SetHighestGen(g Generation) error {
 // Recording a new holder at the current generation is allowed (the
 // caller decides whether that is legitimate); a lower generation fails
 // with ErrStaleGeneration.
-func (r *Region) SetGenHolder(g Generation, holder uuid.UUID) error {
+func (r *Region) SetGenHolder(g ids.Generation, holder uuid.UUID) error {
 	if err := r.begin(); err != nil {
 		return fmt.Errorf("set highest generation: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"tern/volume/ids"
 )
 
 // flushParallelism bounds how many extents one Flush syncs at once; the
@@ -22,7 +23,7 @@ const flushParallelism = 8
 // An extent with corrupt blocks is made durable but keeps its dirty
 // trailer and old numbers, so it is verified again at the next Open and
 // reconciliation repairs it from a peer rather than copying from it.
-func (r *Region) Flush(flushNumber uint64, gen Generation) error {
+func (r *Region) Flush(flushNumber uint64, gen ids.Generation) error {
 	if err := r.begin(); err != nil {
 		return fmt.Errorf("flush region: %w", err)
 	}

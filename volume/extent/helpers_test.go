@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"tern/volume/ids"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -74,7 +75,7 @@ func hashesOf(p []byte, blockSize uint32) []uint64 {
 }
 
 // mustWrite writes p at first with correct hashes.
-func mustWrite(t testing.TB, r *Region, first BlockIndex, p []byte) {
+func mustWrite(t testing.TB, r *Region, first ids.BlockIndex, p []byte) {
 	t.Helper()
 	if err := r.WriteBlocks(first, p, hashesOf(p, r.Spec().BlockSize)); err != nil {
 		t.Fatalf("WriteBlocks(%d): %v", first, err)
@@ -83,7 +84,7 @@ func mustWrite(t testing.TB, r *Region, first BlockIndex, p []byte) {
 
 // mustRead reads n blocks at first and checks that every returned hash
 // matches the returned data.
-func mustRead(t testing.TB, r *Region, first BlockIndex, n int) []byte {
+func mustRead(t testing.TB, r *Region, first ids.BlockIndex, n int) []byte {
 	t.Helper()
 	p, err := readChecked(r, first, n)
 	if err != nil {
@@ -94,7 +95,7 @@ func mustRead(t testing.TB, r *Region, first BlockIndex, n int) []byte {
 
 // readChecked reads n blocks at first; it fails if a returned hash does
 // not match the returned data (wrong data served silently).
-func readChecked(r *Region, first BlockIndex, n int) ([]byte, error) {
+func readChecked(r *Region, first ids.BlockIndex, n int) ([]byte, error) {
 	bs := r.Spec().BlockSize
 	p := make([]byte, n*int(bs))
 	hashes := make([]uint64, n)
@@ -110,11 +111,11 @@ func readChecked(r *Region, first BlockIndex, n int) ([]byte, error) {
 }
 
 // extentFile returns the path of extent id's file in dir.
-func extentFile(dir string, id ExtentID) string { return filepath.Join(dir, extentFileName(id)) }
+func extentFile(dir string, id ids.ExtentID) string { return filepath.Join(dir, extentFileName(id)) }
 
 // rawWriteAt writes b into extent id's file at off, bypassing the Region
 // (the region must be closed): it builds the state a power cut leaves.
-func rawWriteAt(t testing.TB, dir string, id ExtentID, b []byte, off int64) {
+func rawWriteAt(t testing.TB, dir string, id ids.ExtentID, b []byte, off int64) {
 	t.Helper()
 	f, err := os.OpenFile(extentFile(dir, id), os.O_RDWR, 0)
 	if err != nil {
@@ -127,7 +128,7 @@ func rawWriteAt(t testing.TB, dir string, id ExtentID, b []byte, off int64) {
 }
 
 // rawReadAt reads n bytes of extent id's file at off.
-func rawReadAt(t testing.TB, dir string, id ExtentID, n int, off int64) []byte {
+func rawReadAt(t testing.TB, dir string, id ids.ExtentID, n int, off int64) []byte {
 	t.Helper()
 	f, err := os.Open(extentFile(dir, id))
 	if err != nil {
@@ -142,7 +143,7 @@ func rawReadAt(t testing.TB, dir string, id ExtentID, n int, off int64) []byte {
 }
 
 // rawTrailer decodes extent id's trailer straight from its file.
-func rawTrailer(t testing.TB, dir string, spec Spec, id ExtentID) (trailer, bool) {
+func rawTrailer(t testing.TB, dir string, spec Spec, id ids.ExtentID) (trailer, bool) {
 	t.Helper()
 	return decodeTrailer(rawReadAt(t, dir, id, trailerSize, newLayout(spec).trailerOff), id)
 }

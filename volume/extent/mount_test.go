@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"tern/volume/ids"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -62,10 +63,10 @@ func TestWriteOnFullFilesystemFailsWithErrNoSpaceAndFlushedDataSurvives(t *testi
 		t.Fatal(err)
 	}
 	var (
-		failed BlockIndex
+		failed ids.BlockIndex
 		err    error
 	)
-	for e := BlockIndex(1); e < 8; e++ {
+	for e := ids.BlockIndex(1); e < 8; e++ {
 		p := pattern(uint64(50+e), 16, bs)
 		if err = r.WriteBlocks(e*16, p, hashesOf(p, bs)); err != nil {
 			failed = e * 16

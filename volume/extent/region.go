@@ -13,6 +13,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"tern/volume/ids"
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
@@ -72,8 +73,8 @@ type Region struct {
 	lostWrites atomic.Bool
 
 	genMu      sync.Mutex
-	highestGen Generation // guarded by genMu
-	genHolder  uuid.UUID  // guarded by genMu: the upstairs at highestGen
+	highestGen ids.Generation // guarded by genMu
+	genHolder  uuid.UUID      // guarded by genMu: the upstairs at highestGen
 
 	mu     sync.RWMutex // held shared by every operation, exclusively by Close
 	closed bool         // guarded by mu
@@ -199,13 +200,13 @@ func createFiles(fsys FS, spec Spec) (err error) {
 	defer func() {
 		if err != nil {
 			for id := range created {
-				fsys.Remove(extentFileName(ExtentID(id)))
+				fsys.Remove(extentFileName(ids.ExtentID(id)))
 			}
 		}
 	}()
 	for id := range spec.ExtentCount {
 		created++ // counted first, so a half-made file is removed too
-		if err := createExtentFile(fsys, lay, ExtentID(id)); err != nil {
+		if err := createExtentFile(fsys, lay, ids.ExtentID(id)); err != nil {
 			return err
 		}
 	}
@@ -226,7 +227,7 @@ func createFiles(fsys FS, spec Spec) (err error) {
 
 // createExtentFile creates one sparse extent file with a clean trailer
 // {gen 0, flush 0}.
-func createExtentFile(fsys FS, lay layout, id ExtentID) error {
+func createExtentFile(fsys FS, lay layout, id ids.ExtentID) error {
 	f, err := fsys.CreateFile(extentFileName(id), lay.fileSize)
 	if err != nil {
 		return fmt.Errorf("create extent %d: %w", id, classify(err))
@@ -362,7 +363,7 @@ func (r *Region) loadExtents() error {
 				if stop {
 					return
 				}
-				e, err := r.loadExtent(ExtentID(id), &v)
+				e, err := r.loadExtent(ids.ExtentID(id), &v)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -463,7 +464,7 @@ func (r *Region) Versions() []Version {
 
 // ExtentVersion returns extent e's trailer; ErrOutOfRange if there is no
 // such extent.
-func (r *Region) ExtentVersion(e ExtentID) (Version, error) {
+func (r *Region) ExtentVersion(e ids.ExtentID) (Version, error) {
 	if uint64(e) >= uint64(len(r.extents)) {
 		return Version{}, fmt.Errorf("get extent %d version: %w", e, ErrOutOfRange)
 	}
@@ -474,8 +475,8 @@ func (r *Region) ExtentVersion(e ExtentID) (Version, error) {
 // order: blocks found inconsistent with their recorded hash at Open, and
 // blocks whose write failed part way. They stay corrupt until written or
 // repaired.
-func (r *Region) CorruptBlocks() []BlockIndex {
-	var out []BlockIndex
+func (r *Region) CorruptBlocks() []ids.BlockIndex {
+	var out []ids.BlockIndex
 	for _, e := range r.extents {
 		for _, b := range e.corruptList() {
 			out = append(out, r.blockIndex(e.id, b))
@@ -486,8 +487,8 @@ func (r *Region) CorruptBlocks() []BlockIndex {
 }
 
 // blockIndex converts an extent-relative block to a region-wide one.
-func (r *Region) blockIndex(e ExtentID, b uint32) BlockIndex {
-	return BlockIndex(uint64(e)*uint64(r.spec.ExtentBlocks) + uint64(b))
+func (r *Region) blockIndex(e ids.ExtentID, b uint32) ids.BlockIndex {
+	return ids.BlockIndex(uint64(e)*uint64(r.spec.ExtentBlocks) + uint64(b))
 }
 
 func (r *Region) getScratch() *metaScratch  { return r.scratch.Get().(*metaScratch) }

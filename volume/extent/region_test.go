@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"tern/volume/ids"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -76,9 +77,9 @@ func TestZeroLengthIOIsANoOp(t *testing.T) {
 func TestIOOutsideRegionFailsWithErrOutOfRange(t *testing.T) {
 	r := createRegion(t, testSpec(512, 4, 2)) // 8 blocks
 	for _, tc := range []struct {
-		first BlockIndex
+		first ids.BlockIndex
 		n     int
-	}{{8, 1}, {7, 2}, {100, 1}, {^BlockIndex(0), 1}, {^BlockIndex(0) - 1, 3}} {
+	}{{8, 1}, {7, 2}, {100, 1}, {^ids.BlockIndex(0), 1}, {^ids.BlockIndex(0) - 1, 3}} {
 		p := make([]byte, tc.n*512)
 		h := hashesOf(p, 512)
 		if err := r.ReadBlocks(tc.first, p, h); !errors.Is(err, ErrOutOfRange) {
@@ -233,7 +234,7 @@ func TestCreateOfLargeRegionWritesOnlyTrailers(t *testing.T) {
 	// 4 GiB of 64 MiB extents.
 	r := createRegion(t, testSpec(4096, DefaultExtentBytes/4096, 64))
 	var used int64
-	for id := range ExtentID(64) {
+	for id := range ids.ExtentID(64) {
 		st, err := os.Stat(extentFile(r.Dir(), id))
 		if err != nil {
 			t.Fatal(err)
@@ -353,7 +354,7 @@ func TestFlushStampsOnlyExtentsWrittenSinceLastFlush(t *testing.T) {
 			if got[i] != want[i] {
 				t.Errorf("%s: extent %d version %+v, want %+v", when, i, got[i], want[i])
 			}
-			if v, err := r.ExtentVersion(ExtentID(i)); err != nil || v != want[i] {
+			if v, err := r.ExtentVersion(ids.ExtentID(i)); err != nil || v != want[i] {
 				t.Errorf("%s: ExtentVersion(%d) = %+v, %v", when, i, v, err)
 			}
 		}
@@ -385,7 +386,7 @@ func TestHighestGenSurvivesCloseAndOpen(t *testing.T) {
 	if g := r.HighestGen(); g != 0 {
 		t.Fatalf("new region HighestGen = %d", g)
 	}
-	for _, g := range []Generation{1, 5, 5, 9} {
+	for _, g := range []ids.Generation{1, 5, 5, 9} {
 		if err := r.SetHighestGen(g); err != nil {
 			t.Fatalf("SetHighestGen(%d): %v", g, err)
 		}
@@ -450,7 +451,7 @@ func TestConcurrentWritesReadsAndFlushesKeepEveryBlock(t *testing.T) {
 		wg.Go(func() {
 			for round := range 5 {
 				for i := range perWriter / 3 {
-					b := BlockIndex(w*perWriter + i*3)
+					b := ids.BlockIndex(w*perWriter + i*3)
 					p := pattern(uint64(round*1000+int(b)), 3, bs)
 					if err := r.WriteBlocks(b, p, hashesOf(p, bs)); err != nil {
 						errs <- err
@@ -481,7 +482,7 @@ func TestConcurrentWritesReadsAndFlushesKeepEveryBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = reopen(t, r)
-	for b := range BlockIndex(writers * perWriter) {
+	for b := range ids.BlockIndex(writers * perWriter) {
 		base := b / 3 * 3
 		want := pattern(uint64(4000+int(base)), 3, bs)[(b-base)*bs : (b-base+1)*bs]
 		if got := mustRead(t, r, b, 1); !bytes.Equal(got, want) {

@@ -3,11 +3,12 @@ package extent
 import (
 	"fmt"
 	"slices"
+	"tern/volume/ids"
 )
 
 // checkExtentIO validates an IO of the listed extent-relative blocks of
 // extent e.
-func (r *Region) checkExtentIO(e ExtentID, blocks []uint32, p []byte, hashes []uint64) error {
+func (r *Region) checkExtentIO(e ids.ExtentID, blocks []uint32, p []byte, hashes []uint64) error {
 	if uint64(e) >= uint64(r.spec.ExtentCount) {
 		return fmt.Errorf("%w: extent %d of %d", ErrOutOfRange, e, r.spec.ExtentCount)
 	}
@@ -39,7 +40,7 @@ func nextRun(blocks []uint32) int {
 // reports the bitwise complement of its recorded hash, so a block-by-block
 // comparison with a healthy peer sees it differ and copies it;
 // ExtentCorruptBlocks lists them explicitly.
-func (r *Region) ExtentHashes(e ExtentID, dst []uint64) ([]uint64, error) {
+func (r *Region) ExtentHashes(e ids.ExtentID, dst []uint64) ([]uint64, error) {
 	if uint64(e) >= uint64(r.spec.ExtentCount) {
 		return dst[:0], fmt.Errorf("get extent %d hashes: %w", e, ErrOutOfRange)
 	}
@@ -60,7 +61,7 @@ func (r *Region) ExtentHashes(e ExtentID, dst []uint64) ([]uint64, error) {
 
 // ExtentCorruptBlocks returns extent e's corrupt blocks (extent-relative),
 // in ascending order.
-func (r *Region) ExtentCorruptBlocks(e ExtentID) ([]uint32, error) {
+func (r *Region) ExtentCorruptBlocks(e ids.ExtentID) ([]uint32, error) {
 	if uint64(e) >= uint64(r.spec.ExtentCount) {
 		return nil, fmt.Errorf("get extent %d corrupt blocks: %w", e, ErrOutOfRange)
 	}
@@ -74,7 +75,7 @@ func (r *Region) ExtentCorruptBlocks(e ExtentID) ([]uint32, error) {
 // recorded hashes into hashes; the repair source uses it. A corrupt block
 // fails the read with ErrCorruptBlock: a corrupt block is never a repair
 // source.
-func (r *Region) ReadExtentBlocks(e ExtentID, blocks []uint32, p []byte, hashes []uint64) error {
+func (r *Region) ReadExtentBlocks(e ids.ExtentID, blocks []uint32, p []byte, hashes []uint64) error {
 	if err := r.checkExtentIO(e, blocks, p, hashes); err != nil {
 		return fmt.Errorf("read extent %d blocks: %w", e, err)
 	}
@@ -103,7 +104,7 @@ func (r *Region) ReadExtentBlocks(e ExtentID, blocks []uint32, p []byte, hashes 
 // leaves the extent's data, hashes and version as the source's. If blocks
 // remain corrupt that the repair did not write, the trailer is stored
 // dirty whatever v says, so they are never trusted.
-func (r *Region) RepairExtent(e ExtentID, blocks []uint32, p []byte, hashes []uint64, v Version) error {
+func (r *Region) RepairExtent(e ids.ExtentID, blocks []uint32, p []byte, hashes []uint64, v Version) error {
 	if err := r.checkExtentIO(e, blocks, p, hashes); err != nil {
 		return fmt.Errorf("repair extent %d: %w", e, err)
 	}

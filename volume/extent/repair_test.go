@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"tern/volume/ids"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ func diffBlocks(a, b []uint64) []uint32 {
 
 // repairFrom copies the blocks of extent e that differ from src into dst,
 // as the repair engineer's code does, and returns how many it copied.
-func repairFrom(t *testing.T, src, dst *Region, e ExtentID) int {
+func repairFrom(t *testing.T, src, dst *Region, e ids.ExtentID) int {
 	t.Helper()
 	srcHashes, err := src.ExtentHashes(e, nil)
 	if err != nil {

@@ -5,25 +5,16 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"tern/volume/ids"
 )
-
-// BlockIndex is a block number within a region (region-wide, counting from
-// zero across all extents).
-type BlockIndex uint64
-
-// ExtentID is the number of an extent within a region.
-type ExtentID uint32
-
-// Generation is an activation generation: the number an upstairs activates
-// a region with. A higher generation fences every lower one.
-type Generation uint64
 
 // Version is an extent's trailer: what reconciliation compares across
 // replicas to decide which extents need repair.
 type Version struct {
 	// Gen is the activation generation of the last flush (or repair) that
 	// cleaned the extent.
-	Gen Generation
+	Gen ids.Generation
 	// Flush is the flush number of that flush.
 	Flush uint64
 	// Dirty is true when the extent may hold writes (or damage) no flush has

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"tern/units"
+	"tern/internal/units"
 	"tern/volume/wire"
 )
 

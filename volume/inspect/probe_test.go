@@ -9,7 +9,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/volumetest"
 )
 
@@ -26,7 +28,7 @@ func newCluster(t *testing.T) *volumetest.Cluster {
 
 // writeOnReplica dirties (and optionally flushes) one extent of one
 // replica's region directly on disk, the way a crash mid-write leaves it.
-func writeOnReplica(t *testing.T, cl *volumetest.Cluster, i int, block extent.BlockIndex, flush bool) {
+func writeOnReplica(t *testing.T, cl *volumetest.Cluster, i int, block ids.BlockIndex, flush bool) {
 	t.Helper()
 	r, err := extent.Open(cl.RegionDir(i))
 	if err != nil {
@@ -137,7 +139,7 @@ func TestProbeDoesNotFenceTheActiveUpstairs(t *testing.T) {
 		t.Fatalf("flush after the probe: %v", err)
 	}
 	for i, r := range up.Status().Replicas {
-		if r.State != upstairs.ReplicaActive {
+		if r.State != engine.ReplicaActive {
 			t.Fatalf("replica %d is %s after the probe", i, r.State)
 		}
 	}

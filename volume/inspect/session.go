@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
+	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/wire"
 )
@@ -66,7 +67,7 @@ func (s *session) extentVersions() ([]wire.ExtentVersion, error) {
 	for uint32(len(out)) < s.region.ExtentCount {
 		s.next++
 		count := min(s.region.ExtentCount-uint32(len(out)), wire.MaxExtentVersions)
-		req := &wire.ExtentVersionsRequest{JobID: s.next, First: wire.ExtentID(len(out)), Count: uint32(count)}
+		req := &wire.ExtentVersionsRequest{JobID: s.next, First: ids.ExtentID(len(out)), Count: uint32(count)}
 		if err := s.enc.Encode(req); err != nil {
 			return nil, fmt.Errorf("request extent versions: %w", err)
 		}

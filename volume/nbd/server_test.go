@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 )
 
 func TestInfoReportsSizeFlagsAndBlockSizes(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"tern/volume/ids"
 )
 
 // Errors returned by PlanActivation, wrapped with the details; test with
@@ -38,7 +39,7 @@ type ReplicaVersions struct {
 // Dests, then leave the source and every destination at Target.
 type ExtentRepair struct {
 	// Extent is the extent to repair.
-	Extent ExtentID
+	Extent ids.ExtentID
 	// Source is the replica whose copy wins.
 	Source ReplicaID
 	// Dests are the replicas that receive the source's differing blocks,
@@ -172,7 +173,7 @@ func newPlan(gen uint64, replicas []ReplicaVersions) (Plan, []ReplicaVersions) {
 // fresh is the Target of a dirty source.
 func planExtents(plan Plan, byID []ReplicaVersions, fresh Version) Plan {
 	for e := range plan.ExtentCount {
-		if repair, ok := planExtent(ExtentID(e), byID, fresh); ok {
+		if repair, ok := planExtent(ids.ExtentID(e), byID, fresh); ok {
 			plan.Extents = append(plan.Extents, repair)
 			plan.Copies += len(repair.Dests)
 		}
@@ -182,7 +183,7 @@ func planExtents(plan Plan, byID []ReplicaVersions, fresh Version) Plan {
 
 // planExtent decides the repair of extent e across byID (sorted by
 // replica); fresh is the Target for a dirty source.
-func planExtent(e ExtentID, byID []ReplicaVersions, fresh Version) (ExtentRepair, bool) {
+func planExtent(e ids.ExtentID, byID []ReplicaVersions, fresh Version) (ExtentRepair, bool) {
 	src := -1
 	needs := false
 	allBehind := !slices.ContainsFunc(byID, func(r ReplicaVersions) bool { return !r.Behind })

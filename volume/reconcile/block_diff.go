@@ -18,15 +18,15 @@ var ErrBlockCountMismatch = errors.New("block hash lists differ in length")
 // hashes its extents have verified against their data: a torn block has
 // to surface as a mismatch (or an error before this call), never as the
 // stored hash of data that is no longer there.
-func DiffBlocks(source, dest []uint64) ([]BlockIndex, error) {
+func DiffBlocks(source, dest []uint64) ([]ExtentBlock, error) {
 	if len(source) != len(dest) {
 		return nil, fmt.Errorf("comparing block hashes: %w: source has %d, destination %d",
 			ErrBlockCountMismatch, len(source), len(dest))
 	}
-	var differ []BlockIndex
+	var differ []ExtentBlock
 	for i := range source {
 		if source[i] != dest[i] {
-			differ = append(differ, BlockIndex(i))
+			differ = append(differ, ExtentBlock(i))
 		}
 	}
 	return differ, nil
@@ -35,7 +35,7 @@ func DiffBlocks(source, dest []uint64) ([]BlockIndex, error) {
 // BlockRun is a run of consecutive blocks within one extent.
 type BlockRun struct {
 	// Start is the first block of the run.
-	Start BlockIndex
+	Start ExtentBlock
 	// Count is the number of blocks in the run; never zero.
 	Count uint32
 }
@@ -43,10 +43,10 @@ type BlockRun struct {
 // Runs groups sorted, distinct block indexes (as DiffBlocks returns them)
 // into maximal runs of consecutive blocks, so a repair can copy each run
 // with one read and one write.
-func Runs(blocks []BlockIndex) []BlockRun {
+func Runs(blocks []ExtentBlock) []BlockRun {
 	var runs []BlockRun
 	for _, b := range blocks {
-		if n := len(runs); n > 0 && runs[n-1].Start+BlockIndex(runs[n-1].Count) == b {
+		if n := len(runs); n > 0 && runs[n-1].Start+ExtentBlock(runs[n-1].Count) == b {
 			runs[n-1].Count++
 			continue
 		}

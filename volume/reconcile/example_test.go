@@ -35,7 +35,7 @@ func ExamplePlanActivation() {
 			tracker.AddCompared(4)
 			tracker.GrowTotals(0, uint64(len(diff))*blockSize)
 			for _, run := range reconcile.Runs(diff) {
-				fmt.Printf("  copy blocks %d..%d\n", run.Start, run.Start+reconcile.BlockIndex(run.Count)-1)
+				fmt.Printf("  copy blocks %d..%d\n", run.Start, run.Start+reconcile.ExtentBlock(run.Count)-1)
 				tracker.AddBytes(uint64(run.Count) * blockSize)
 			}
 		}

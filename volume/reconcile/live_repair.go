@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
+	"tern/volume/ids"
 )
 
 // Errors returned by LiveRepair methods called out of turn; test with
@@ -94,7 +95,7 @@ type LiveRepair struct {
 	state       LiveRepairState
 	// next is the lowest extent not yet repaired: extents below it are
 	// done. It equals extentCount once the repair completes.
-	next ExtentID
+	next ids.ExtentID
 	// repairing reports that next is under repair: Next handed it out and
 	// Done has not yet been called for it.
 	repairing bool
@@ -128,7 +129,7 @@ func (r *LiveRepair) ExtentCount() uint32 { return r.extentCount }
 func (r *LiveRepair) Repaired() uint32 { return uint32(r.next) }
 
 // UnderRepair returns the extent under repair, if one is.
-func (r *LiveRepair) UnderRepair() (ExtentID, bool) {
+func (r *LiveRepair) UnderRepair() (ids.ExtentID, bool) {
 	if r.state != LiveRepairRunning || !r.repairing {
 		return 0, false
 	}
@@ -144,7 +145,7 @@ func (r *LiveRepair) UnderRepair() (ExtentID, bool) {
 // after every write to that extent submitted before this call: those
 // writes were routed WriteSkip for the target and reach it only through
 // the copy (the boundary case that lost writes in Crucible issue #893).
-func (r *LiveRepair) Next() (e ExtentID, ok bool) {
+func (r *LiveRepair) Next() (e ids.ExtentID, ok bool) {
 	if r.state != LiveRepairRunning {
 		return 0, false
 	}
@@ -156,7 +157,7 @@ func (r *LiveRepair) Next() (e ExtentID, ok bool) {
 // last extent the repair is complete and the replica is active; the
 // driver then flushes it once more, as Crucible does, before counting it
 // as a full member.
-func (r *LiveRepair) Done(e ExtentID) error {
+func (r *LiveRepair) Done(e ids.ExtentID) error {
 	if r.state != LiveRepairRunning {
 		return fmt.Errorf("finishing repair of extent %d: %w (%s)", e, ErrNotRunning, r.state)
 	}
@@ -202,7 +203,7 @@ func (r *LiveRepair) Retry() error {
 //   - Running, e above: WriteSkip, the copy will bring it.
 //   - Complete: WriteSend, the replica is active.
 //   - Aborted: WriteSkip, the replica is faulted.
-func (r *LiveRepair) RouteWrite(e ExtentID) WriteRoute {
+func (r *LiveRepair) RouteWrite(e ids.ExtentID) WriteRoute {
 	switch {
 	case r.state == LiveRepairComplete:
 		return WriteSend
@@ -225,10 +226,10 @@ func (r *LiveRepair) ServesReads() bool { return r.state == LiveRepairComplete }
 // ExtentLimit returns the highest extent that receives guest writes on the
 // replica — the extent under repair, else the last repaired one — for
 // flushes that carry an extent limit. ok is false when no extent does.
-func (r *LiveRepair) ExtentLimit() (limit ExtentID, ok bool) {
+func (r *LiveRepair) ExtentLimit() (limit ids.ExtentID, ok bool) {
 	switch {
 	case r.state == LiveRepairComplete:
-		return ExtentID(r.extentCount - 1), r.extentCount > 0
+		return ids.ExtentID(r.extentCount - 1), r.extentCount > 0
 	case r.state != LiveRepairRunning:
 		return 0, false
 	case r.repairing:

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"errors"
 	"math/rand/v2"
+	"tern/volume/ids"
 	"testing"
 )
 
@@ -15,7 +16,7 @@ func liveRepairAt(t *testing.T, repaired int, underRepair bool) *LiveRepair {
 		if _, ok := r.Next(); !ok {
 			t.Fatalf("Next after %d: not running", e)
 		}
-		if err := r.Done(ExtentID(e)); err != nil {
+		if err := r.Done(ids.ExtentID(e)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +77,7 @@ func TestLiveRepairRoutesWritesByExtent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tt.setup(t)
 			for e, want := range tt.want {
-				if got := r.RouteWrite(ExtentID(e)); got != want {
+				if got := r.RouteWrite(ids.ExtentID(e)); got != want {
 					t.Errorf("RouteWrite(%d) = %v; want %v", e, got, want)
 				}
 			}
@@ -93,7 +94,7 @@ func TestLiveRepairExtentLimit(t *testing.T) {
 		repaired    int
 		underRepair bool
 		abort       bool
-		want        ExtentID
+		want        ids.ExtentID
 		wantOK      bool
 	}{
 		{"nothing repaired", 0, false, false, 0, false},
@@ -119,7 +120,7 @@ func TestLiveRepairExtentLimit(t *testing.T) {
 
 func TestLiveRepairWalksEveryExtentOnceThenIsActive(t *testing.T) {
 	r := NewLiveRepair(3)
-	var walked []ExtentID
+	var walked []ids.ExtentID
 	for {
 		e, ok := r.Next()
 		if !ok {
@@ -241,7 +242,7 @@ func TestLiveRepairRoutingLosesNoWrite(t *testing.T) {
 		write := func() {
 			e, b, val := rng.IntN(extents), rng.IntN(blocks), rng.IntN(1000)
 			source[e][b] = val
-			switch r.RouteWrite(ExtentID(e)) {
+			switch r.RouteWrite(ids.ExtentID(e)) {
 			case WriteSend:
 				target[e][b] = val
 			case WriteAfterRepair:

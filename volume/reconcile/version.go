@@ -13,12 +13,10 @@ type ReplicaID int
 // Valid reports whether id names one of the ReplicaCount replicas.
 func (id ReplicaID) Valid() bool { return id >= 0 && id < ReplicaCount }
 
-// ExtentID is the index of an extent in a region, counted from zero.
-type ExtentID uint32
-
-// BlockIndex is the index of a block within one extent, counted from zero
-// at the extent's first block (not from the start of the region).
-type BlockIndex uint32
+// ExtentBlock is the index of a block within one extent, counted from zero
+// at the extent's first block. It is not a region-wide ids.BlockIndex:
+// block b of extent e is region block e × the extent's block count + b.
+type ExtentBlock uint32
 
 // Version is the durable state of one extent on one replica, as the extent
 // file's trailer records it: the generation and flush number of the last

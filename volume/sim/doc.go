@@ -7,7 +7,7 @@
 //
 // The decision cores are the project's own, not re-implementations:
 //
-//   - the upstairs job engine, through upstairs.Core;
+//   - the upstairs job engine, through engine.Engine;
 //   - each downstairs session's job ordering, through downstairs.JobOrder,
 //     and the fencing rule downstairs.MayActivate;
 //   - the live-repair walk (reconcile.LiveRepair, LiveRepairNeeded,
@@ -23,7 +23,7 @@
 // reordered, delayed, dropped and retransmitted, or duplicated), the
 // downstairs' session owner and workers (downstairs.go, after session.go
 // and job.go), and the upstairs' driver (upstairs.go, takeover.go,
-// restart.go, after replica.go, io.go, live_repair.go,
+// restart.go, after replica_setup.go, replica_serve.go, io.go, live_repair.go,
 // activation_reconcile.go and restart_reconcile.go). The
 // drivers are mirrors: a fix to the real driver must be made to its mirror
 // too, and a regression seed (regression_test.go) proves the mirror still

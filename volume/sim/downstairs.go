@@ -8,6 +8,7 @@ import (
 
 	"tern/volume/downstairs"
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -33,7 +34,7 @@ type dsSession struct {
 	up       int
 	epoch    uint64
 	upstairs uuid.UUID
-	gen      wire.Generation
+	gen      ids.Generation
 	fenced   bool
 	order    *downstairs.JobOrder
 	jobs     map[wire.JobID]*message
@@ -130,11 +131,11 @@ func (d *dsNode) activate(s *dsSession, m *message) {
 		return
 	}
 	g, holder := d.region.GenHolder()
-	if !downstairs.MayActivate(m.gen, s.upstairs, wire.Generation(g), holder) {
+	if !downstairs.MayActivate(m.gen, s.upstairs, ids.Generation(g), holder) {
 		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeGenTooLow})
 		return
 	}
-	if err := d.region.SetGenHolder(extent.Generation(m.gen), s.upstairs); err != nil {
+	if err := d.region.SetGenHolder(ids.Generation(m.gen), s.upstairs); err != nil {
 		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeIO})
 		return
 	}
@@ -178,39 +179,39 @@ func (d *dsNode) execute(s *dsSession, m *message) *message {
 	}
 	switch m.kind {
 	case mWrite:
-		if err := r.WriteBlocks(extent.BlockIndex(m.first), m.data, m.hashes); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(m.first), m.data, m.hashes); err != nil {
 			return errReply(m.id, err)
 		}
 		d.w.applied(d.id, s.up, m)
 		return &message{kind: mAck, id: m.id}
 	case mFlush:
-		if err := r.Flush(m.flush, extent.Generation(m.gen)); err != nil {
+		if err := r.Flush(m.flush, ids.Generation(m.gen)); err != nil {
 			return errReply(m.id, err)
 		}
 		return &message{kind: mAck, id: m.id}
 	case mRead:
 		p := make([]byte, int(m.count)*int(d.w.spec.BlockSize))
 		hs := make([]uint64, m.count)
-		if err := r.ReadBlocks(extent.BlockIndex(m.first), p, hs); err != nil {
+		if err := r.ReadBlocks(ids.BlockIndex(m.first), p, hs); err != nil {
 			return errReply(m.id, err)
 		}
 		return &message{kind: mReadResponse, id: m.id, data: p, hashes: hs}
 	case mExtentHashes:
-		hs, err := r.ExtentHashes(extent.ExtentID(m.extent), nil)
+		hs, err := r.ExtentHashes(ids.ExtentID(m.extent), nil)
 		if err != nil {
 			return errReply(m.id, err)
 		}
-		v, _ := r.ExtentVersion(extent.ExtentID(m.extent))
+		v, _ := r.ExtentVersion(ids.ExtentID(m.extent))
 		return &message{kind: mHashesReply, id: m.id, extent: m.extent, hashes: hs, version: v}
 	case mRepairRead:
 		p := make([]byte, len(m.blocks)*int(d.w.spec.BlockSize))
 		hs := make([]uint64, len(m.blocks))
-		if err := r.ReadExtentBlocks(extent.ExtentID(m.extent), m.blocks, p, hs); err != nil {
+		if err := r.ReadExtentBlocks(ids.ExtentID(m.extent), m.blocks, p, hs); err != nil {
 			return errReply(m.id, err)
 		}
 		return &message{kind: mRepairData, id: m.id, extent: m.extent, blocks: m.blocks, data: p, hashes: hs}
 	case mRepairWrite:
-		if err := r.RepairExtent(extent.ExtentID(m.extent), m.blocks, m.data, m.hashes, m.version); err != nil {
+		if err := r.RepairExtent(ids.ExtentID(m.extent), m.blocks, m.data, m.hashes, m.version); err != nil {
 			return errReply(m.id, err)
 		}
 		for _, b := range m.blocks {

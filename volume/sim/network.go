@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -43,8 +44,8 @@ type message struct {
 	kind    msgKind
 	id      wire.JobID
 	deps    []wire.JobID
-	gen     wire.Generation
-	first   wire.BlockIndex
+	gen     ids.Generation
+	first   ids.BlockIndex
 	count   uint32
 	flush   uint64
 	data    []byte

@@ -4,16 +4,16 @@ import (
 	"fmt"
 
 	"tern/volume/reconcile"
-	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 )
 
 // Restart reconciliation, after restart_reconcile.go: when every replica
 // restarted (a crash of the whole volume, faultCrashAll) each comes back
 // saying it may have lost writes and none is Active to live-repair it
-// from, so the engine holds its session (Core.Rejoin says RejoinHold).
+// from, so the engine holds its session (Engine.Rejoin says RejoinHold).
 // Once all three are held the upstairs reads their extent versions,
 // plans with reconcile.PlanRestart at its own generation, repairs the
-// plan as a takeover does (repairPlan's steps), and calls Core.Restarted,
+// plan as a takeover does (repairPlan's steps), and calls Engine.Restarted,
 // which replays every live job to each; a flush follows. If a replica
 // becomes Active first (replayed), the held ones are live-repaired from
 // it instead. The real driver also goes ahead with two held replicas
@@ -29,7 +29,7 @@ func (u *upNode) hold(r int) {
 
 // releaseHeld hands the held replicas to live repair once one is Active.
 func (u *upNode) releaseHeld() {
-	if u.restarting || !u.core.AnyActive() {
+	if u.restarting || !u.eng.AnyActive() {
 		return
 	}
 	for r := range u.held {
@@ -38,7 +38,7 @@ func (u *upNode) releaseHeld() {
 		}
 		u.held[r] = false
 		u.w.s.note("u%d: d%d released from hold: live repair", u.n, r)
-		u.core.RepairStarted(r)
+		u.eng.RepairStarted(r)
 		u.startRepair(r)
 	}
 	u.apply()
@@ -47,7 +47,7 @@ func (u *upNode) releaseHeld() {
 // considerRestart starts the restart reconciliation once every replica's
 // session is held.
 func (u *upNode) considerRestart() {
-	if u.restarting || u.core.AnyActive() {
+	if u.restarting || u.eng.AnyActive() {
 		return
 	}
 	for r := range u.held {
@@ -56,15 +56,15 @@ func (u *upNode) considerRestart() {
 		}
 	}
 	u.restarting = true
-	flush := u.core.NextFlush()
+	flush := u.eng.NextFlush()
 	n := int(u.w.spec.ExtentCount)
-	versions := make([]reconcile.ReplicaVersions, upstairs.ReplicaCount)
-	left := upstairs.ReplicaCount * n
+	versions := make([]reconcile.ReplicaVersions, engine.ReplicaCount)
+	left := engine.ReplicaCount * n
 	failed := false
 	for r := range versions {
 		// restart_reconcile.go: a replica held Faulted or Repairing
 		// missed jobs its peers took.
-		behind := u.core.State(r) != upstairs.ReplicaOffline
+		behind := u.eng.State(r) != engine.ReplicaOffline
 		versions[r] = reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: make([]reconcile.Version, n), Behind: behind}
 		for e := range n {
 			u.callOn(r, &message{kind: mExtentHashes, extent: uint32(e)}, func(m *message) {
@@ -106,16 +106,16 @@ func (u *upNode) restartFailed(why string) {
 // restarted ends a successful restart reconciliation.
 func (u *upNode) restarted(plan reconcile.Plan) {
 	u.restarting = false
-	var part [upstairs.ReplicaCount]bool
+	var part [engine.ReplicaCount]bool
 	for r := range part {
 		part[r] = u.held[r]
 		u.held[r] = false
 	}
-	if u.core.AnyActive() {
+	if u.eng.AnyActive() {
 		u.w.violate("a replica became active during the restart reconciliation")
 		return
 	}
-	u.core.Restarted(part, plan.NextFlush())
+	u.eng.Restarted(part, plan.NextFlush())
 	u.w.s.note("u%d restart reconciliation done: %v", u.n, part)
 	u.apply()
 	u.w.s.after(0, fmt.Sprintf("u%d flush after restart", u.n), u.flushAfterRepair)

@@ -5,8 +5,9 @@ import (
 	"slices"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
-	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -32,8 +33,8 @@ func (w *world) takeover() {
 // reconcileActivation runs once every replica accepted u's generation.
 func (u *upNode) reconcileActivation() {
 	n := int(u.w.spec.ExtentCount)
-	versions := make([]reconcile.ReplicaVersions, upstairs.ReplicaCount)
-	left := upstairs.ReplicaCount * n
+	versions := make([]reconcile.ReplicaVersions, engine.ReplicaCount)
+	left := engine.ReplicaCount * n
 	failed := false
 	for r := range versions {
 		versions[r] = reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: make([]reconcile.Version, n)}
@@ -87,7 +88,7 @@ func (u *upNode) activationFailed(why string) {
 // repairPlan repairs plan.Extents[i:], then starts IO.
 func (u *upNode) repairPlan(plan reconcile.Plan, i int) {
 	u.repairPlanThen(plan, i, func() {
-		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, plan.NextFlush())
+		u.eng.Activate([engine.ReplicaCount]bool{true, true, true}, plan.NextFlush())
 		u.w.cur = u.n
 		u.w.oracle.takeover(u.n)
 		u.w.s.note("u%d activated at gen %d", u.n, u.gen)
@@ -276,7 +277,7 @@ func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d int, mended bool, d
 }
 
 func toExtentVersion(v reconcile.Version) extent.Version {
-	return extent.Version{Gen: extent.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+	return extent.Version{Gen: ids.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
 }
 
 // mendClean rewrites the blocks of src's clean copy of x's extent whose
@@ -379,7 +380,7 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 // copy (activation_reconcile.go's newestFirst).
 func (u *upNode) peerOrder(x reconcile.ExtentRepair, src int, newest bool) []int {
 	var out []int
-	for r := range upstairs.ReplicaCount {
+	for r := range engine.ReplicaCount {
 		if r != src {
 			out = append(out, r)
 		}

@@ -6,14 +6,16 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
-// upNode is one simulated upstairs: the real job engine (upstairs.Core)
+// upNode is one simulated upstairs: the real job engine (engine.Engine)
 // with a driver that does, under the scheduler, what Upstairs' goroutines
-// do around it (replica.go, io.go, live_repair.go): dial and activate each
+// do around it (replica.go, replica_setup.go, replica_serve.go, io.go, live_repair.go): dial and activate each
 // downstairs, send jobs and repair calls merged in ID order, apply
 // replies, copy write data on ActPrivatize, write back good data on
 // ActRepairRead, redial with backoff, and walk a Repairing replica with
@@ -22,15 +24,15 @@ type upNode struct {
 	w      *world
 	n      int
 	uuid   uuid.UUID
-	gen    wire.Generation
-	core   *upstairs.Core
+	gen    ids.Generation
+	eng    *engine.Engine
 	fenced bool
 	// activating: waiting for the first activation of every replica.
 	activating bool
-	conns      [upstairs.ReplicaCount]upConn
+	conns      [engine.ReplicaCount]upConn
 	jobs       map[wire.JobID]*ujob
 	calls      map[wire.JobID]*call
-	repairs    [upstairs.ReplicaCount]*repairWalk
+	repairs    [engine.ReplicaCount]*repairWalk
 	// onActivated, when set, runs instead of starting IO once every
 	// replica accepted the generation (a takeover reconciles first).
 	onActivated func()
@@ -38,11 +40,11 @@ type upNode struct {
 	planVersions []reconcile.ReplicaVersions
 	// badSource is 1 + the replica that served bad data to a replica's
 	// latest repair attempt (live_repair.go's liveRepairSlot.badSource).
-	badSource [upstairs.ReplicaCount]int
+	badSource [engine.ReplicaCount]int
 	deps      []wire.JobID
 	// held marks sessions held for a restart reconciliation, restarting
 	// that one runs (restart.go).
-	held       [upstairs.ReplicaCount]bool
+	held       [engine.ReplicaCount]bool
 	restarting bool
 }
 
@@ -57,8 +59,8 @@ type upConn struct {
 
 // ujob is the driver's record of one engine job.
 type ujob struct {
-	kind   upstairs.CoreJobKind
-	first  wire.BlockIndex
+	kind   engine.JobKind
+	first  ids.BlockIndex
 	count  uint32
 	buf    []byte   // the caller's buffer (write data, read destination)
 	hashes []uint64 // of a write's data
@@ -79,18 +81,19 @@ type call struct {
 	done  func(reply *message) // nil reply: the session ended
 }
 
-func newUpNode(w *world, n int, gen wire.Generation) *upNode {
+func newUpNode(w *world, n int, gen ids.Generation) *upNode {
 	u := &upNode{
 		w: w, n: n, gen: gen,
 		uuid:  uuid.UUID{0x7e, 0x51, byte(n + 1)},
 		jobs:  map[wire.JobID]*ujob{},
 		calls: map[wire.JobID]*call{},
-		core: upstairs.NewCore(upstairs.CoreLimits{
+		eng: engine.New(engine.Limits{
 			BacklogJobs: w.cfg.BacklogJobs, BacklogBytes: w.cfg.BacklogJobs * 3 * int(w.spec.BlockSize),
 			InflightJobs: w.cfg.InflightJobs, InflightBytes: w.cfg.InflightJobs * 3 * int(w.spec.BlockSize),
-		}, w.spec.ExtentBlocks),
+		}),
 		activating: true,
 	}
+	u.eng.SetExtentBlocks(w.spec.ExtentBlocks)
 	return u
 }
 
@@ -101,7 +104,7 @@ func (u *upNode) start() {
 	}
 }
 
-func (u *upNode) running() bool { return !u.fenced && u.core.Running() }
+func (u *upNode) running() bool { return !u.fenced && u.eng.Running() }
 
 // dial connects to downstairs r after delay and asks to activate.
 func (u *upNode) dial(r int, delay Tick) {
@@ -150,8 +153,8 @@ func (u *upNode) lost(r int, epoch uint64) {
 			cl.done(nil)
 		}
 	}
-	if was && u.core.Running() {
-		u.core.Disconnected(r)
+	if was && u.eng.Running() {
+		u.eng.Disconnected(r)
 		u.apply()
 	}
 	u.dial(r, u.w.s.between(5, 40))
@@ -188,7 +191,7 @@ func (u *upNode) receive(r int, epoch uint64, m *message) {
 	if !ok {
 		// checkReply: a reply to nothing outstanding is a protocol error.
 		u.w.s.note("u%d: d%d answered %v, which it was not sent: fault", u.n, r, m)
-		u.core.Fault(r)
+		u.eng.Fault(r)
 		u.apply()
 		return
 	}
@@ -208,8 +211,8 @@ func (u *upNode) activateReply(r int, m *message) {
 		// Refused (a higher generation holds the region, or the rejoin
 		// is not allowed): the replica cannot take part now.
 		u.w.s.note("u%d: d%d refused activation (%v)", u.n, r, m.code)
-		if u.core.Running() {
-			u.core.Fault(r)
+		if u.eng.Running() {
+			u.eng.Fault(r)
 			u.apply()
 		}
 		u.drop(r)
@@ -227,14 +230,14 @@ func (u *upNode) activateReply(r int, m *message) {
 			u.onActivated()
 			return
 		}
-		u.core.Activate([upstairs.ReplicaCount]bool{true, true, true}, 1)
+		u.eng.Activate([engine.ReplicaCount]bool{true, true, true}, 1)
 		u.apply()
 		return
 	}
-	if !u.core.Running() {
+	if !u.eng.Running() {
 		return
 	}
-	if u.core.State(r) == upstairs.ReplicaOffline && !u.w.cfg.legacyReplay {
+	if u.eng.State(r) == engine.ReplicaOffline && !u.w.cfg.legacyReplay {
 		// replica.activated gets every session's extent versions first:
 		// the greatest flush of this generation on them ran there.
 		u.rejoinFlushed(r, c.epoch, m)
@@ -244,7 +247,7 @@ func (u *upNode) activateReply(r int, m *message) {
 }
 
 // rejoinFlushed reads r's extent versions, tells the engine which flush
-// they show applied (Core.FlushedOn), then rejoins r.
+// they show applied (Engine.FlushedOn), then rejoins r.
 func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 	n := int(u.w.spec.ExtentCount)
 	left, flushed, failed := n, uint64(0), false
@@ -253,14 +256,14 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 			left--
 			if m == nil || m.kind != mHashesReply {
 				failed = true
-			} else if wire.Generation(m.version.Gen) == u.gen {
+			} else if ids.Generation(m.version.Gen) == u.gen {
 				flushed = max(flushed, m.version.Flush)
 			}
-			if left > 0 || failed || u.conns[r].epoch != epoch || !u.core.Running() {
+			if left > 0 || failed || u.conns[r].epoch != epoch || !u.eng.Running() {
 				return
 			}
-			if u.core.State(r) == upstairs.ReplicaOffline {
-				u.core.FlushedOn(r, flushed)
+			if u.eng.State(r) == engine.ReplicaOffline {
+				u.eng.FlushedOn(r, flushed)
 			}
 			u.rejoin(r, ack)
 		})
@@ -269,33 +272,33 @@ func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
 
 // rejoin brings r back into the activation after its session activated,
 // as replica.await and replica.activated do: a Faulted replica is
-// Repairing first, then the engine decides (Core.Rejoin).
+// Repairing first, then the engine decides (Engine.Rejoin).
 func (u *upNode) rejoin(r int, m *message) {
-	if u.core.State(r) == upstairs.ReplicaFaulted {
-		u.core.RepairStarted(r)
+	if u.eng.State(r) == engine.ReplicaFaulted {
+		u.eng.RepairStarted(r)
 	}
 	lost := m.lost && !u.w.cfg.legacyRejoin
-	k := u.core.Rejoin(r, lost)
-	if k == upstairs.RejoinHold && u.w.cfg.legacyRepairNoSource {
-		k = upstairs.RejoinRepair
+	k := u.eng.Rejoin(r, lost)
+	if k == engine.RejoinHold && u.w.cfg.legacyRepairNoSource {
+		k = engine.RejoinRepair
 	}
 	switch k {
-	case upstairs.RejoinReplay:
-		u.core.Connected(r)
-	case upstairs.RejoinRepair:
-		if u.core.State(r) == upstairs.ReplicaOffline {
+	case engine.RejoinReplay:
+		u.eng.Connected(r)
+	case engine.RejoinRepair:
+		if u.eng.State(r) == engine.ReplicaOffline {
 			// A replay cannot restore what it lost.
 			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
-			u.core.RepairStarted(r)
+			u.eng.RepairStarted(r)
 		}
 		u.startRepair(r)
-	case upstairs.RejoinHold:
+	case engine.RejoinHold:
 		u.hold(r)
 	default:
-		u.core.Connected(r)
+		u.eng.Connected(r)
 	}
 	u.apply()
-	if u.core.State(r) == upstairs.ReplicaActive {
+	if u.eng.State(r) == engine.ReplicaActive {
 		u.releaseHeld()
 	}
 }
@@ -306,11 +309,11 @@ func (u *upNode) jobReply(r int, kind msgKind, m *message) {
 	case mWrite, mFlush:
 		switch {
 		case m.kind == mAck:
-			u.core.Done(r, m.id)
+			u.eng.Done(r, m.id)
 		case m.kind == mError && m.code == wire.CodeHashMismatch:
-			u.core.Rejected(r, m.id)
+			u.eng.Rejected(r, m.id)
 		default:
-			u.core.Failed(r, m.id)
+			u.eng.Failed(r, m.id)
 		}
 	case mRead:
 		u.readReply(r, m)
@@ -323,25 +326,25 @@ func (u *upNode) readReply(r int, m *message) {
 	j := u.jobs[m.id]
 	switch {
 	case m.kind == mError && m.code == wire.CodeCorruptBlock:
-		u.core.ReadResult(r, m.id, upstairs.ReadBadData)
+		u.eng.ReadResult(r, m.id, engine.ReadBadData)
 		return
 	case m.kind != mReadResponse || j == nil:
-		u.core.ReadResult(r, m.id, upstairs.ReadFailed)
+		u.eng.ReadResult(r, m.id, engine.ReadFailed)
 		return
 	}
-	if !u.core.ReadBegin(r, m.id) {
-		u.core.ReadResult(r, m.id, upstairs.ReadFailed)
+	if !u.eng.ReadBegin(r, m.id) {
+		u.eng.ReadResult(r, m.id, engine.ReadFailed)
 		return
 	}
 	copy(j.buf, m.data)
 	bs := int(u.w.spec.BlockSize)
-	out := upstairs.ReadGood
+	out := engine.ReadGood
 	for i, h := range m.hashes {
 		if xxhash.Sum64(m.data[i*bs:(i+1)*bs]) != h {
-			out = upstairs.ReadBadData
+			out = engine.ReadBadData
 		}
 	}
-	u.core.ReadResult(r, m.id, out)
+	u.eng.ReadResult(r, m.id, out)
 }
 
 // fence stops the upstairs: another took the region over.
@@ -351,7 +354,7 @@ func (u *upNode) fence(r int) {
 	}
 	u.w.s.note("u%d fenced (told by d%d)", u.n, r)
 	u.fenced = true
-	u.core.Stop(upstairs.ErrFenced)
+	u.eng.Stop(upstairs.ErrFenced)
 	u.apply()
 	for s := range u.conns {
 		u.drop(s)
@@ -361,41 +364,41 @@ func (u *upNode) fence(r int) {
 // apply carries out the engine's actions.
 func (u *upNode) apply() {
 	for {
-		acts := u.core.TakeActions()
+		acts := u.eng.TakeActions()
 		if len(acts) == 0 {
 			return
 		}
 		for _, a := range acts {
 			switch a.Kind {
-			case upstairs.ActWake:
+			case engine.ActWake:
 				u.wake(a.Replica)
-			case upstairs.ActComplete:
+			case engine.ActComplete:
 				u.complete(a.ID, a.Err)
-			case upstairs.ActPrivatize:
+			case engine.ActPrivatize:
 				j := u.jobs[a.ID]
 				j.priv = append([]byte(nil), j.buf...)
-				u.core.Privatized(a.ID, true)
-			case upstairs.ActRetire:
+				u.eng.Privatized(a.ID, true)
+			case engine.ActRetire:
 				delete(u.jobs, a.ID)
-			case upstairs.ActRepairRead:
+			case engine.ActRepairRead:
 				if j := u.jobs[a.ID]; j != nil {
 					j.repairTo = append(j.repairTo, a.Replica)
 				}
-			case upstairs.ActState:
+			case engine.ActState:
 				u.w.s.note("u%d: d%d is %v", u.n, a.Replica, a.State)
-				if a.State == upstairs.ReplicaFaulted && u.conns[a.Replica].epoch != 0 {
+				if a.State == engine.ReplicaFaulted && u.conns[a.Replica].epoch != 0 {
 					// The session of a faulted replica ends; its next
 					// one starts the repair.
 					r := a.Replica
 					u.w.s.after(0, fmt.Sprintf("u%d drop faulted d%d", u.n, r), func() {
-						if u.core.State(r) == upstairs.ReplicaFaulted {
+						if u.eng.State(r) == engine.ReplicaFaulted {
 							u.drop(r)
 						}
 					})
 				}
-			case upstairs.ActRewrite:
+			case engine.ActRewrite:
 				p := u.jobs[a.Parent]
-				u.jobs[a.ID] = &ujob{kind: upstairs.CoreWrite, first: p.first, count: p.count, buf: p.priv, hashes: p.hashes, priv: p.priv}
+				u.jobs[a.ID] = &ujob{kind: engine.KindWrite, first: p.first, count: p.count, buf: p.priv, hashes: p.hashes, priv: p.priv}
 			}
 		}
 	}
@@ -407,12 +410,12 @@ func (u *upNode) complete(id wire.JobID, err error) {
 	if j == nil {
 		return
 	}
-	if j.kind == upstairs.CoreRead && err == nil {
+	if j.kind == engine.KindRead && err == nil {
 		for _, r := range j.repairTo {
 			// Write the good data back to the replica that had it bad.
-			rid, ok := u.core.SubmitRepair(r, id, j.first, j.count, len(j.buf))
+			rid, ok := u.eng.SubmitRepair(r, id, j.first, j.count, len(j.buf))
 			if ok {
-				u.jobs[rid] = &ujob{kind: upstairs.CoreWrite, first: j.first, count: j.count,
+				u.jobs[rid] = &ujob{kind: engine.KindWrite, first: j.first, count: j.count,
 					buf: append([]byte(nil), j.buf...), hashes: u.w.hashBlocks(j.buf)}
 				u.w.s.note("u%d read repair %d of d%d from read %d", u.n, rid, r, id)
 			}
@@ -437,7 +440,7 @@ func (u *upNode) sendPending(r int) {
 	}
 	l := u.w.link(u.n, r)
 	for {
-		next := u.core.NextJobID(r)
+		next := u.eng.NextJobID(r)
 		if len(c.queue) > 0 && (next == 0 || c.queue[0].id < next) {
 			cl := c.queue[0]
 			c.queue = c.queue[1:]
@@ -445,29 +448,30 @@ func (u *upNode) sendPending(r int) {
 			l.send(toDownstairs, cl.msg)
 			continue
 		}
-		cj, ok := u.core.TakeNext(r, u.deps)
+		cj, ok := u.eng.TakeNext(r)
 		if !ok {
 			return
 		}
+		u.deps = u.eng.SendDeps(u.deps[:0], cj, r)
 		j := u.jobs[cj.ID]
-		m := &message{id: cj.ID, deps: append([]wire.JobID(nil), cj.Deps...), first: cj.First, count: cj.Count, from: u.n}
+		m := &message{id: cj.ID, deps: append([]wire.JobID(nil), u.deps...), first: cj.First, count: cj.Count, from: u.n}
 		switch cj.Kind {
-		case upstairs.CoreWrite:
+		case engine.KindWrite:
 			m.kind = mWrite
 			data := j.buf
-			if !cj.FromCaller && j.priv != nil {
+			if !cj.FromCaller(r) && j.priv != nil {
 				data = j.priv
 			}
 			m.data = append([]byte(nil), data...)
 			m.hashes = j.hashes
-		case upstairs.CoreRead:
+		case engine.KindRead:
 			m.kind = mRead
-		case upstairs.CoreFlush:
+		case engine.KindFlush:
 			m.kind, m.flush, m.gen = mFlush, cj.FlushNumber, u.gen
 		}
 		c.sent[cj.ID] = m.kind
 		l.send(toDownstairs, m)
-		u.core.Sent(r, cj.ID)
+		u.eng.Sent(r, cj.ID)
 		u.apply()
 		if c.epoch == 0 {
 			return
@@ -483,7 +487,7 @@ func (u *upNode) callOn(r int, m *message, done func(*message)) {
 		done(nil)
 		return
 	}
-	m.id = u.core.AllocID()
+	m.id = u.eng.AllocID()
 	m.from = u.n
 	cl := &call{id: m.id, r: r, epoch: c.epoch, msg: m, done: done}
 	u.calls[m.id] = cl
@@ -506,7 +510,7 @@ func (u *upNode) startRepair(r int) {
 	}
 	rw := &repairWalk{r: r, epoch: u.conns[r].epoch, walk: reconcile.NewLiveRepair(u.w.spec.ExtentCount)}
 	u.repairs[r] = rw
-	u.core.AttachLiveRepair(r, rw.walk)
+	u.eng.AttachLiveRepair(r, rw.walk)
 	u.w.s.note("u%d live repair of d%d starts", u.n, r)
 	u.repairNext(rw)
 }
@@ -517,7 +521,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 	if u.repairs[r] != rw {
 		return
 	}
-	if u.core.State(r) != upstairs.ReplicaRepairing || u.conns[r].epoch != rw.epoch {
+	if u.eng.State(r) != engine.ReplicaRepairing || u.conns[r].epoch != rw.epoch {
 		u.abortRepair(rw, "replica left repair")
 		return
 	}
@@ -530,7 +534,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 	// over the one that served bad data to the previous attempt.
 	src := -1
 	for s := range u.conns {
-		if s == r || u.core.State(s) != upstairs.ReplicaActive {
+		if s == r || u.eng.State(s) != engine.ReplicaActive {
 			continue
 		}
 		if src < 0 || src == u.badSource[r]-1 && !u.w.cfg.legacySourceChoice {
@@ -561,7 +565,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 
 // repairCopy copies the differing blocks of extent e from src to rw's
 // replica, then moves the walk on.
-func (u *upNode) repairCopy(rw *repairWalk, e reconcile.ExtentID, src int, srcH, dstH *message) {
+func (u *upNode) repairCopy(rw *repairWalk, e ids.ExtentID, src int, srcH, dstH *message) {
 	next := func() {
 		if err := rw.walk.Done(e); err != nil {
 			u.abortRepair(rw, err.Error())
@@ -626,8 +630,8 @@ func (u *upNode) abortRepair(rw *repairWalk, why string) {
 	u.repairs[r] = nil
 	u.w.s.note("u%d live repair of d%d aborted: %s", u.n, r, why)
 	rw.walk.Abort()
-	u.core.DetachLiveRepair(r, rw.walk)
-	u.core.Fault(r)
+	u.eng.DetachLiveRepair(r, rw.walk)
+	u.eng.Fault(r)
 	u.apply()
 	u.drop(r)
 }
@@ -636,9 +640,9 @@ func (u *upNode) finishRepair(rw *repairWalk) {
 	r := rw.r
 	u.repairs[r] = nil
 	u.badSource[r] = 0
-	u.core.DetachLiveRepair(r, rw.walk)
-	if !u.core.RepairDone(r) {
-		u.core.Fault(r)
+	u.eng.DetachLiveRepair(r, rw.walk)
+	if !u.eng.RepairDone(r) {
+		u.eng.Fault(r)
 		u.apply()
 		return
 	}
@@ -655,36 +659,36 @@ func (u *upNode) flushAfterRepair() {
 	if !u.running() {
 		return
 	}
-	if id, err := u.core.SubmitFlush(); err == nil {
-		u.jobs[id] = &ujob{kind: upstairs.CoreFlush, background: true}
+	if id, err := u.eng.SubmitFlush(); err == nil {
+		u.jobs[id] = &ujob{kind: engine.KindFlush, background: true}
 		u.apply()
 	}
 }
 
 // submit adds a workload job; false when the engine refuses it now.
-func (u *upNode) submit(kind upstairs.CoreJobKind, first wire.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
+func (u *upNode) submit(kind engine.JobKind, first ids.BlockIndex, count uint32, data []byte) (wire.JobID, bool) {
 	if !u.running() {
 		return 0, false
 	}
 	bytes := int(count) * int(u.w.spec.BlockSize)
-	if kind == upstairs.CoreFlush {
+	if kind == engine.KindFlush {
 		bytes = 0
 	}
-	if u.core.Full(bytes) {
+	if u.eng.Full(bytes) {
 		return 0, false
 	}
 	var id wire.JobID
 	var err error
 	j := &ujob{kind: kind, first: first, count: count, caller: true}
 	switch kind {
-	case upstairs.CoreWrite:
-		id, err = u.core.SubmitWrite(first, count, bytes)
+	case engine.KindWrite:
+		id, err = u.eng.SubmitWrite(first, count, bytes)
 		j.buf, j.hashes = data, u.w.hashBlocks(data)
-	case upstairs.CoreRead:
-		id, err = u.core.SubmitRead(first, count, bytes)
+	case engine.KindRead:
+		id, err = u.eng.SubmitRead(first, count, bytes)
 		j.buf = make([]byte, bytes)
-	case upstairs.CoreFlush:
-		id, err = u.core.SubmitFlush()
+	case engine.KindFlush:
+		id, err = u.eng.SubmitFlush()
 	}
 	if err != nil {
 		return 0, false

@@ -9,7 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"tern/volume/extent"
-	"tern/volume/upstairs"
+	"tern/volume/ids"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -89,12 +90,12 @@ type world struct {
 	cfg   Config
 	spec  extent.Spec
 	s     *scheduler
-	ds    [upstairs.ReplicaCount]*dsNode
+	ds    [engine.ReplicaCount]*dsNode
 	up    [upstairsMax]*upNode
 	cur   int // the upstairs the workload uses
-	links [upstairsMax][upstairs.ReplicaCount]*link
+	links [upstairsMax][engine.ReplicaCount]*link
 	// partitionUntil keeps a link down until a tick.
-	partitionUntil [upstairsMax][upstairs.ReplicaCount]Tick
+	partitionUntil [upstairsMax][engine.ReplicaCount]Tick
 	epochs         uint64
 
 	faulting bool
@@ -109,7 +110,7 @@ type world struct {
 
 	oracle oracle
 	// flipped marks blocks of a replica that a bit flip damaged.
-	flipped [upstairs.ReplicaCount]map[uint64]bool
+	flipped [engine.ReplicaCount]map[uint64]bool
 }
 
 // Run runs one simulation.
@@ -227,7 +228,7 @@ func (w *world) tick() {
 		w.s.after(1, "tick", w.tick)
 	}
 	w.workload()
-	r := w.s.intn(upstairs.ReplicaCount)
+	r := w.s.intn(engine.ReplicaCount)
 	if !w.othersHealthy(r) || w.up[1] != nil && w.cur == 0 {
 		// The fault model: one replica out of service at a time (the
 		// volume promises to survive one failure, not two), and none
@@ -300,7 +301,7 @@ func (w *world) anyFlipped() bool {
 func (w *world) crashAll() {
 	w.s.note("crash every downstairs")
 	w.recovering = true
-	cut := w.s.intn(upstairs.ReplicaCount)
+	cut := w.s.intn(engine.ReplicaCount)
 	for r := range w.ds {
 		w.crashOne(r, r == cut)
 	}
@@ -311,8 +312,8 @@ func (w *world) crashAll() {
 // in the current upstairs.
 func (w *world) othersHealthy(r int) bool {
 	u := w.up[w.cur]
-	for s := range upstairs.ReplicaCount {
-		if s != r && (!w.ds[s].alive() || u.core.State(s) != upstairs.ReplicaActive) {
+	for s := range engine.ReplicaCount {
+		if s != r && (!w.ds[s].alive() || u.eng.State(s) != engine.ReplicaActive) {
 			return false
 		}
 	}
@@ -341,7 +342,7 @@ func (w *world) crashOne(r int, power bool) {
 // rest counts against the one-failure budget too: no replica is damaged
 // while another still holds an unrepaired flip.
 func (w *world) flipBit(r int) {
-	for s := range upstairs.ReplicaCount {
+	for s := range engine.ReplicaCount {
 		if s != r && len(w.flipped[s]) > 0 {
 			return
 		}
@@ -374,7 +375,7 @@ func (w *world) replace(r int) {
 	}
 	clear(w.flipped[r])
 	w.s.note("replace d%d", r)
-	u.core.Fault(r)
+	u.eng.Fault(r)
 	u.apply()
 }
 
@@ -382,7 +383,7 @@ func (w *world) replace(r int) {
 func (w *world) heal() {
 	w.faulting = false
 	for u := range upstairsMax {
-		for r := range upstairs.ReplicaCount {
+		for r := range engine.ReplicaCount {
 			w.partitionUntil[u][r] = 0
 		}
 	}
@@ -405,22 +406,22 @@ func (w *world) converged() bool {
 	if !u.running() {
 		return true
 	}
-	for r := range upstairs.ReplicaCount {
-		if u.core.State(r) != upstairs.ReplicaActive || !u.conns[r].activated {
+	for r := range engine.ReplicaCount {
+		if u.eng.State(r) != engine.ReplicaActive || !u.conns[r].activated {
 			return false
 		}
 	}
-	jobs, _ := u.core.Live()
+	jobs, _ := u.eng.Live()
 	return jobs == 0
 }
 
 func (w *world) describe() string {
 	u := w.up[w.cur]
-	jobs, _ := u.core.Live()
+	jobs, _ := u.eng.Live()
 	s := fmt.Sprintf("u%d running=%v live=%d", u.n, u.running(), jobs)
-	for r := range upstairs.ReplicaCount {
-		o, _ := u.core.Owed(r)
-		s += fmt.Sprintf(" d%d=%v(owed %d, epoch %d, activated %v, alive %v)", r, u.core.State(r), o, u.conns[r].epoch, u.conns[r].activated, w.ds[r].alive())
+	for r := range engine.ReplicaCount {
+		o, _ := u.eng.Owed(r)
+		s += fmt.Sprintf(" d%d=%v(owed %d, epoch %d, activated %v, alive %v)", r, u.eng.State(r), o, u.conns[r].epoch, u.conns[r].activated, w.ds[r].alive())
 	}
 	return s
 }
@@ -428,19 +429,19 @@ func (w *world) describe() string {
 // checkStep checks the invariants that hold after every step.
 func (w *world) checkStep() {
 	for _, u := range w.up {
-		if u == nil || !u.core.Running() {
+		if u == nil || !u.eng.Running() {
 			continue
 		}
-		jobs, _ := u.core.Live()
+		jobs, _ := u.eng.Live()
 		// Callers block at InflightJobs; read repairs and rewrites may
 		// add as many again (doc.go: twice the bound).
 		if jobs > 2*w.cfg.InflightJobs {
 			w.violate("u%d holds %d live jobs, bound %d", u.n, jobs, 2*w.cfg.InflightJobs)
 		}
-		for r := range upstairs.ReplicaCount {
+		for r := range engine.ReplicaCount {
 			// The backlog bound holds while a replica is Active (with
 			// none, the in-flight bound does: engine.checkBacklogs).
-			if o, _ := u.core.Owed(r); u.core.State(r) == upstairs.ReplicaOffline && o > w.cfg.BacklogJobs && u.core.AnyActive() {
+			if o, _ := u.eng.Owed(r); u.eng.State(r) == engine.ReplicaOffline && o > w.cfg.BacklogJobs && u.eng.AnyActive() {
 				w.violate("u%d: offline d%d owes %d jobs, backlog bound %d", u.n, r, o, w.cfg.BacklogJobs)
 			}
 		}
@@ -450,7 +451,7 @@ func (w *world) checkStep() {
 // checkNotFenced is called as a mutation from session s applies on d: no
 // upstairs fenced by a higher generation may change the region.
 func (w *world) checkNotFenced(d *dsNode, s *dsSession) {
-	if g := wire.Generation(d.region.HighestGen()); g > s.gen {
+	if g := ids.Generation(d.region.HighestGen()); g > s.gen {
 		w.violate("d%d applies a mutation of u%d at gen %d after gen %d took over", d.id, s.up, s.gen, g)
 	}
 }
@@ -473,7 +474,7 @@ func (w *world) workload() {
 	e := uint32(w.s.intn(int(w.spec.ExtentCount)))
 	off := uint32(w.s.intn(int(eb)))
 	count := 1 + uint32(w.s.intn(int(min(3, eb-off))))
-	first := wire.BlockIndex(e*eb + off)
+	first := ids.BlockIndex(e*eb + off)
 	switch n := w.s.intn(100); {
 	case n < 50:
 		val := w.oracle.nextValue()
@@ -481,7 +482,7 @@ func (w *world) workload() {
 		for i := range count {
 			w.fillBlock(data[int(i)*int(w.spec.BlockSize):][:w.spec.BlockSize], val, uint64(first)+uint64(i))
 		}
-		if id, ok := u.submit(upstairs.CoreWrite, first, count, data); ok {
+		if id, ok := u.submit(engine.KindWrite, first, count, data); ok {
 			w.oracle.submitWrite(u.n, id, val, uint64(first), count)
 			w.s.note("u%d write %d [%d,+%d) value %d", u.n, id, first, count, val)
 			u.apply()
@@ -489,13 +490,13 @@ func (w *world) workload() {
 			w.oracle.unused(val)
 		}
 	case n < 88:
-		if id, ok := u.submit(upstairs.CoreRead, first, count, nil); ok {
+		if id, ok := u.submit(engine.KindRead, first, count, nil); ok {
 			w.oracle.submitRead(u.n, id, uint64(first), count)
 			w.s.note("u%d read %d [%d,+%d)", u.n, id, first, count)
 			u.apply()
 		}
 	default:
-		if id, ok := u.submit(upstairs.CoreFlush, 0, 0, nil); ok {
+		if id, ok := u.submit(engine.KindFlush, 0, 0, nil); ok {
 			w.oracle.submitFlush(u.n, id)
 			w.s.note("u%d flush %d", u.n, id)
 			u.apply()
@@ -507,11 +508,11 @@ func (w *world) workload() {
 func (w *world) completed(u *upNode, id wire.JobID, j *ujob, err error) {
 	w.s.note("u%d complete %v %d err=%v", u.n, j.kind, id, err)
 	switch j.kind {
-	case upstairs.CoreWrite:
+	case engine.KindWrite:
 		w.oracle.writeDone(u.n, id, err == nil)
-	case upstairs.CoreFlush:
+	case engine.KindFlush:
 		w.oracle.flushDone(u.n, id, err == nil)
-	case upstairs.CoreRead:
+	case engine.KindRead:
 		if err != nil {
 			w.oracle.readDone(u.n, id)
 			return
@@ -568,7 +569,7 @@ func (w *world) hashBlocks(p []byte) []uint64 {
 func (w *world) finish() error {
 	u := w.up[w.cur]
 	if u.running() {
-		id, ok := u.submit(upstairs.CoreFlush, 0, 0, nil)
+		id, ok := u.submit(engine.KindFlush, 0, 0, nil)
 		if ok {
 			w.oracle.submitFlush(u.n, id)
 			u.apply()
@@ -590,7 +591,7 @@ func (w *world) finish() error {
 // that none lost an acknowledged, flushed write.
 func (w *world) compareReplicas() error {
 	bs := int(w.spec.BlockSize)
-	var blocks [upstairs.ReplicaCount][]byte
+	var blocks [engine.ReplicaCount][]byte
 	for r, d := range w.ds {
 		if !d.alive() {
 			return fmt.Errorf("compare replicas: d%d is down", r)
@@ -613,7 +614,7 @@ func (w *world) compareReplicas() error {
 	}
 	for b := range w.spec.Blocks() {
 		ref := -1
-		for r := range upstairs.ReplicaCount {
+		for r := range engine.ReplicaCount {
 			if !w.flipped[r][b] {
 				ref = r
 				break
@@ -623,7 +624,7 @@ func (w *world) compareReplicas() error {
 			continue
 		}
 		p0 := blocks[ref][int(b)*bs:][:bs]
-		for r := ref + 1; r < upstairs.ReplicaCount; r++ {
+		for r := ref + 1; r < engine.ReplicaCount; r++ {
 			if w.flipped[r][b] {
 				continue
 			}
@@ -633,7 +634,7 @@ func (w *world) compareReplicas() error {
 				return nil
 			}
 		}
-		for r := range upstairs.ReplicaCount {
+		for r := range engine.ReplicaCount {
 			if w.flipped[r][b] {
 				continue
 			}

@@ -37,7 +37,7 @@
 //
 //   - Every connection is mutually authenticated: servers require and
 //     verify a client certificate (the tls.Config comes from
-//     tern/dataplane/tlsconf), and the ALPN protocol is NextProto.
+//     tern/internal/tlsconf), and the ALPN protocol is NextProto.
 //   - Listen and Dial own the UDP sockets they create: Listener.Close
 //     closes the socket, and a dialed connection's socket closes when the
 //     connection does.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 )
 
 func certs(t *testing.T) *tlsconf.Bundle {

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -37,8 +39,8 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 
 	u.mu.Lock()
 	var present []reconcile.ReplicaVersions
-	var epochs [replicaCount]uint64
-	for r := range replicaCount {
+	var epochs [engine.ReplicaCount]uint64
+	for r := range engine.ReplicaCount {
 		if !a.done[r] {
 			continue
 		}
@@ -72,7 +74,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 		t.ExtentDone()
 		u.extentRepaired(repairActivation)
 		if u.hooks != nil && u.hooks.activationExtentDone != nil {
-			u.hooks.activationExtentDone(wire.ExtentID(rep.Extent))
+			u.hooks.activationExtentDone(ids.ExtentID(rep.Extent))
 		}
 	}
 	if len(plan.Extents) > 0 {
@@ -87,8 +89,8 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 // restart) plan, publishing its progress on t. With zeroLost, a torn
 // block no replica holds intact is zeroed instead of failing (mendSource).
 func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64, zeroLost bool) error {
-	e := wire.ExtentID(rep.Extent)
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [engine.ReplicaCount]uint64, zeroLost bool) error {
+	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	target := toWireVersion(rep.Target)
 	if rep.SourceNeedsStamp() {
@@ -174,9 +176,9 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 // The source keeps its version srcV. A block no replica holds intact
 // fails with a *CorruptBlockError, or with zeroLost is zeroed.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
-	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [replicaCount]uint64,
+	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [engine.ReplicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
-	e := wire.ExtentID(rep.Extent)
+	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	need, err := u.readIntact(ctx, src, epochs[src], e, blocks, false, nil)
 	if err != nil || len(need) == 0 {
@@ -184,7 +186,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 	}
 	asked := []int{src}
 	var got blockCopies
-	for r := range replicaCount {
+	for r := range engine.ReplicaCount {
 		if _, present := versions[reconcile.ReplicaID(r)]; r == src || !present || len(need) == 0 {
 			continue
 		}
@@ -240,7 +242,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 // donors of an older copy.
 func newestFirst(rep reconcile.ExtentRepair, versions map[reconcile.ReplicaID][]reconcile.Version, src int) []int {
 	var out []int
-	for r := range replicaCount {
+	for r := range engine.ReplicaCount {
 		if _, present := versions[reconcile.ReplicaID(r)]; r != src && present {
 			out = append(out, r)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/volume/transport"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -361,7 +362,7 @@ func TestMisbehavingDownstairs(t *testing.T) {
 			if tc.reason == "" {
 				// Not faulted: a slow honest replica may be dropped and
 				// come back (Offline), but corrupt data is no fault.
-				if st := u.Status().Replicas[badTestReplica]; st.State == ReplicaFaulted {
+				if st := u.Status().Replicas[badTestReplica]; st.State == engine.ReplicaFaulted {
 					t.Fatalf("replica %d is faulted (%s), want it kept", badTestReplica, st.FaultReason)
 				}
 			} else {
@@ -369,7 +370,7 @@ func TestMisbehavingDownstairs(t *testing.T) {
 				// stays out (its reconnects are held), so the state it is
 				// dropped to is still there when the wait looks.
 				st := waitReplica(t, u, badTestReplica, "the bad replica to be dropped", func(st ReplicaStatus) bool {
-					return st.State == ReplicaOffline || st.State == ReplicaFaulted
+					return st.State == engine.ReplicaOffline || st.State == engine.ReplicaFaulted
 				})
 				// The reason was set with the state change and stays while
 				// the reconnects fail.
@@ -381,7 +382,7 @@ func TestMisbehavingDownstairs(t *testing.T) {
 				workload(t, u, m, rng, 16) // two replicas carry on
 			}
 			p.heal()
-			waitReplica(t, u, badTestReplica, "the healed replica to come back", stateIs(ReplicaActive))
+			waitReplica(t, u, badTestReplica, "the healed replica to come back", stateIs(engine.ReplicaActive))
 			workload(t, u, m, rng, 8)
 			if err := u.Close(); err != nil {
 				t.Fatal(err)
@@ -410,7 +411,7 @@ func misbehave(t *testing.T, u *Upstairs, p *badDownstairs, m *model, rng *rand.
 		}
 		waitFor(t, "the bad replica to owe nothing", func() bool {
 			st := u.Status().Replicas[badTestReplica]
-			return p.did.Load() || st.State == ReplicaActive && st.OutstandingJobs == 0
+			return p.did.Load() || st.State == engine.ReplicaActive && st.OutstandingJobs == 0
 		})
 	}
 	for i := 0; i < n || !p.did.Load(); i++ {
@@ -443,7 +444,7 @@ func waitReplica(t *testing.T, u *Upstairs, r int, what string, cond func(Replic
 	}
 }
 
-func stateIs(s ReplicaState) func(ReplicaStatus) bool {
+func stateIs(s engine.ReplicaState) func(ReplicaStatus) bool {
 	return func(st ReplicaStatus) bool { return st.State == s }
 }
 
@@ -521,12 +522,12 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		cfg.ActivationQuorumWait = 200 * time.Millisecond
 		u := c.open(cfg, 1)
 		waitReplica(t, u, badTestReplica, "the bad replica to be faulted", func(st ReplicaStatus) bool {
-			return st.State == ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
+			return st.State == engine.ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
 		})
 		m := &model{data: make([]byte, volumeBytes())}
 		workload(t, u, m, rand.New(rand.NewPCG(3, 4)), 8)
 		p.heal()
-		waitReplica(t, u, badTestReplica, "the healed replica to be repaired", stateIs(ReplicaActive))
+		waitReplica(t, u, badTestReplica, "the healed replica to be repaired", stateIs(engine.ReplicaActive))
 		if err := u.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -551,7 +552,7 @@ func TestAbsurdGeometryIsRefused(t *testing.T) {
 		p.arm()
 		workload(t, u, m, rng, 8)
 		waitReplica(t, u, badTestReplica, "the bad replica to be faulted", func(st ReplicaStatus) bool {
-			return st.State == ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
+			return st.State == engine.ReplicaFaulted && strings.Contains(st.FaultReason, "invalid region")
 		})
 		workload(t, u, m, rng, 8)
 		if err := u.Close(); err != nil {
@@ -584,7 +585,7 @@ func TestFaultReasonOutlivesFailedReconnects(t *testing.T) {
 	workload(t, u, m, rng, 8)
 	waitFor(t, "a reconnect of the dropped replica to fail", func() bool {
 		st := u.Status().Replicas[badTestReplica]
-		return st.State == ReplicaOffline && strings.Contains(st.LastError, "hello")
+		return st.State == engine.ReplicaOffline && strings.Contains(st.LastError, "hello")
 	})
 	st := u.Status().Replicas[badTestReplica]
 	if !strings.Contains(st.FaultReason, "bad frame magic") || st.FaultedAt.IsZero() {
@@ -593,7 +594,7 @@ func TestFaultReasonOutlivesFailedReconnects(t *testing.T) {
 	}
 	t.Logf("dropped replica: fault reason %q, last error %q", st.FaultReason, st.LastError)
 	p.heal()
-	waitReplica(t, u, badTestReplica, "the healed replica to come back", stateIs(ReplicaActive))
+	waitReplica(t, u, badTestReplica, "the healed replica to come back", stateIs(engine.ReplicaActive))
 	if st := u.Status().Replicas[badTestReplica]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
 		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
 	}

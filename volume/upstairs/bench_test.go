@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -91,26 +93,26 @@ func benchIO(b *testing.B, size, qd int, op func(*Upstairs, context.Context, []b
 // BenchmarkEngineWriteCycle is the decision core alone: submit a write,
 // send it to three replicas, two acks, a private copy, the third ack.
 func BenchmarkEngineWriteCycle(b *testing.B) {
-	e := newEngine(engineLimits{backlogJobs: 1000, backlogBytes: 64 << 20, inflightJobs: 2000, inflightBytes: 128 << 20})
-	e.activate([replicaCount]bool{true, true, true}, 1)
-	e.takeActions()
+	e := engine.New(engine.Limits{BacklogJobs: 1000, BacklogBytes: 64 << 20, InflightJobs: 2000, InflightBytes: 128 << 20})
+	e.Activate([engine.ReplicaCount]bool{true, true, true}, 1)
+	e.TakeActions()
 	deps := make([]wire.JobID, 0, 16)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		id, err := e.submitWrite(wire.BlockIndex(i%1024), 1, 4096)
+		id, err := e.SubmitWrite(ids.BlockIndex(i%1024), 1, 4096)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for r := range replicaCount {
-			j, _ := e.takeNext(r)
-			deps = e.sendDeps(deps[:0], j, r)
-			e.sent(r, id)
+		for r := range engine.ReplicaCount {
+			j, _ := e.TakeNext(r)
+			deps = e.SendDeps(deps[:0], j, r)
+			e.Sent(r, id)
 		}
-		e.done(0, id)
-		e.done(1, id)
-		e.privatized(id, true)
-		e.done(2, id)
-		e.takeActions()
+		e.Done(0, id)
+		e.Done(1, id)
+		e.Privatized(id, true)
+		e.Done(2, id)
+		e.TakeActions()
 	}
 }
 

@@ -16,11 +16,12 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/transport"
-	"tern/volume/wire"
+	"tern/volume/upstairs/engine"
 )
 
 // Test geometry: 8 extents of 64 blocks of 4 KiB (2 MiB).
@@ -72,7 +73,7 @@ type testDownstairs struct {
 // cluster is three downstairs of one region.
 type cluster struct {
 	t    testing.TB
-	ds   [replicaCount]*testDownstairs
+	ds   [engine.ReplicaCount]*testDownstairs
 	spec extent.Spec
 }
 
@@ -157,7 +158,7 @@ func (c *cluster) config() Config {
 }
 
 // open activates a new upstairs at gen; it is closed at cleanup.
-func (c *cluster) open(cfg Config, gen wire.Generation) *Upstairs {
+func (c *cluster) open(cfg Config, gen ids.Generation) *Upstairs {
 	c.t.Helper()
 	u, err := New(cfg)
 	if err != nil {
@@ -174,9 +175,9 @@ func (c *cluster) open(cfg Config, gen wire.Generation) *Upstairs {
 
 // readRegions stops every downstairs and returns each replica's blocks,
 // read from its extent files.
-func (c *cluster) readRegions() [replicaCount][]byte {
+func (c *cluster) readRegions() [engine.ReplicaCount][]byte {
 	c.t.Helper()
-	var out [replicaCount][]byte
+	var out [engine.ReplicaCount][]byte
 	size := int(c.spec.ExtentBlocks) * int(c.spec.ExtentCount) * int(c.spec.BlockSize)
 	for i, d := range c.ds {
 		d.stop()
@@ -241,7 +242,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-func replicaIs(u *Upstairs, r int, s ReplicaState) func() bool {
+func replicaIs(u *Upstairs, r int, s engine.ReplicaState) func() bool {
 	return func() bool { return u.Status().Replicas[r].State == s }
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"tern/volume/transport"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -114,8 +115,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf(format, args...))
 	}
-	if len(cfg.Targets) != replicaCount {
-		bad("targets: want %d addresses, got %d", replicaCount, len(cfg.Targets))
+	if len(cfg.Targets) != engine.ReplicaCount {
+		bad("targets: want %d addresses, got %d", engine.ReplicaCount, len(cfg.Targets))
 	}
 	seen := map[string]int{}
 	for i, t := range cfg.Targets {
@@ -206,11 +207,11 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
-func (cfg Config) limits() engineLimits {
-	return engineLimits{
-		backlogJobs:   cfg.BacklogJobs,
-		backlogBytes:  int(cfg.BacklogBytes),
-		inflightJobs:  2 * cfg.BacklogJobs,
-		inflightBytes: int(2 * cfg.BacklogBytes),
+func (cfg Config) limits() engine.Limits {
+	return engine.Limits{
+		BacklogJobs:   cfg.BacklogJobs,
+		BacklogBytes:  int(cfg.BacklogBytes),
+		InflightJobs:  2 * cfg.BacklogJobs,
+		InflightBytes: int(2 * cfg.BacklogBytes),
 	}
 }

@@ -6,12 +6,16 @@
 //
 // # Structure
 //
-// The decisions live in a pure core, the engine (engine.go,
-// engine_events.go, replica_state.go): plain data with no locks, goroutines,
-// clock or IO, driven by method calls (submit a job, a reply arrived, a
-// connection came or went) that leave a list of actions (wake a replica's
-// sender, complete a caller, copy a write's data, retire a job). The driver
-// (upstairs.go, io.go, replica.go) does the IO around it: callers' goroutines
+// The decisions live in a pure core, the job engine (package
+// volume/upstairs/engine): plain data with no locks, goroutines, clock or
+// IO, driven by method calls (submit a job, a reply arrived, a connection
+// came or went) that leave a list of actions (wake a replica's sender,
+// complete a caller, copy a write's data, retire a job). This package is
+// its driver and does the IO around it: activation (activation.go), the
+// actions applied after each engine call (actions.go), status
+// (status.go), IO (io.go), and one session per replica (replica.go:
+// set-up in replica_setup.go, serving in replica_serve.go and
+// replica_replies.go). Callers' goroutines
 // submit and wait; one owner goroutine per downstairs dials, negotiates,
 // activates, sends and replays, with one helper decoding replies; Upstairs.mu
 // serializes every engine call, and actions are applied right after it.
@@ -74,7 +78,7 @@
 // An Offline replica overflows its backlog only while another is Active:
 // with none, faulting it would free nothing, and backpressure bounds the
 // jobs instead. A rejoining replica is not replayed what its extent versions
-// show flushed (engine.flushedOn): a replay cut short must not leave it
+// show flushed (Engine.FlushedOn): a replay cut short must not leave it
 // older than its own flushed state. Replay needs the downstairs to
 // accept an Activate from the same upstairs at the generation it already
 // holds. Live repair copies from the lowest-numbered Active replica, one
@@ -108,7 +112,8 @@
 // extent untouched or repaired, and Activate fails; a later activation
 // (higher generation) finishes.
 //
-// Live repair (live_repair.go, engine_live_repair.go) brings back a
+// Live repair (live_repair.go; the engine routes writes, its
+// live_repair.go) brings back a
 // replica that missed activation, was faulted, or was replaced
 // (ReplaceReplica): while the volume runs, a Faulted replica keeps
 // dialling with backoff, and a session serving the right region moves it

@@ -1,26 +1,35 @@
 package upstairs
 
-import "errors"
+import (
+	"errors"
+
+	"tern/volume/upstairs/engine"
+)
 
 // Errors callers branch on. Every error the upstairs returns wraps one of
-// these or a context error.
+// these or a context error. The first four are decided by the job engine
+// and are its values (errors.Is matches either name).
 var (
+	// ErrNotActive: the upstairs is not activated (or was closed).
+	ErrNotActive = engine.ErrNotActive
+	// ErrNotEnoughReplicas: fewer than two replicas can take a write or
+	// flush, or none can serve a read.
+	ErrNotEnoughReplicas = engine.ErrNotEnoughReplicas
+	// ErrCorrupt: no replica returned a block matching its hash.
+	ErrCorrupt = engine.ErrCorrupt
+	// ErrRestarted: a flush was in flight when every replica restarted;
+	// writes acknowledged before it and not flushed may have been lost.
+	ErrRestarted = engine.ErrRestarted
+
 	// ErrUnaligned: an offset or length is not a multiple of the block size.
 	ErrUnaligned = errors.New("unaligned IO")
 	// ErrOutOfRange: the IO reaches past the end of the volume.
 	ErrOutOfRange = errors.New("IO out of range")
-	// ErrNotActive: the upstairs is not activated (or was closed).
-	ErrNotActive = errors.New("upstairs not active")
 	// ErrClosed: the upstairs was closed.
 	ErrClosed = errors.New("upstairs closed")
 	// ErrFenced: another upstairs activated the region with a higher
 	// generation; this one may no longer do IO.
 	ErrFenced = errors.New("upstairs fenced by a higher generation")
-	// ErrNotEnoughReplicas: fewer than two replicas can take a write or
-	// flush, or none can serve a read.
-	ErrNotEnoughReplicas = errors.New("not enough replicas")
-	// ErrCorrupt: no replica returned a block matching its hash.
-	ErrCorrupt = errors.New("corrupt data on every replica")
 	// ErrRegionMismatch: replicas disagree on the region's identity or
 	// geometry, or it differs from the configured one.
 	ErrRegionMismatch = errors.New("region mismatch")
@@ -30,11 +39,6 @@ var (
 	// was not sent (or twice), with the wrong reply type or size, or sent
 	// a reply nobody asked for. The replica is faulted.
 	ErrProtocol = errors.New("downstairs broke the protocol")
-	// ErrRestarted: a flush was in flight when every replica restarted;
-	// writes acknowledged before it and not flushed may have been lost
-	// (restart reconciliation), so it cannot promise they are durable.
-	// Writes still in flight are replayed, not failed.
-	ErrRestarted = errors.New("every replica restarted: writes acknowledged before this flush may be lost")
 	// ErrInvalidConfig: Config failed validation.
 	ErrInvalidConfig = errors.New("invalid upstairs config")
 )

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"tern/volume/ids"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -30,8 +32,8 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct
 // fewer than two replicas can take the write.
 func (u *Upstairs) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	start := time.Now()
-	err := u.do(ctx, kindWrite, p, off)
-	u.met.observe(kindWrite, len(p), start, err)
+	err := u.do(ctx, engine.KindWrite, p, off)
+	u.met.observe(engine.KindWrite, len(p), start, err)
 	if err != nil {
 		return 0, fmt.Errorf("writing %d bytes at %d: %w", len(p), off, err)
 	}
@@ -45,8 +47,8 @@ func (u *Upstairs) WriteAt(ctx context.Context, p []byte, off int64) (int, error
 // acknowledged.
 func (u *Upstairs) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	start := time.Now()
-	err := u.do(ctx, kindRead, p, off)
-	u.met.observe(kindRead, len(p), start, err)
+	err := u.do(ctx, engine.KindRead, p, off)
+	u.met.observe(engine.KindRead, len(p), start, err)
 	if err != nil {
 		return 0, fmt.Errorf("reading %d bytes at %d: %w", len(p), off, err)
 	}
@@ -57,8 +59,8 @@ func (u *Upstairs) ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 // replicas.
 func (u *Upstairs) Flush(ctx context.Context) error {
 	start := time.Now()
-	err := u.do(ctx, kindFlush, nil, 0)
-	u.met.observe(kindFlush, 0, start, err)
+	err := u.do(ctx, engine.KindFlush, nil, 0)
+	u.met.observe(engine.KindFlush, 0, start, err)
 	if err != nil {
 		return fmt.Errorf("flushing volume: %w", err)
 	}
@@ -67,25 +69,25 @@ func (u *Upstairs) Flush(ctx context.Context) error {
 
 // do submits one caller IO, split into jobs of at most wire.MaxDataSize
 // that do not cross extents, and waits for all of them.
-func (u *Upstairs) do(ctx context.Context, kind jobKind, p []byte, off int64) error {
+func (u *Upstairs) do(ctx context.Context, kind engine.JobKind, p []byte, off int64) error {
 	return u.doWith(ctx, kind, p, off, false)
 }
 
 // backgroundFlush flushes after a repair, without waiting for room (see
 // waiter.background).
 func (u *Upstairs) backgroundFlush(ctx context.Context) error {
-	if err := u.doWith(ctx, kindFlush, nil, 0, true); err != nil {
+	if err := u.doWith(ctx, engine.KindFlush, nil, 0, true); err != nil {
 		return fmt.Errorf("flushing volume: %w", err)
 	}
 	return nil
 }
 
-func (u *Upstairs) doWith(ctx context.Context, kind jobKind, p []byte, off int64, background bool) error {
+func (u *Upstairs) doWith(ctx context.Context, kind engine.JobKind, p []byte, off int64, background bool) error {
 	return u.doOn(ctx, kind, p, off, background, -1)
 }
 
 // doOn is doWith, reads served first by replica scrub when it is not -1.
-func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, background bool, scrub int) error {
+func (u *Upstairs) doOn(ctx context.Context, kind engine.JobKind, p []byte, off int64, background bool, scrub int) error {
 	w := waiterPool.Get().(*waiter)
 	w.background, w.scrub = background, scrub+1
 	defer func() {
@@ -94,11 +96,11 @@ func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, 
 	}()
 	u.mu.Lock()
 	bs := int64(u.blockSize)
-	if err := u.checkIOLocked(kind, p, off); err != nil || kind != kindFlush && len(p) == 0 {
+	if err := u.checkIOLocked(kind, p, off); err != nil || kind != engine.KindFlush && len(p) == 0 {
 		u.mu.Unlock()
 		return err
 	}
-	if kind == kindWrite {
+	if kind == engine.KindWrite {
 		// Hash outside the lock, into the waiter's reused array.
 		u.mu.Unlock()
 		blocks := len(p) / int(bs)
@@ -111,18 +113,18 @@ func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, 
 	}
 	w.pending = 1 // held until every job is submitted
 	var err error
-	if kind == kindFlush {
-		err = u.submitLocked(ctx, w, kindFlush, nil, nil, 0)
+	if kind == engine.KindFlush {
+		err = u.submitLocked(ctx, w, engine.KindFlush, nil, nil, 0)
 	} else {
 		extentBytes := int64(u.region.ExtentBlocks) * bs
 		for pos := int64(0); pos < int64(len(p)) && err == nil; {
 			at := off + pos
 			n := min(int64(len(p))-pos, wire.MaxDataSize, extentBytes-at%extentBytes)
 			var hashes []uint64
-			if kind == kindWrite {
+			if kind == engine.KindWrite {
 				hashes = w.hashes[pos/bs : (pos+n)/bs]
 			}
-			err = u.submitLocked(ctx, w, kind, p[pos:pos+n], hashes, wire.BlockIndex(at/bs))
+			err = u.submitLocked(ctx, w, kind, p[pos:pos+n], hashes, ids.BlockIndex(at/bs))
 			pos += n
 		}
 	}
@@ -134,7 +136,7 @@ func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, 
 	if err != nil && ctx.Err() != nil {
 		// Backpressure wait was cancelled: release what was submitted.
 		for _, id := range w.ids {
-			u.eng.abandon(id)
+			u.eng.Abandon(id)
 		}
 		u.stepLocked()
 	}
@@ -144,7 +146,7 @@ func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, 
 	case <-ctx.Done():
 		u.mu.Lock()
 		for _, id := range w.ids {
-			u.eng.abandon(id)
+			u.eng.Abandon(id)
 		}
 		u.stepLocked()
 		u.finishLocked()
@@ -153,18 +155,18 @@ func (u *Upstairs) doOn(ctx context.Context, kind jobKind, p []byte, off int64, 
 	if err == nil {
 		err = w.err
 	}
-	if errors.Is(err, errAbandoned) {
+	if errors.Is(err, engine.ErrAbandoned) {
 		err = ctx.Err()
 	}
 	return err
 }
 
 // checkIOLocked validates an IO against the activated region.
-func (u *Upstairs) checkIOLocked(kind jobKind, p []byte, off int64) error {
-	if err := u.eng.submitErr(kind); err != nil {
+func (u *Upstairs) checkIOLocked(kind engine.JobKind, p []byte, off int64) error {
+	if err := u.eng.SubmitErr(kind); err != nil {
 		return err
 	}
-	if kind == kindFlush {
+	if kind == engine.KindFlush {
 		return nil
 	}
 	if u.closing {
@@ -182,8 +184,8 @@ func (u *Upstairs) checkIOLocked(kind jobKind, p []byte, off int64) error {
 
 // submitLocked waits for room (backpressure), then submits one job for
 // waiter w.
-func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, data []byte, hashes []uint64, first wire.BlockIndex) error {
-	for !w.background && u.eng.full(len(data)) {
+func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind engine.JobKind, data []byte, hashes []uint64, first ids.BlockIndex) error {
+	for !w.background && u.eng.Full(len(data)) {
 		u.spaceWaiters++
 		ch := u.spaceCh
 		u.finishLocked()
@@ -199,16 +201,16 @@ func (u *Upstairs) submitLocked(ctx context.Context, w *waiter, kind jobKind, da
 	var err error
 	blocks := uint32(len(data) / max(u.blockSize, 1))
 	switch kind {
-	case kindWrite:
-		id, err = u.eng.submitWrite(first, blocks, len(data))
-	case kindRead:
+	case engine.KindWrite:
+		id, err = u.eng.SubmitWrite(first, blocks, len(data))
+	case engine.KindRead:
 		if w.scrub > 0 {
-			id, err = u.eng.submitScrubRead(w.scrub-1, first, blocks, len(data))
+			id, err = u.eng.SubmitScrubRead(w.scrub-1, first, blocks, len(data))
 		} else {
-			id, err = u.eng.submitRead(first, blocks, len(data))
+			id, err = u.eng.SubmitRead(first, blocks, len(data))
 		}
 	default:
-		id, err = u.eng.submitFlush()
+		id, err = u.eng.SubmitFlush()
 	}
 	if err != nil {
 		return err

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -19,7 +21,7 @@ import (
 // one repair goroutine for it:
 //
 //  1. A reconcile.LiveRepair walk is attached to the engine, which routes
-//     guest writes to the replica by extent (engine_live_repair.go).
+//     guest writes to the replica by extent (engine/live_repair.go).
 //  2. For each extent the walk hands out (Next, under Upstairs.mu, so every
 //     write submitted afterwards is routed with the extent under repair):
 //     ask an Active source for the extent's version and hashes — the call
@@ -59,11 +61,11 @@ type liveRepairSlot struct {
 // epoch, if r is Repairing and none runs.
 func (u *Upstairs) startLiveRepairLocked(r int, epoch uint64) {
 	slot := &u.live[r]
-	if u.eng.replicas[r].state != ReplicaRepairing || !u.eng.running || slot.running {
+	if u.eng.State(r) != engine.ReplicaRepairing || !u.eng.Running() || slot.running {
 		return
 	}
 	walk := reconcile.NewLiveRepair(u.region.ExtentCount)
-	u.eng.attachLiveRepair(r, walk)
+	u.eng.AttachLiveRepair(r, walk)
 	if slot.tracker == nil || slot.claimed {
 		slot.tracker = reconcile.NewTracker(nil)
 	}
@@ -82,10 +84,10 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	start := time.Now()
 	err := u.liveRepair(u.ctx, r, epoch, walk, t)
 	u.mu.Lock()
-	u.eng.detachLiveRepair(r, walk)
+	u.eng.DetachLiveRepair(r, walk)
 	u.live[r].running = false
-	if err == nil && !u.eng.repairDone(r) {
-		err = fmt.Errorf("replica %d left repair as %v: %w", r, u.eng.replicas[r].state, ErrNoSession)
+	if err == nil && !u.eng.RepairDone(r) {
+		err = fmt.Errorf("replica %d left repair as %v: %w", r, u.eng.State(r), ErrNoSession)
 	}
 	switch {
 	case err == nil:
@@ -96,7 +98,7 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	if err != nil {
 		walk.Abort()
 		// Writes held for it are skipped.
-		u.replicas[r].dropLocked(fmt.Errorf("live repair of replica %d: %w", r, err), func() { u.eng.fault(r) })
+		u.replicas[r].dropLocked(fmt.Errorf("live repair of replica %d: %w", r, err), func() { u.eng.Fault(r) })
 	}
 	target := u.targets[r]
 	u.stepLocked()
@@ -122,8 +124,8 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 func (u *Upstairs) liveSourceLocked(r int) int {
 	avoid := u.live[r].badSource - 1
 	src := -1
-	for s := range replicaCount {
-		if s == r || u.eng.replicas[s].state != ReplicaActive {
+	for s := range engine.ReplicaCount {
+		if s == r || u.eng.State(s) != engine.ReplicaActive {
 			continue
 		}
 		if src < 0 || src == avoid {
@@ -146,7 +148,7 @@ func servedBadData(err error) bool {
 func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *reconcile.LiveRepair, t *reconcile.Tracker) error {
 	for {
 		u.mu.Lock()
-		if st := u.eng.replicas[r].state; st != ReplicaRepairing {
+		if st := u.eng.State(r); st != engine.ReplicaRepairing {
 			u.mu.Unlock()
 			return fmt.Errorf("replica %d is %v", r, st)
 		}
@@ -161,7 +163,7 @@ func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *re
 		if src < 0 {
 			return fmt.Errorf("live repair of replica %d: no active replica to copy from: %w", r, ErrNotEnoughReplicas)
 		}
-		if err := u.liveRepairExtent(ctx, r, epoch, src, wire.ExtentID(e), t); err != nil {
+		if err := u.liveRepairExtent(ctx, r, epoch, src, ids.ExtentID(e), t); err != nil {
 			return fmt.Errorf("live repair of replica %d, extent %d from replica %d: %w", r, e, src, err)
 		}
 		u.mu.Lock()
@@ -181,7 +183,7 @@ func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *re
 }
 
 // liveRepairExtent makes extent e of target r match replica src.
-func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, src int, e wire.ExtentID, t *reconcile.Tracker) error {
+func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, src int, e ids.ExtentID, t *reconcile.Tracker) error {
 	var srcV, dstV wire.ExtentVersion
 	var srcHashes, dstHashes []uint64
 	if u.cfg.RepairWholeExtents {
@@ -225,7 +227,7 @@ func (u *Upstairs) liveRepairExtent(ctx context.Context, r int, epoch uint64, sr
 // LiveRepairProgress returns the progress of replica's current or latest
 // live repair; ok is false when it never had one (and nobody subscribed).
 func (u *Upstairs) LiveRepairProgress(replica int) (reconcile.Progress, bool) {
-	if replica < 0 || replica >= replicaCount {
+	if replica < 0 || replica >= engine.ReplicaCount {
 		return reconcile.Progress{}, false
 	}
 	u.mu.Lock()
@@ -244,14 +246,14 @@ func (u *Upstairs) LiveRepairProgress(replica int) (reconcile.Progress, bool) {
 // latest), and closes after the attempt's final value. An attempt that
 // already ended delivers its final value at once. cancel stops watching.
 func (u *Upstairs) SubscribeLiveRepair(replica int, buffer int) (<-chan reconcile.Progress, func()) {
-	if replica < 0 || replica >= replicaCount {
+	if replica < 0 || replica >= engine.ReplicaCount {
 		ch := make(chan reconcile.Progress)
 		close(ch)
 		return ch, func() {}
 	}
 	u.mu.Lock()
 	slot := &u.live[replica]
-	if slot.tracker == nil || slot.claimed && !slot.running && slot.tracker.Status().Phase.Terminal() && u.eng.replicas[replica].state != ReplicaActive {
+	if slot.tracker == nil || slot.claimed && !slot.running && slot.tracker.Status().Phase.Terminal() && u.eng.State(replica) != engine.ReplicaActive {
 		// Nothing runs and the replica still needs repair: watch the
 		// next attempt.
 		slot.tracker, slot.claimed = reconcile.NewTracker(nil), false

@@ -6,11 +6,13 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
+
+	"tern/volume/upstairs/engine"
 )
 
 // ioMetrics are the upstairs' IO counters, labelled by kind and upstairs.
 type ioMetrics struct {
-	kinds [kindFlush + 1]kindMetrics
+	kinds [engine.KindFlush + 1]kindMetrics
 }
 
 type kindMetrics struct {
@@ -22,7 +24,7 @@ type kindMetrics struct {
 
 func newIOMetrics(set *metrics.Set, id uuid.UUID) *ioMetrics {
 	m := &ioMetrics{}
-	for _, k := range []jobKind{kindWrite, kindRead, kindFlush} {
+	for _, k := range []engine.JobKind{engine.KindWrite, engine.KindRead, engine.KindFlush} {
 		l := fmt.Sprintf(`{kind=%q,upstairs=%q}`, k, id)
 		m.kinds[k] = kindMetrics{
 			ops:     set.GetOrCreateCounter("tern_upstairs_io_total" + l),
@@ -34,7 +36,7 @@ func newIOMetrics(set *metrics.Set, id uuid.UUID) *ioMetrics {
 	return m
 }
 
-func (m *ioMetrics) observe(k jobKind, bytes int, start time.Time, err error) {
+func (m *ioMetrics) observe(k engine.JobKind, bytes int, start time.Time, err error) {
 	km := &m.kinds[k]
 	km.ops.Inc()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"tern/volume/ids"
 	"tern/volume/wire"
 )
 
@@ -23,7 +24,7 @@ type ioRecord struct {
 	priv   *privBuf
 	// waiter is told when the job completes; nil for jobs nobody waits for.
 	waiter *waiter
-	start  wire.BlockIndex
+	start  ids.BlockIndex
 }
 
 // privBuf is a private copy of a write's data and its hashes, shared by a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/wire"
 )
@@ -23,7 +24,7 @@ const copyDepth = 4
 // replica to a destination replica, over their sessions.
 type extentCopy struct {
 	kind     repairKind
-	extent   wire.ExtentID
+	extent   ids.ExtentID
 	src, dst int
 	// srcEpoch and dstEpoch pin the calls to the sessions the repair
 	// planned with (0: any session).
@@ -176,7 +177,7 @@ func (u *Upstairs) stamp(ctx context.Context, r int, epoch uint64, req *wire.Rep
 }
 
 // extentHashes asks replica r for extent e's version and block hashes.
-func (u *Upstairs) extentHashes(ctx context.Context, r int, epoch uint64, e wire.ExtentID) (*wire.ExtentHashes, error) {
+func (u *Upstairs) extentHashes(ctx context.Context, r int, epoch uint64, e ids.ExtentID) (*wire.ExtentHashes, error) {
 	call, err := u.startCall(r, epoch, &wire.ExtentHashesRequest{Extent: e}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("asking replica %d for extent %d hashes: %w", r, e, err)
@@ -193,7 +194,7 @@ func (u *Upstairs) extentHashes(ctx context.Context, r int, epoch uint64, e wire
 }
 
 // extentVersion asks replica r for extent e's version.
-func (u *Upstairs) extentVersion(ctx context.Context, r int, epoch uint64, e wire.ExtentID) (wire.ExtentVersion, error) {
+func (u *Upstairs) extentVersion(ctx context.Context, r int, epoch uint64, e ids.ExtentID) (wire.ExtentVersion, error) {
 	call, err := u.startCall(r, epoch, &wire.ExtentVersionsRequest{First: e, Count: 1}, nil)
 	if err != nil {
 		return wire.ExtentVersion{}, fmt.Errorf("asking replica %d for extent %d version: %w", r, e, err)
@@ -250,7 +251,7 @@ func (u *Upstairs) countCopied(k repairKind, t *reconcile.Tracker, n int) {
 }
 
 func toWireVersion(v reconcile.Version) wire.ExtentVersion {
-	return wire.ExtentVersion{Gen: wire.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+	return wire.ExtentVersion{Gen: ids.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
 }
 
 func fromWireVersion(v wire.ExtentVersion) reconcile.Version {

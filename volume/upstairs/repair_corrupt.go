@@ -8,7 +8,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -28,7 +30,7 @@ import (
 // ErrCorrupt.
 type CorruptBlockError struct {
 	// Extent is the extent being repaired.
-	Extent wire.ExtentID
+	Extent ids.ExtentID
 	// Block is the block, counted from the extent's first block; the
 	// first such block when there are several.
 	Block uint32
@@ -60,7 +62,7 @@ type blockCopies struct {
 //
 // A batch refused as corrupt is halved until the refused blocks are
 // found, so each costs a few reads more, never an unbounded number.
-func (u *Upstairs) readIntact(ctx context.Context, r int, epoch uint64, e wire.ExtentID, blocks []uint32,
+func (u *Upstairs) readIntact(ctx context.Context, r int, epoch uint64, e ids.ExtentID, blocks []uint32,
 	keep bool, got *blockCopies) (bad []uint32, err error) {
 	if len(blocks) == 0 {
 		return nil, nil
@@ -132,9 +134,9 @@ func (u *Upstairs) readIntact(ctx context.Context, r int, epoch uint64, e wire.E
 // zeroLost (a restart reconciliation) a block torn on every replica is
 // zeroed rather than failing the repair: every replica lost it at once,
 // the volume must not stall for it, and a live write of it is replayed.
-func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
+func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep reconcile.ExtentRepair, epochs [engine.ReplicaCount]uint64,
 	srcV wire.ExtentVersion, srcHashes []uint64, zeroLost bool) error {
-	e := wire.ExtentID(rep.Extent)
+	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	all := make([]uint32, u.region.ExtentBlocks)
 	for i := range all {
@@ -182,9 +184,9 @@ func (u *Upstairs) mendSource(ctx context.Context, t *reconcile.Tracker, rep rec
 // each block from the first donor holding it intact, and returns them in
 // the order of blocks. It fails with a *CorruptBlockError if no donor has
 // one of them.
-func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepair, epochs [replicaCount]uint64,
+func (u *Upstairs) takeFromDonors(ctx context.Context, rep reconcile.ExtentRepair, epochs [engine.ReplicaCount]uint64,
 	blocks []uint32, zeroLost bool) (blockCopies, error) {
-	e := wire.ExtentID(rep.Extent)
+	e := ids.ExtentID(rep.Extent)
 	asked := []int{int(rep.Source)}
 	var got blockCopies
 	need := blocks
@@ -236,7 +238,7 @@ func (u *Upstairs) corruptSourceError(ctx context.Context, c extentCopy, batch [
 // addZeroedBlocks adds zeroed copies of blocks (of extent e) to got: no
 // replica asked holds them intact after every replica restarted, and the
 // volume must not stall for them (a live write of them is replayed).
-func (u *Upstairs) addZeroedBlocks(got *blockCopies, e wire.ExtentID, blocks []uint32, asked []int) {
+func (u *Upstairs) addZeroedBlocks(got *blockCopies, e ids.ExtentID, blocks []uint32, asked []int) {
 	u.log.Error("blocks damaged on every replica by the restart are lost; zeroing them", "extent", e, "blocks", blocks, "replicas", asked)
 	zero := make([]byte, u.blockSize)
 	h := xxhash.Sum64(zero)

@@ -8,7 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
-	"tern/volume/wire"
+	"tern/volume/ids"
 )
 
 // repairKind says which repair moved data: activation reconciliation or
@@ -106,8 +106,8 @@ func (u *Upstairs) repairRan(k repairKind, start time.Time) {
 // field (or nil *repairHooks) is skipped.
 type repairHooks struct {
 	// activationExtentDone runs after activation repaired extent e.
-	activationExtentDone func(e wire.ExtentID)
+	activationExtentDone func(e ids.ExtentID)
 	// liveExtentCompared runs during the live repair of replica r, once
 	// extent e's versions or hashes are known and before it is copied.
-	liveExtentCompared func(r int, e wire.ExtentID)
+	liveExtentCompared func(r int, e ids.ExtentID)
 }

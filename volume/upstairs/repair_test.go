@@ -14,15 +14,16 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
-	"tern/volume/wire"
+	"tern/volume/upstairs/engine"
 )
 
 // divergence writes blocks (region block numbers) of pattern seed straight
 // into replica d's region while it is stopped, then flushes with
 // (flush, gen) unless flush is 0 (the extents stay dirty). It restarts d
 // unless keepStopped.
-func (d *testDownstairs) diverge(blocks []uint64, seed uint64, flush uint64, gen extent.Generation, keepStopped bool) {
+func (d *testDownstairs) diverge(blocks []uint64, seed uint64, flush uint64, gen ids.Generation, keepStopped bool) {
 	d.t.Helper()
 	d.stop()
 	r, err := extent.Open(d.dir)
@@ -34,7 +35,7 @@ func (d *testDownstairs) diverge(blocks []uint64, seed uint64, flush uint64, gen
 	for _, b := range blocks {
 		FillPattern(buf, testBlockSize, b, seed)
 		hashBlocks(h, buf, testBlockSize)
-		if err := r.WriteBlocks(extent.BlockIndex(b), buf, h); err != nil {
+		if err := r.WriteBlocks(ids.BlockIndex(b), buf, h); err != nil {
 			d.t.Fatal(err)
 		}
 	}
@@ -184,7 +185,7 @@ func TestActivationRepairsEveryDivergenceShape(t *testing.T) {
 				if last := waitFinal(t, ch); last[len(last)-1].Phase != reconcile.PhaseDone {
 					t.Fatalf("live repair ended %+v", last[len(last)-1])
 				}
-				waitFor(t, "caught-up replica active", replicaIs(u, tc.missing, ReplicaActive))
+				waitFor(t, "caught-up replica active", replicaIs(u, tc.missing, engine.ReplicaActive))
 			}
 			if err := u.Close(); err != nil {
 				t.Fatal(err)
@@ -230,7 +231,7 @@ func TestSourceLostMidReconciliationThenRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.hooks = &repairHooks{activationExtentDone: func(e wire.ExtentID) {
+	u.hooks = &repairHooks{activationExtentDone: func(e ids.ExtentID) {
 		if e == 2 {
 			c.ds[0].stop()
 		}
@@ -253,10 +254,10 @@ func TestSourceLostMidReconciliationThenRetried(t *testing.T) {
 		buf := make([]byte, testBlockSize)
 		h := make([]uint64, 1)
 		for e, b := range blocks {
-			if err := r.ReadBlocks(extent.BlockIndex(b), buf, h); err != nil {
+			if err := r.ReadBlocks(ids.BlockIndex(b), buf, h); err != nil {
 				t.Fatal(err)
 			}
-			v, _ := r.ExtentVersion(extent.ExtentID(e))
+			v, _ := r.ExtentVersion(ids.ExtentID(e))
 			repaired := bytes.Equal(buf, want[b*testBlockSize:(b+1)*testBlockSize])
 			untouched := bytes.Equal(buf, base[b*testBlockSize:(b+1)*testBlockSize])
 			switch {
@@ -346,7 +347,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 		m.write(p, int64(block)*testBlockSize)
 	}
 	var hookWrites atomic.Int64
-	u.hooks = &repairHooks{liveExtentCompared: func(r int, e wire.ExtentID) {
+	u.hooks = &repairHooks{liveExtentCompared: func(r int, e ids.ExtentID) {
 		for _, x := range []int64{int64(e) - 1, int64(e), int64(e) + 1} {
 			if x >= 0 && x < testExtentCount {
 				write(uint64(x)*testExtentBlocks+uint64(2*rand.IntN(testExtentBlocks/2)+1), 77+uint64(e))
@@ -363,7 +364,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 	for i := range 30 {
 		write(uint64(2*i), 2)
 	}
-	waitFor(t, "replica 1 faulted", replicaIs(u, 1, ReplicaFaulted))
+	waitFor(t, "replica 1 faulted", replicaIs(u, 1, engine.ReplicaFaulted))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -400,7 +401,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 	if got[0].Phase != reconcile.PhaseNegotiating && got[0].Phase != reconcile.PhaseLiveRepair {
 		t.Fatalf("first live-repair value %+v", got[0])
 	}
-	waitFor(t, "replica 1 active", replicaIs(u, 1, ReplicaActive))
+	waitFor(t, "replica 1 active", replicaIs(u, 1, engine.ReplicaActive))
 	if hookWrites.Load() == 0 {
 		t.Fatal("no write raced the repair")
 	}
@@ -435,7 +436,7 @@ func TestLiveRepairAbortedIsRetried(t *testing.T) {
 	defer u.Close()
 	var once sync.Once
 	stopped := make(chan struct{})
-	u.hooks = &repairHooks{liveExtentCompared: func(r int, e wire.ExtentID) {
+	u.hooks = &repairHooks{liveExtentCompared: func(r int, e ids.ExtentID) {
 		if e == 3 {
 			once.Do(func() { c.ds[2].stop(); close(stopped) })
 		}
@@ -451,14 +452,14 @@ func TestLiveRepairAbortedIsRetried(t *testing.T) {
 		t.Fatalf("interrupted live repair ended %+v", got[len(got)-1])
 	}
 	<-stopped
-	waitFor(t, "replica 2 faulted", replicaIs(u, 2, ReplicaFaulted))
+	waitFor(t, "replica 2 faulted", replicaIs(u, 2, engine.ReplicaFaulted))
 	second, cancel2 := u.SubscribeLiveRepair(2, 4)
 	defer cancel2()
 	c.ds[2].start()
 	if got := waitFinal(t, second); got[len(got)-1].Phase != reconcile.PhaseDone {
 		t.Fatalf("retried live repair ended %+v", got[len(got)-1])
 	}
-	waitFor(t, "replica 2 active", replicaIs(u, 2, ReplicaActive))
+	waitFor(t, "replica 2 active", replicaIs(u, 2, engine.ReplicaActive))
 	u.Close()
 	c.requireSameReplicas(want)
 }
@@ -485,7 +486,7 @@ func TestReplaceReplicaWithNewAddress(t *testing.T) {
 	}
 	wg.Wait()
 	s := u.Status().Replicas[1]
-	if s.State != ReplicaActive || s.Target != fresh.addr {
+	if s.State != engine.ReplicaActive || s.Target != fresh.addr {
 		t.Fatalf("replaced replica %+v", s)
 	}
 	if st := u.RepairStats(); st.BlocksCopied == 0 {

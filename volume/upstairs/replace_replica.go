@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"tern/volume/upstairs/engine"
 )
 
 // ErrUnknownTarget: ReplaceReplica was given an address that is not one of
@@ -22,8 +24,8 @@ func (u *Upstairs) ReplaceReplica(ctx context.Context, old, new string) error {
 	u.mu.Lock()
 	r := slices.Index(u.targets[:], old)
 	switch {
-	case !u.eng.running:
-		err := u.eng.stopErr
+	case !u.eng.Running():
+		err := u.eng.StopErr()
 		if err == nil {
 			err = ErrNotActive
 		}
@@ -39,18 +41,18 @@ func (u *Upstairs) ReplaceReplica(ctx context.Context, old, new string) error {
 	u.targets[r] = new
 	u.log.Info("replacing replica", "replica", r, "old", old, "new", new)
 	// Faulting ends the session to old; the next one dials new.
-	u.replicas[r].dropLocked(fmt.Errorf("replica %d: replaced %s by %s", r, old, new), func() { u.eng.fault(r) })
+	u.replicas[r].dropLocked(fmt.Errorf("replica %d: replaced %s by %s", r, old, new), func() { u.eng.Fault(r) })
 	u.replicas[r].wakeUp()
 	for {
 		switch {
 		case u.targets[r] != new:
 			u.finishLocked()
 			return fmt.Errorf("replacing replica %d with %s: replaced again by %s", r, new, u.targets[r])
-		case u.eng.stopErr != nil:
-			err := u.eng.stopErr
+		case u.eng.StopErr() != nil:
+			err := u.eng.StopErr()
 			u.finishLocked()
 			return fmt.Errorf("replacing replica %d with %s: %w", r, new, err)
-		case u.eng.replicas[r].state == ReplicaActive:
+		case u.eng.State(r) == engine.ReplicaActive:
 			u.finishLocked()
 			return nil
 		}

@@ -59,7 +59,7 @@ func (u *Upstairs) startCall(r int, epoch uint64, req wire.Message, data []byte)
 	if !rep.serving || epoch != 0 && rep.epoch != epoch {
 		return nil, fmt.Errorf("calling replica %d: %w", r, ErrNoSession)
 	}
-	c.id = u.eng.allocID()
+	c.id = u.eng.AllocID()
 	if !setJobID(req, c.id) {
 		return nil, fmt.Errorf("calling replica %d: %v is not a request", r, req.Type())
 	}

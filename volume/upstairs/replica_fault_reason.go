@@ -3,6 +3,8 @@ package upstairs
 import (
 	"fmt"
 	"time"
+
+	"tern/volume/upstairs/engine"
 )
 
 // Why a replica is out of service. Status reports it as FaultReason,
@@ -12,12 +14,12 @@ import (
 
 // stateChanged is called under u.mu when the engine moves this replica
 // to st on ev: it keeps the fault reason and wakes the run goroutine.
-func (r *replica) stateChanged(st ReplicaState, ev replicaEvent) {
+func (r *replica) stateChanged(st engine.ReplicaState, ev engine.ReplicaEvent) {
 	r.noteFaultLocked(st, ev)
 	r.wakeUp()
 }
 
-// dropLocked tells the engine, with tell (u.eng.fault, u.eng.disconnected,
+// dropLocked tells the engine, with tell (u.eng.Fault, u.eng.Disconnected,
 // ...), that this replica stops serving IO because of why, and applies
 // the engine's actions; why becomes the fault reason if the engine moves
 // the replica out of service.
@@ -34,17 +36,17 @@ func (r *replica) dropLocked(why error, tell func()) {
 // Faulted), cleared when it is Active again. Reconnect attempts in
 // between do not touch it, so it still says why the replica was dropped
 // when lastErr already says why it cannot come back.
-func (r *replica) noteFaultLocked(st ReplicaState, ev replicaEvent) {
+func (r *replica) noteFaultLocked(st engine.ReplicaState, ev engine.ReplicaEvent) {
 	switch st {
-	case ReplicaActive:
+	case engine.ReplicaActive:
 		r.faultReason, r.faultFirst, r.faultedAt = nil, nil, time.Time{}
 		return
-	case ReplicaOffline, ReplicaFaulted:
+	case engine.ReplicaOffline, engine.ReplicaFaulted:
 	default:
 		return
 	}
 	why := r.cause
-	if why == nil || ev == evOverflow {
+	if why == nil || ev == engine.EventOverflow {
 		why = r.eventReasonLocked(ev)
 	}
 	if r.faultFirst == nil {
@@ -54,13 +56,14 @@ func (r *replica) noteFaultLocked(st ReplicaState, ev replicaEvent) {
 }
 
 // eventReasonLocked describes a transition the engine decided by itself.
-func (r *replica) eventReasonLocked(ev replicaEvent) error {
-	rc := &r.u.eng.replicas[r.id]
+func (r *replica) eventReasonLocked(ev engine.ReplicaEvent) error {
 	switch ev {
-	case evOverflow:
+	case engine.EventOverflow:
+		owedJobs, owedBytes := r.u.eng.Owed(r.id)
+		limits := r.u.eng.Limits()
 		return fmt.Errorf("replica %d owes %d jobs (%d bytes), more than the offline backlog allows (%d jobs, %d bytes)",
-			r.id, rc.owedJobs, rc.owedBytes, r.u.eng.limits.backlogJobs, r.u.eng.limits.backlogBytes)
-	case evDisconnected:
+			r.id, owedJobs, owedBytes, limits.BacklogJobs, limits.BacklogBytes)
+	case engine.EventDisconnected:
 		return fmt.Errorf("replica %d: connection lost", r.id)
 	}
 	return fmt.Errorf("replica %d: %v", r.id, ev)

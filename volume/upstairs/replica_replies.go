@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -67,8 +68,8 @@ func (r *replica) invalidRegion(err error) error {
 	u := r.u
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.eng.running {
-		r.dropLocked(err, func() { u.eng.fault(r.id) })
+	if u.eng.Running() {
+		r.dropLocked(err, func() { u.eng.Fault(r.id) })
 	}
 	return err
 }
@@ -128,7 +129,7 @@ func (r *replica) checkReplyTimeout(t *time.Timer) error {
 }
 
 // requestTypes names what a job kind sends.
-var requestTypes = [...]wire.MsgType{kindWrite: wire.TypeWrite, kindRead: wire.TypeRead, kindFlush: wire.TypeFlush}
+var requestTypes = [...]wire.MsgType{engine.KindWrite: wire.TypeWrite, engine.KindRead: wire.TypeRead, engine.KindFlush: wire.TypeFlush}
 
 // replyKind is what a decoded reply is to the session that received it.
 type replyKind int
@@ -183,12 +184,12 @@ func checkReply(rep int, m wire.Message, sent map[wire.JobID]sentJob, inflight m
 	switch m := m.(type) {
 	case *wire.Error:
 	case *wire.Ack:
-		if s.kind == kindRead {
+		if s.kind == engine.KindRead {
 			return 0, nil, fmt.Errorf("replica %d answered %v with Ack (job %d): %w", rep, req, id, ErrProtocol)
 		}
 	case *wire.ReadResponse:
 		switch {
-		case s.kind != kindRead:
+		case s.kind != engine.KindRead:
 			return 0, nil, fmt.Errorf("replica %d answered %v with ReadResponse (job %d): %w", rep, req, id, ErrProtocol)
 		case len(m.Data) != s.bytes:
 			return 0, nil, fmt.Errorf("replica %d sent %d bytes for a read of %d (job %d): %w",
@@ -245,9 +246,9 @@ func (r *replica) violated(m wire.Message, err error) {
 	u.log.Error("downstairs broke the protocol; faulting it", "replica", r.id, "target", r.target, "err", err)
 	u.mu.Lock()
 	if id, _ := wire.JobOf(m); r.landed == id && r.landedBuf != nil {
-		u.eng.readResult(r.id, id, readFailed)
+		u.eng.ReadResult(r.id, id, engine.ReadFailed)
 	}
 	r.landed, r.landedBuf = 0, nil
-	r.dropLocked(err, func() { u.eng.fault(r.id) })
+	r.dropLocked(err, func() { u.eng.Fault(r.id) })
 	u.finishLocked()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -46,16 +47,16 @@ func newFuzzSession(layout uint8) *fuzzSession {
 		readBufs: map[wire.JobID][]byte{},
 	}
 	jobs := []sentJob{
-		{kind: kindWrite},
-		{kind: kindRead, bytes: 2 * fuzzBlockSize},
-		{kind: kindFlush},
-		{kind: kindRead, bytes: fuzzBlockSize},
+		{kind: engine.KindWrite},
+		{kind: engine.KindRead, bytes: 2 * fuzzBlockSize},
+		{kind: engine.KindFlush},
+		{kind: engine.KindRead, bytes: fuzzBlockSize},
 	}
 	for i := range jobs {
 		id := wire.JobID(10 + i)
 		j := jobs[(i+int(layout))%len(jobs)]
 		s.sent[id] = j
-		if j.kind == kindRead {
+		if j.kind == engine.KindRead {
 			s.readBufs[id] = make([]byte, j.bytes)
 		}
 	}
@@ -216,11 +217,11 @@ func (s *fuzzSession) step(t *testing.T, dec *wire.Decoder) bool {
 		}
 		switch m := m.(type) {
 		case *wire.Ack:
-			if job.kind == kindRead {
+			if job.kind == engine.KindRead {
 				t.Fatalf("Ack accepted for read %d", id)
 			}
 		case *wire.ReadResponse:
-			if job.kind != kindRead || len(m.Data) != job.bytes || len(m.Hashes)*fuzzBlockSize != len(m.Data) {
+			if job.kind != engine.KindRead || len(m.Data) != job.bytes || len(m.Hashes)*fuzzBlockSize != len(m.Data) {
 				t.Fatalf("ReadResponse of %d bytes, %d hashes accepted for %+v", len(m.Data), len(m.Hashes), job)
 			}
 			verifyBlocks(m.Data, m.Hashes, fuzzBlockSize)

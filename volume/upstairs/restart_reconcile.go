@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -15,7 +17,7 @@ import (
 // not flushed (ActivateAck.LostWrites): no replica is Active to
 // live-repair the others from, and replaying a backlog over a replica that
 // lost writes the engine already retired would leave it serving older
-// data. The engine decides per rejoining session (engine.rejoin); a
+// data. The engine decides per rejoining session (Engine.Rejoin); a
 // session it holds serves repair calls only, while guest IO waits in the
 // Offline replicas' backlogs (bounded by Config.BacklogJobs and
 // BacklogBytes, past which a replica faults as when it is away). One
@@ -31,7 +33,7 @@ import (
 //  3. repairs each planned extent as activation does
 //     (repairPlannedExtent: stamp, mend torn blocks from donors, copy
 //     the blocks that differ, stamp the destinations);
-//  4. calls engine.restarted: every live write and flush is replayed to
+//  4. calls Engine.Restarted: every live write and flush is replayed to
 //     each held replica, which is Active, and a flush follows; the
 //     replicas left out are faulted and live-repaired.
 //
@@ -61,7 +63,7 @@ var errRestartSuperseded = errors.New("a replica became active during the restar
 func (u *Upstairs) holdLocked(r int) {
 	rep := u.replicas[r]
 	u.log.Warn("replica restarted and may have lost unflushed writes, and no replica is active: holding it for a restart reconciliation",
-		"replica", r, "target", rep.target, "state", u.eng.replicas[r].state)
+		"replica", r, "target", rep.target, "state", u.eng.State(r))
 	rep.held = true
 	u.restartChangedLocked()
 	if !u.restart.running {
@@ -105,7 +107,7 @@ func (u *Upstairs) releaseHeldLocked() {
 // session.
 func (u *Upstairs) faultForRepairLocked(r int, why error) {
 	u.replicas[r].cause = why
-	u.eng.repairStarted(r)
+	u.eng.RepairStarted(r)
 	u.stepLocked()
 	u.replicas[r].cause = nil
 }
@@ -120,20 +122,20 @@ func (u *Upstairs) runRestart() {
 	defer timer.Stop()
 	for {
 		u.mu.Lock()
-		if !u.eng.running || u.ctx.Err() != nil {
+		if !u.eng.Running() || u.ctx.Err() != nil {
 			u.restart.running = false
 			u.mu.Unlock()
 			return
 		}
-		if u.eng.anyActive() {
+		if u.eng.AnyActive() {
 			u.releaseHeldLocked()
 			u.restart.running = false
 			u.stepLocked()
 			u.finishLocked()
 			return
 		}
-		var held [replicaCount]bool
-		var epochs [replicaCount]uint64
+		var held [engine.ReplicaCount]bool
+		var epochs [engine.ReplicaCount]uint64
 		n := 0
 		for r, rep := range u.replicas {
 			if rep.held && rep.serving {
@@ -142,9 +144,9 @@ func (u *Upstairs) runRestart() {
 			}
 		}
 		var wait <-chan time.Time
-		ready := n == replicaCount
+		ready := n == engine.ReplicaCount
 		switch {
-		case n < quorum:
+		case n < engine.Quorum:
 			quorumSince = time.Time{}
 		case quorumSince.IsZero():
 			quorumSince = time.Now()
@@ -192,13 +194,13 @@ func (u *Upstairs) runRestart() {
 // reconcileRestart reconciles the held replicas (pinned to their session
 // epochs) and returns the volume to IO; see the comment at the top of
 // this file.
-func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool, epochs [replicaCount]uint64) (err error) {
+func (u *Upstairs) reconcileRestart(ctx context.Context, held [engine.ReplicaCount]bool, epochs [engine.ReplicaCount]uint64) (err error) {
 	start := time.Now()
 	defer u.repairRan(repairActivation, start)
 	t := reconcile.NewTracker(nil)
 	u.mu.Lock()
 	u.restart.tracker = t
-	flush := u.eng.nextFlush
+	flush := u.eng.NextFlush()
 	u.mu.Unlock()
 	defer func() {
 		if err != nil {
@@ -207,7 +209,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 	}()
 	_ = t.SetPhase(reconcile.PhaseComparing)
 	var present []reconcile.ReplicaVersions
-	for r := range replicaCount {
+	for r := range engine.ReplicaCount {
 		if !held[r] {
 			continue
 		}
@@ -218,7 +220,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 		// A replica held Faulted or Repairing missed jobs its peers
 		// took: it is no source while one of them is present.
 		u.mu.Lock()
-		behind := u.eng.replicas[r].state != ReplicaOffline
+		behind := u.eng.State(r) != engine.ReplicaOffline
 		u.mu.Unlock()
 		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs, Behind: behind})
 	}
@@ -243,11 +245,11 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 	}
 
 	u.mu.Lock()
-	if u.eng.anyActive() {
+	if u.eng.AnyActive() {
 		u.mu.Unlock()
 		return errRestartSuperseded
 	}
-	for r := range replicaCount {
+	for r := range engine.ReplicaCount {
 		if held[r] && (!u.replicas[r].held || u.replicas[r].epoch != epochs[r]) {
 			u.mu.Unlock()
 			return fmt.Errorf("restart reconciliation: replica %d: %w", r, ErrNoSession)
@@ -259,7 +261,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [replicaCount]bool
 			rep.cause = fmt.Errorf("replica %d missed the restart reconciliation", r)
 		}
 	}
-	u.eng.restarted(held, plan.NextFlush())
+	u.eng.Restarted(held, plan.NextFlush())
 	u.restart.running = false
 	u.restart.done++
 	u.restartChangedLocked()
@@ -283,7 +285,7 @@ func (u *Upstairs) allExtentVersions(ctx context.Context, r int, epoch uint64) (
 	n := int(u.region.ExtentCount)
 	out := make([]reconcile.Version, 0, n)
 	for len(out) < n {
-		first := wire.ExtentID(len(out))
+		first := ids.ExtentID(len(out))
 		c, err := u.startCall(r, epoch, &wire.ExtentVersionsRequest{First: first, Count: uint32(n - len(out))}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("asking replica %d for extent versions: %w", r, err)

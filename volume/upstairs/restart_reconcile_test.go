@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 )
 
 // writeVolume writes pattern seed over n blocks from first through u and
@@ -52,7 +53,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	writeVolume(t, u, want, 70, 3, 3)  // acknowledged, never flushed
 	writeVolume(t, u, want, 140, 1, 4) // likewise
 
-	for i := range replicaCount {
+	for i := range engine.ReplicaCount {
 		if err := cl.Stop(i); err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +61,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	waitFor(t, "every replica offline", func() bool {
 		st := u.Status()
 		for _, r := range st.Replicas {
-			if r.State != ReplicaOffline {
+			if r.State != engine.ReplicaOffline {
 				return false
 			}
 		}
@@ -84,7 +85,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 		wrote <- err
 	}()
 
-	for i := range replicaCount {
+	for i := range engine.ReplicaCount {
 		if err := cl.Start(i); err != nil {
 			t.Fatal(err)
 		}
@@ -92,8 +93,8 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	if err := <-wrote; err != nil {
 		t.Fatalf("write issued while every replica was down: %v", err)
 	}
-	for r := range replicaCount {
-		waitFor(t, "every replica active", replicaIs(u, r, ReplicaActive))
+	for r := range engine.ReplicaCount {
+		waitFor(t, "every replica active", replicaIs(u, r, engine.ReplicaActive))
 	}
 	u.mu.Lock()
 	done, tracker := u.restart.done, u.restart.tracker
@@ -104,7 +105,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 	if p := tracker.Status(); p.ExtentsTotal == 0 || p.ExtentsDone != p.ExtentsTotal {
 		t.Errorf("restart reconciliation progress %+v; want every planned extent done", p)
 	}
-	for r := range replicaCount {
+	for r := range engine.ReplicaCount {
 		if p, ok := u.LiveRepairProgress(r); ok {
 			t.Errorf("replica %d was live-repaired (%+v); want all three reconciled together", r, p)
 		}

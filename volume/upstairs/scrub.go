@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -40,16 +41,16 @@ func (u *Upstairs) Scrub(ctx context.Context) (ScrubReport, error) {
 	}
 	before := u.stats.blocksRewritten.Load()
 	buf := make([]byte, chunk)
-	for r := range replicaCount {
+	for r := range engine.ReplicaCount {
 		u.mu.Lock()
-		active := u.eng.replicas[r].state == ReplicaActive
+		active := u.eng.State(r) == engine.ReplicaActive
 		u.mu.Unlock()
 		if !active {
 			continue
 		}
 		for off := int64(0); off < size; off += chunk {
 			p := buf[:min(chunk, size-off)]
-			if err := u.doOn(ctx, kindRead, p, off, false, r); err != nil {
+			if err := u.doOn(ctx, engine.KindRead, p, off, false, r); err != nil {
 				return rep, fmt.Errorf("scrubbing replica %d at %d: %w", r, off, err)
 			}
 			rep.Blocks += uint64(int64(len(p)) / bs)

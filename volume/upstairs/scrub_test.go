@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 )
 
 // flipBit flips one bit of block's data in replica i's extent file (the
@@ -58,7 +59,7 @@ func TestScrubRewritesABitFlippedOnDisk(t *testing.T) {
 	if err := cl.Start(1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "replica 1 active again", replicaIs(u, 1, ReplicaActive))
+	waitFor(t, "replica 1 active again", replicaIs(u, 1, engine.ReplicaActive))
 
 	rep, err := u.Scrub(ctxT(t))
 	if err != nil {
@@ -81,7 +82,7 @@ func TestScrubRewritesABitFlippedOnDisk(t *testing.T) {
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range replicaCount {
+	for i := range engine.ReplicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
 			got := make([]byte, len(want))
 			hs := make([]uint64, len(want)/testBlockSize)

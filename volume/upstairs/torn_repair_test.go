@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"tern/volume/extent"
+	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/volumetest"
 )
 
@@ -33,7 +35,7 @@ func tornCluster(t *testing.T) (*volumetest.Cluster, []byte) {
 	t.Cleanup(func() { cl.Close() })
 	want := make([]byte, volumeBytes())
 	FillPattern(want, testBlockSize, 0, 1)
-	for i := range replicaCount {
+	for i := range engine.ReplicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
 			writeSeed(t, r, want, 0, volumeBytes()/testBlockSize, 1)
 			if err := r.Flush(1, 1); err != nil {
@@ -66,7 +68,7 @@ func writeSeed(t *testing.T, r *extent.Region, model []byte, first, n int64, see
 	FillPattern(buf, testBlockSize, uint64(first), seed)
 	h := make([]uint64, n)
 	hashBlocks(h, buf, testBlockSize)
-	if err := r.WriteBlocks(extent.BlockIndex(first), buf, h); err != nil {
+	if err := r.WriteBlocks(ids.BlockIndex(first), buf, h); err != nil {
 		t.Fatal(err)
 	}
 	if model != nil {
@@ -111,11 +113,11 @@ func requireIdenticalOnDisk(t *testing.T, cl *volumetest.Cluster, want []byte) {
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var hashes [replicaCount][testExtentCount][]uint64
-	var versions [replicaCount][testExtentCount]extent.Version
-	for i := range replicaCount {
+	var hashes [engine.ReplicaCount][testExtentCount][]uint64
+	var versions [engine.ReplicaCount][testExtentCount]extent.Version
+	for i := range engine.ReplicaCount {
 		onDisk(t, cl, i, func(r *extent.Region) {
-			for e := range extent.ExtentID(testExtentCount) {
+			for e := range ids.ExtentID(testExtentCount) {
 				h, err := r.ExtentHashes(e, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -142,7 +144,7 @@ func requireIdenticalOnDisk(t *testing.T, cl *volumetest.Cluster, want []byte) {
 			}
 		})
 	}
-	for i := 1; i < replicaCount; i++ {
+	for i := 1; i < engine.ReplicaCount; i++ {
 		for e := range testExtentCount {
 			if !slices.Equal(hashes[i][e], hashes[0][e]) || versions[i][e] != versions[0][e] {
 				t.Errorf("replica %d extent %d: version %+v and hashes differ from replica 0's (%+v)",
@@ -224,7 +226,7 @@ func TestActivationTakesTornSourceBlocksFromIntactReplicas(t *testing.T) {
 func TestActivationFailsByNameWhenABlockIsTornOnEveryReplica(t *testing.T) {
 	cl, _ := tornCluster(t)
 	const block = testExtentBlocks + 7 // extent 1, block 7
-	for i := range replicaCount {
+	for i := range engine.ReplicaCount {
 		tear(t, cl, i, block, 3)
 	}
 	// Another torn block, on replica 0 alone, is repairable.
@@ -292,7 +294,7 @@ func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 	if err := cl.Start(0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "replica 0 active again", replicaIs(u, 0, ReplicaActive))
+	waitFor(t, "replica 0 active again", replicaIs(u, 0, engine.ReplicaActive))
 	waitFor(t, "replica 0's live repair done", func() bool {
 		p, ok := u.LiveRepairProgress(0)
 		return ok && p.Phase == reconcile.PhaseDone
@@ -307,7 +309,7 @@ func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 	if last := ps[len(ps)-1]; last.Phase != reconcile.PhaseDone {
 		t.Fatalf("live repair of replica 2 ended %+v; want phase done", last)
 	}
-	waitFor(t, "replica 2 active", replicaIs(u, 2, ReplicaActive))
+	waitFor(t, "replica 2 active", replicaIs(u, 2, engine.ReplicaActive))
 	if got := readVolume(t, u); !bytes.Equal(got, want) {
 		t.Error("volume reads differ from the expected data")
 	}

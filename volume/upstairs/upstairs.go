@@ -1,15 +1,15 @@
 package upstairs
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -23,7 +23,7 @@ type Upstairs struct {
 	log      *slog.Logger
 	met      *ioMetrics
 	rmet     *repairMetrics
-	replicas [replicaCount]*replica
+	replicas [engine.ReplicaCount]*replica
 	// actTracker publishes the activation's progress from New on.
 	actTracker *reconcile.Tracker
 	// stats counts repair work (atomics, no lock).
@@ -40,7 +40,7 @@ type Upstairs struct {
 
 	// mu guards everything below, including the engine and the records.
 	mu    sync.Mutex
-	eng   *engine
+	eng   *engine.Engine
 	recs  map[wire.JobID]*ioRecord
 	pools pools
 
@@ -55,7 +55,7 @@ type Upstairs struct {
 	region wire.RegionInfo
 	// blockSize is region.BlockSize as an int, 0 before activation.
 	blockSize int
-	gen       wire.Generation
+	gen       ids.Generation
 	// spaceCh is closed (and replaced) when backpressure eases and
 	// spaceWaiters > 0.
 	spaceCh      chan struct{}
@@ -68,31 +68,13 @@ type Upstairs struct {
 	privatize []wire.JobID
 	// targets are the downstairs addresses, Config.Targets until
 	// ReplaceReplica swaps one.
-	targets [replicaCount]string
+	targets [engine.ReplicaCount]string
 	// stateCh is closed (and replaced) whenever a replica changes state.
 	stateCh chan struct{}
 	// live is each replica's live-repair bookkeeping.
-	live [replicaCount]liveRepairSlot
+	live [engine.ReplicaCount]liveRepairSlot
 	// restart is the restart reconciliation's (restart_reconcile.go).
 	restart restartState
-}
-
-// activation is what Activate and the replica goroutines share while the
-// sessions are negotiated; guarded by Upstairs.mu.
-type activation struct {
-	gen wire.Generation
-	// changed is closed (and replaced) whenever a replica reports.
-	changed chan struct{}
-	// proceed is closed when Activate has checked the regions and lets the
-	// replicas send Activate.
-	proceed chan struct{}
-	// decided is set once Activate chose the replicas that take part.
-	decided bool
-	region  [replicaCount]*wire.RegionInfo
-	done    [replicaCount]bool
-	err     [replicaCount]error
-	// versions are the extent versions each replica reported.
-	versions [replicaCount][]wire.ExtentVersion
 }
 
 // New validates cfg (reporting every problem at once) and returns an
@@ -114,7 +96,7 @@ func New(cfg Config) (*Upstairs, error) {
 		actTracker: reconcile.NewTracker(nil),
 		ctx:        ctx,
 		cancel:     cancel,
-		eng:        newEngine(cfg.limits()),
+		eng:        engine.New(cfg.limits()),
 		recs:       make(map[wire.JobID]*ioRecord),
 		spaceCh:    make(chan struct{}),
 		drainCh:    make(chan struct{}),
@@ -126,238 +108,6 @@ func New(cfg Config) (*Upstairs, error) {
 	return u, nil
 }
 
-// Activate negotiates a session with every downstairs, checks that they
-// serve the same region, and activates it with generation gen, which fences
-// any upstairs that activated with a lower one. It waits up to
-// Config.ActivationQuorumWait for all three, then goes ahead with two; a
-// replica that missed the activation is faulted and brought back by live
-// repair once it is reachable. Before guest IO starts, extents on which
-// the replicas disagree are reconciled (reconcileActivation); progress is
-// published from New on (ActivationProgress, SubscribeActivation) and
-// its final value is always delivered. Replicas
-// that disagree on the region's UUID or geometry make Activate fail with an
-// error wrapping ErrRegionMismatch that names them.
-func (u *Upstairs) Activate(ctx context.Context, gen wire.Generation) error {
-	u.mu.Lock()
-	switch {
-	case u.closed:
-		u.mu.Unlock()
-		return fmt.Errorf("activating volume: %w", ErrClosed)
-	case u.act != nil:
-		u.mu.Unlock()
-		return fmt.Errorf("activating volume: already activated")
-	}
-	a := &activation{gen: gen, changed: make(chan struct{}), proceed: make(chan struct{})}
-	u.act, u.gen = a, gen
-	u.started = true
-	for _, r := range u.replicas {
-		u.wg.Add(1)
-		go r.run()
-	}
-	u.mu.Unlock()
-
-	err := u.activate(ctx, a)
-	if err != nil {
-		u.actTracker.Fail(err)
-		// Leave nothing running: an upstairs that failed to activate is
-		// only good for Close.
-		u.mu.Lock()
-		u.eng.stop(err)
-		a.notifyLocked()
-		u.stepLocked()
-		u.finishLocked()
-		u.cancel()
-		return fmt.Errorf("activating volume: %w", err)
-	}
-	u.actTracker.Finish()
-	return nil
-}
-
-func (u *Upstairs) activate(ctx context.Context, a *activation) error {
-	quorumTimer := time.NewTimer(u.cfg.ActivationQuorumWait)
-	defer quorumTimer.Stop()
-	quorumWaited := false
-	// Phase 1: sessions negotiated; regions compared.
-	for {
-		u.mu.Lock()
-		n, fatal := a.countLocked(func(r int) bool { return a.region[r] != nil })
-		if fatal != nil {
-			u.mu.Unlock()
-			return fatal
-		}
-		if n == replicaCount || quorumWaited && n >= quorum {
-			err := u.checkRegionsLocked(a)
-			if err == nil {
-				a.decided = true
-				close(a.proceed)
-			}
-			u.mu.Unlock()
-			if err != nil {
-				return err
-			}
-			break
-		}
-		ch := a.changed
-		u.mu.Unlock()
-		select {
-		case <-ch:
-		case <-quorumTimer.C:
-			quorumWaited = true
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	// Phase 2: the replicas that negotiated activate with gen.
-	for {
-		u.mu.Lock()
-		n, fatal := a.countLocked(func(r int) bool { return a.done[r] })
-		if fatal != nil {
-			u.mu.Unlock()
-			return fatal
-		}
-		waiting := 0
-		for r := range replicaCount {
-			if a.region[r] != nil && !a.done[r] && a.err[r] == nil {
-				waiting++
-			}
-		}
-		if waiting == 0 {
-			u.mu.Unlock()
-			if n < quorum {
-				return fmt.Errorf("%d of %d replicas activated: %w", n, replicaCount, ErrNotEnoughReplicas)
-			}
-			if err := u.reconcileActivation(ctx, a); err != nil {
-				return err
-			}
-			u.mu.Lock()
-			u.startIOLocked(a)
-			u.mu.Unlock()
-			return nil
-		}
-		ch := a.changed
-		u.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// countLocked counts replicas for which ok holds, and returns a fencing or
-// generation error any replica met, which ends the activation.
-func (a *activation) countLocked(ok func(r int) bool) (int, error) {
-	n := 0
-	for r := range replicaCount {
-		if err := a.err[r]; errors.Is(err, ErrFenced) || errors.Is(err, ErrGenTooLow) || errors.Is(err, ErrRegionMismatch) {
-			return 0, err
-		}
-		if ok(r) {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// notifyLocked wakes Activate.
-func (a *activation) notifyLocked() {
-	close(a.changed)
-	a.changed = make(chan struct{})
-}
-
-// checkRegionsLocked compares the regions of the replicas that negotiated
-// with each other and with the configured region, naming every difference.
-func (u *Upstairs) checkRegionsLocked(a *activation) error {
-	var errs []error
-	ref := -1
-	for r := range replicaCount {
-		if a.region[r] == nil {
-			continue
-		}
-		if want := u.cfg.Region; !regionMatchesConfig(*a.region[r], want) {
-			errs = append(errs, fmt.Errorf("replica %d (%s): serves %s, configured %s",
-				r, u.targets[r], describeRegion(*a.region[r]), describeRegion(want)))
-			continue
-		}
-		if ref < 0 {
-			ref = r
-			continue
-		}
-		if d := regionDiff(*a.region[ref], *a.region[r]); d != "" {
-			errs = append(errs, fmt.Errorf("replica %d (%s) and replica %d (%s): %s",
-				ref, u.targets[ref], r, u.targets[r], d))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrRegionMismatch, errors.Join(errs...))
-	}
-	u.region = *a.region[ref]
-	u.blockSize = int(u.region.BlockSize)
-	return nil
-}
-
-func regionMatchesConfig(got, want wire.RegionInfo) bool {
-	var zero [16]byte
-	return (want.UUID == zero || want.UUID == got.UUID) &&
-		(want.BlockSize == 0 || want.BlockSize == got.BlockSize) &&
-		(want.ExtentBlocks == 0 || want.ExtentBlocks == got.ExtentBlocks) &&
-		(want.ExtentCount == 0 || want.ExtentCount == got.ExtentCount)
-}
-
-// regionDiff names how b differs from a, or returns "".
-func regionDiff(a, b wire.RegionInfo) string {
-	switch {
-	case a.UUID != b.UUID:
-		return fmt.Sprintf("region uuid %s differs from %s", b.UUID, a.UUID)
-	case a.BlockSize != b.BlockSize:
-		return fmt.Sprintf("block size %d differs from %d", b.BlockSize, a.BlockSize)
-	case a.ExtentBlocks != b.ExtentBlocks:
-		return fmt.Sprintf("extent size %d blocks differs from %d", b.ExtentBlocks, a.ExtentBlocks)
-	case a.ExtentCount != b.ExtentCount:
-		return fmt.Sprintf("extent count %d differs from %d", b.ExtentCount, a.ExtentCount)
-	}
-	return ""
-}
-
-func describeRegion(r wire.RegionInfo) string {
-	return fmt.Sprintf("region %s (%d-byte blocks, %d blocks per extent, %d extents)",
-		r.UUID, r.BlockSize, r.ExtentBlocks, r.ExtentCount)
-}
-
-// startIOLocked turns the activation into running IO: replicas that
-// activated are Active, the rest Faulted; flush numbers continue after the
-// highest any replica has.
-func (u *Upstairs) startIOLocked(a *activation) {
-	var active [replicaCount]bool
-	var maxFlush uint64
-	for r := range replicaCount {
-		active[r] = a.done[r]
-		for _, v := range a.versions[r] {
-			maxFlush = max(maxFlush, v.Flush)
-		}
-	}
-	u.eng.setExtentBlocks(u.region.ExtentBlocks)
-	for r, rep := range u.replicas {
-		if !active[r] {
-			rep.cause = fmt.Errorf("replica %d missed the activation", r)
-			if err := cmp.Or(a.err[r], rep.lastErr); err != nil {
-				rep.cause = fmt.Errorf("replica %d missed the activation: %w", r, err)
-			}
-		}
-	}
-	u.eng.activate(active, maxFlush+1)
-	a.notifyLocked() // replicas waiting in activated go on to serve IO
-	u.stepLocked()
-	for _, rep := range u.replicas {
-		rep.cause = nil
-	}
-	for r := range replicaCount {
-		if a.done[r] {
-			u.log.Info("replica active", "replica", r, "target", u.targets[r], "gen", a.gen)
-		}
-	}
-}
-
 // Deactivate flushes and waits until every connected replica has answered
 // every job it was sent, so that all three hold the same data (an Offline
 // replica keeps its backlog). IO submitted meanwhile is still served. Close
@@ -367,7 +117,7 @@ func (u *Upstairs) Deactivate(ctx context.Context) error {
 		return fmt.Errorf("deactivating volume: %w", err)
 	}
 	u.mu.Lock()
-	for !u.eng.drained() {
+	for !u.eng.Drained() {
 		u.drainWaiters++
 		ch := u.drainCh
 		u.finishLocked()
@@ -395,12 +145,12 @@ func (u *Upstairs) Close() error {
 	// Deactivating needs a quorum of connected replicas; without one a
 	// flush would only wait for the Offline ones until the timeout.
 	active := 0
-	for r := range u.eng.replicas {
-		if u.eng.replicas[r].state == ReplicaActive {
+	for r := range engine.ReplicaCount {
+		if u.eng.State(r) == engine.ReplicaActive {
 			active++
 		}
 	}
-	running := u.eng.running && active >= quorum
+	running := u.eng.Running() && active >= engine.Quorum
 	u.closing = true
 	u.mu.Unlock()
 	var err error
@@ -418,7 +168,7 @@ func (u *Upstairs) Close() error {
 		return nil
 	}
 	u.closed = true
-	u.eng.stop(ErrClosed)
+	u.eng.Stop(ErrClosed)
 	u.stepLocked()
 	u.finishLocked()
 	u.cancel()
@@ -431,249 +181,14 @@ func (u *Upstairs) Close() error {
 
 // fence stops all IO with ErrFenced after a downstairs said another
 // upstairs took over.
-func (u *Upstairs) fence(r int, byGen wire.Generation) {
+func (u *Upstairs) fence(r int, byGen ids.Generation) {
 	u.mu.Lock()
-	if u.eng.stopErr != nil {
+	if u.eng.StopErr() != nil {
 		u.mu.Unlock()
 		return
 	}
 	u.log.Warn("fenced by a higher generation", "replica", r, "gen", u.gen, "by_gen", byGen)
-	u.eng.stop(fmt.Errorf("replica %d reports generation %d: %w", r, byGen, ErrFenced))
+	u.eng.Stop(fmt.Errorf("replica %d reports generation %d: %w", r, byGen, ErrFenced))
 	u.stepLocked()
 	u.finishLocked()
-}
-
-// stepLocked carries out the engine's actions. Cheap ones (bookkeeping,
-// wakeups, completions on buffered channels) and rare ones (read repair)
-// happen here under mu; privatizing copies are collected for finishLocked,
-// which copies with mu released.
-func (u *Upstairs) stepLocked() {
-	for {
-		acts := u.eng.takeActions()
-		if len(acts) == 0 {
-			break
-		}
-		for _, a := range acts {
-			u.applyLocked(a)
-		}
-	}
-	if u.spaceWaiters > 0 && !u.eng.full(0) {
-		close(u.spaceCh)
-		u.spaceCh = make(chan struct{})
-		u.spaceWaiters = 0
-	}
-	if u.drainWaiters > 0 && u.eng.drained() {
-		close(u.drainCh)
-		u.drainCh = make(chan struct{})
-		u.drainWaiters = 0
-	}
-}
-
-func (u *Upstairs) applyLocked(a action) {
-	switch a.kind {
-	case actWake:
-		u.replicas[a.replica].wakeUp()
-	case actComplete:
-		rec := u.recs[a.id]
-		if rec == nil || rec.waiter == nil {
-			return
-		}
-		w := rec.waiter
-		rec.waiter = nil
-		if a.err != nil && w.err == nil {
-			w.err = a.err
-		}
-		w.pending--
-		if w.pending == 0 {
-			w.ch <- struct{}{}
-		}
-	case actRetire:
-		if rec := u.recs[a.id]; rec != nil {
-			delete(u.recs, a.id)
-			u.pools.putRecord(rec)
-		}
-	case actPrivatize:
-		u.privatize = append(u.privatize, a.id)
-	case actRepairRead:
-		u.repairLocked(a)
-	case actRewrite:
-		parent, child := u.recs[a.parent], u.pools.record()
-		if parent != nil && parent.priv != nil {
-			parent.priv.refs++
-			child.priv, child.data, child.hashes = parent.priv, parent.priv.data, parent.priv.hashes
-			child.start = parent.start
-		}
-		u.recs[a.id] = child
-	case actState:
-		u.log.Info("replica state", "replica", a.replica, "target", u.targets[a.replica], "state", a.state)
-		u.replicas[a.replica].stateChanged(a.state, a.event)
-		close(u.stateCh)
-		u.stateCh = make(chan struct{})
-	}
-}
-
-// finishLocked runs the privatizing copies with mu released, re-locking to
-// report their results, until none are left; it returns with mu unlocked.
-func (u *Upstairs) finishLocked() {
-	for n := len(u.privatize); n > 0; n = len(u.privatize) {
-		id := u.privatize[n-1]
-		u.privatize = u.privatize[:n-1]
-		u.privatizeLocked(id)
-	}
-	u.mu.Unlock()
-}
-
-// privatizeLocked copies write id's data out of the caller's buffer (with
-// mu released: the caller is still blocked, so the buffer is stable unless
-// the caller races with itself) and reports whether the hashes still hold.
-func (u *Upstairs) privatizeLocked(id wire.JobID) {
-	rec := u.recs[id]
-	if rec == nil {
-		u.eng.privatized(id, true)
-		u.stepLocked()
-		return
-	}
-	blocks := len(rec.hashes)
-	b := u.pools.buf(len(rec.data), blocks)
-	src, bs := rec.data, 0
-	if blocks > 0 {
-		bs = len(src) / blocks
-	}
-	u.mu.Unlock()
-	if h := u.ioHooks; h != nil && h.privatizing != nil {
-		h.privatizing(id)
-	}
-	copy(b.data, src)
-	hashBlocks(b.hashes, b.data, bs)
-	u.mu.Lock()
-	same := true
-	for i, h := range b.hashes {
-		if rec.hashes[i] != h {
-			same = false
-			break
-		}
-	}
-	rec.priv, rec.data, rec.hashes = b, b.data, b.hashes
-	u.eng.privatized(id, same)
-	u.stepLocked()
-}
-
-// repairLocked rewrites the blocks of read a.id on replica a.replica, which
-// returned data that failed verification, from the good data now in the
-// caller's buffer. It runs while the engine's actions are applied, before
-// the read's completion releases the caller, and must not step the engine
-// itself: the actions it causes are applied by the loop in stepLocked.
-func (u *Upstairs) repairLocked(a action) {
-	// The engine may have retired the read already; its record lives until
-	// the actRetire that follows.
-	rec := u.recs[a.id]
-	if rec == nil || u.blockSize == 0 {
-		return
-	}
-	blocks := len(rec.data) / u.blockSize
-	b := u.pools.buf(len(rec.data), blocks)
-	copy(b.data, rec.data)
-	hashBlocks(b.hashes, b.data, u.blockSize)
-	id, ok := u.eng.submitRepair(a.replica, a.id, rec.start, uint32(blocks), len(b.data))
-	if !ok {
-		u.pools.unref(b)
-		u.log.Info("not rewriting blocks that failed verification: newer write or replica gone",
-			"replica", a.replica, "first_block", rec.start, "blocks", blocks)
-		return
-	}
-	r := u.pools.record()
-	r.priv, r.data, r.hashes, r.start = b, b.data, b.hashes, rec.start
-	u.recs[id] = r
-	u.stats.blocksRewritten.Add(uint64(blocks))
-	u.log.Warn("rewriting blocks that failed verification from a peer's copy",
-		"replica", a.replica, "first_block", rec.start, "blocks", blocks)
-}
-
-// Status is a snapshot of the upstairs for operators.
-type Status struct {
-	// Active is true between a successful Activate and Close or fencing.
-	Active bool
-	// Gen is the activation generation.
-	Gen wire.Generation
-	// Region is the agreed region geometry (zero before activation).
-	Region wire.RegionInfo
-	// Replicas describes each downstairs, in target order.
-	Replicas [replicaCount]ReplicaStatus
-	// LiveJobs and LiveBytes count jobs not yet retired by every replica.
-	LiveJobs  int
-	LiveBytes int64
-	// Err is why IO stopped (fenced, closed), if it did.
-	Err error
-	// Activation is the activation's progress.
-	Activation reconcile.Progress
-}
-
-// ReplicaStatus describes one downstairs.
-type ReplicaStatus struct {
-	// Target is the downstairs address.
-	Target string
-	// State is the replica's state.
-	State ReplicaState
-	// OutstandingJobs and OutstandingBytes count jobs the replica owes: in
-	// flight when Active, the replay backlog when Offline.
-	OutstandingJobs  int
-	OutstandingBytes int64
-	// LastError is the last connection error, if any: after the replica
-	// was dropped, usually why its latest reconnect attempt failed.
-	LastError string
-	// FaultReason is why the replica last stopped serving IO (went
-	// Offline or Faulted): the error that ended its session, the
-	// protocol violation, the job it failed, the backlog it overflowed.
-	// When it fell further since (Offline, then Faulted) it also names the
-	// first reason. Unlike LastError, reconnect attempts leave it alone;
-	// it is cleared once the replica is Active again.
-	FaultReason string
-	// FaultedAt is when the replica first stopped serving IO since it was
-	// last Active; zero when FaultReason is empty.
-	FaultedAt time.Time
-	// Repair is the progress of the replica's current or latest live
-	// repair; nil when it never had one.
-	Repair *reconcile.Progress
-}
-
-// ReplicaStateChanged returns a channel closed at the next change of any
-// replica's state: take it, read Status, and wait on it if Status does
-// not show what you wait for yet.
-func (u *Upstairs) ReplicaStateChanged() <-chan struct{} {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.stateCh
-}
-
-// Status returns a snapshot of the upstairs.
-func (u *Upstairs) Status() Status {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	s := Status{
-		Active:    u.eng.running,
-		Gen:       u.gen,
-		Region:    u.region,
-		LiveJobs:  u.eng.liveJobs,
-		LiveBytes: int64(u.eng.liveBytes),
-		Err:       u.eng.stopErr,
-
-		Activation: u.actTracker.Status(),
-	}
-	for r := range replicaCount {
-		rc := &u.eng.replicas[r]
-		s.Replicas[r] = ReplicaStatus{
-			Target:           u.targets[r],
-			State:            rc.state,
-			OutstandingJobs:  rc.owedJobs,
-			OutstandingBytes: int64(rc.owedBytes),
-			LastError:        u.replicas[r].lastErrLocked(),
-			FaultReason:      u.replicas[r].faultReasonLocked(),
-			FaultedAt:        u.replicas[r].faultedAt,
-		}
-		if slot := u.live[r]; slot.tracker != nil && slot.claimed {
-			p := slot.tracker.Status()
-			s.Replicas[r].Repair = &p
-		}
-	}
-	return s
 }

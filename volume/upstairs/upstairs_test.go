@@ -17,6 +17,7 @@ import (
 
 	"tern/volume/downstairs"
 	"tern/volume/extent"
+	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
@@ -155,7 +156,7 @@ func TestReplicaLostMidWorkloadIsReplayed(t *testing.T) {
 		}
 		m.write(p, off)
 	}
-	waitFor(t, "replica 2 offline", replicaIs(u, 2, ReplicaOffline))
+	waitFor(t, "replica 2 offline", replicaIs(u, 2, engine.ReplicaOffline))
 	if n := u.Status().Replicas[2].OutstandingJobs; n == 0 {
 		t.Fatal("offline replica has no backlog")
 	}
@@ -168,10 +169,10 @@ func TestReplicaLostMidWorkloadIsReplayed(t *testing.T) {
 	c.ds[2].start() // back on the same address within the backlog
 	waitFor(t, "replica 2 active with backlog replayed", func() bool {
 		r := u.Status().Replicas[2]
-		if r.State == ReplicaFaulted {
+		if r.State == engine.ReplicaFaulted {
 			t.Fatalf("replica 2 faulted instead of replaying: %s", r.LastError)
 		}
-		return r.State == ReplicaActive && r.OutstandingJobs == 0
+		return r.State == engine.ReplicaActive && r.OutstandingJobs == 0
 	})
 	if err := u.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	waitFor(t, "replica 1 faulted", replicaIs(u, 1, ReplicaFaulted))
+	waitFor(t, "replica 1 faulted", replicaIs(u, 1, engine.ReplicaFaulted))
 	st := u.Status().Replicas[1]
 	if st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica keeps %d jobs", st.OutstandingJobs)
@@ -212,11 +213,11 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 			t.Fatalf("write with a faulted replica: %v", err)
 		}
 	}
-	if st := u.Status().Replicas[1]; st.State != ReplicaFaulted || st.OutstandingJobs != 0 {
+	if st := u.Status().Replicas[1]; st.State != engine.ReplicaFaulted || st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica = %+v, want faulted with no jobs", st)
 	}
 	c.ds[1].start()
-	waitFor(t, "replica 1 repaired", replicaIs(u, 1, ReplicaActive))
+	waitFor(t, "replica 1 repaired", replicaIs(u, 1, engine.ReplicaActive))
 	if st := u.Status().Replicas[1]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
 		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
 	}
@@ -358,7 +359,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "replica 1 offline", replicaIs(u, 1, ReplicaOffline))
+	waitFor(t, "replica 1 offline", replicaIs(u, 1, engine.ReplicaOffline))
 	if err := u.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +434,7 @@ func TestActivationGoesAheadWithTwoAfterQuorumWait(t *testing.T) {
 	cfg := c.config()
 	cfg.ActivationQuorumWait = 100 * time.Millisecond
 	u := c.open(cfg, 1)
-	if st := u.Status().Replicas[1].State; st != ReplicaFaulted {
+	if st := u.Status().Replicas[1].State; st != engine.ReplicaFaulted {
 		t.Fatalf("absent replica is %v, want faulted (it needs repair)", st)
 	}
 	want := writePattern(t, u, 5)
@@ -446,7 +447,7 @@ func TestActivationGoesAheadWithTwoAfterQuorumWait(t *testing.T) {
 	}
 	// The late replica rejoins by live repair, and holds what was written.
 	c.ds[1].start()
-	waitFor(t, "late replica active", replicaIs(u, 1, ReplicaActive))
+	waitFor(t, "late replica active", replicaIs(u, 1, engine.ReplicaActive))
 	u.Close()
 	c.requireSameReplicas(want)
 }
@@ -500,7 +501,7 @@ func TestWriteWithoutQuorumHonoursContext(t *testing.T) {
 	c.ds[2].stop()
 	waitFor(t, "two replicas offline", func() bool {
 		s := u.Status()
-		return s.Replicas[1].State == ReplicaOffline && s.Replicas[2].State == ReplicaOffline
+		return s.Replicas[1].State == engine.ReplicaOffline && s.Replicas[2].State == engine.ReplicaOffline
 	})
 	// Offline replicas still take the write into their backlog, so it
 	// waits for them rather than failing; the caller's deadline ends it.

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 	"tern/volume/transport"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"tern/volume/ids"
 	"testing"
 )
 
@@ -86,7 +87,7 @@ func FuzzRoundTripWrite(f *testing.F) {
 		for i := range hashes {
 			hashes[i] = uint64(i) * job
 		}
-		in := &Write{JobID: JobID(job), Deps: deps, Offset: BlockIndex(off), Hashes: hashes, Data: data}
+		in := &Write{JobID: JobID(job), Deps: deps, Offset: ids.BlockIndex(off), Hashes: hashes, Data: data}
 		frame, d, err := AppendFrame(nil, in)
 		if err != nil {
 			t.Fatal(err)

@@ -1,22 +1,14 @@
 package wire
 
-import "github.com/google/uuid"
+import (
+	"github.com/google/uuid"
+
+	"tern/volume/ids"
+)
 
 // JobID names one request within a session. The upstairs assigns job IDs in
 // increasing order; every reply carries the JobID of its request.
 type JobID uint64
-
-// BlockIndex is the index of a block in a region, counted from zero across
-// all extents.
-type BlockIndex uint64
-
-// ExtentID is the index of an extent in a region.
-type ExtentID uint32
-
-// Generation is an activation generation. A downstairs serves the session
-// that activated with the highest generation it has seen and fences the
-// others.
-type Generation uint64
 
 // ProtocolVersion is a version of this wire protocol.
 type ProtocolVersion uint32
@@ -67,7 +59,7 @@ func (r RegionInfo) Blocks() uint64 { return uint64(r.ExtentBlocks) * uint64(r.E
 // number of its last flush and whether it was written since.
 type ExtentVersion struct {
 	// Gen is the generation of the last flush.
-	Gen Generation
+	Gen ids.Generation
 	// Flush is the flush number of the last flush.
 	Flush uint64
 	// Dirty reports a write since the last flush.

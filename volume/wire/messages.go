@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"tern/volume/ids"
 
 	"github.com/google/uuid"
 )
@@ -173,13 +174,13 @@ type Activate struct {
 	UpstairsID uuid.UUID
 	SessionID  uuid.UUID
 	// Gen must exceed every generation the downstairs has accepted before.
-	Gen Generation
+	Gen ids.Generation
 }
 
 // ActivateAck confirms an activation; Gen is stored durably.
 type ActivateAck struct {
 	JobID JobID
-	Gen   Generation
+	Gen   ids.Generation
 	// LostWrites: the region was opened after a crash with extents
 	// written since their last flush, and has not been flushed since, so
 	// writes it acknowledged before the crash may be gone. An upstairs
@@ -194,7 +195,7 @@ type ActivateAck struct {
 type Fenced struct {
 	JobID JobID
 	// ByGen is the generation that took over.
-	ByGen Generation
+	ByGen ids.Generation
 	// ByUpstairs is the upstairs that took over.
 	ByUpstairs uuid.UUID
 }
@@ -214,7 +215,7 @@ type RegionInfoReply struct {
 // First. Count zero asks for as many as fit one frame (MaxExtentVersions).
 type ExtentVersionsRequest struct {
 	JobID JobID
-	First ExtentID
+	First ids.ExtentID
 	Count uint32
 }
 
@@ -223,7 +224,7 @@ type ExtentVersionsRequest struct {
 // ends or the frame is full.
 type ExtentVersions struct {
 	JobID    JobID
-	First    ExtentID
+	First    ids.ExtentID
 	Versions []ExtentVersion
 }
 
@@ -233,7 +234,7 @@ type Write struct {
 	JobID JobID
 	// Deps are jobs that must complete before this one runs.
 	Deps   []JobID
-	Offset BlockIndex
+	Offset ids.BlockIndex
 	Hashes []uint64
 	// Data is len(Hashes) blocks.
 	Data []byte
@@ -243,7 +244,7 @@ type Write struct {
 type Read struct {
 	JobID  JobID
 	Deps   []JobID
-	Offset BlockIndex
+	Offset ids.BlockIndex
 	Count  uint32
 }
 
@@ -260,7 +261,7 @@ type Flush struct {
 	JobID       JobID
 	Deps        []JobID
 	FlushNumber uint64
-	Gen         Generation
+	Gen         ids.Generation
 }
 
 // Ack completes a Write, Flush or RepairWrite.
@@ -271,14 +272,14 @@ type Ack struct {
 // ExtentHashesRequest asks for an extent's version and per-block hashes.
 type ExtentHashesRequest struct {
 	JobID  JobID
-	Extent ExtentID
+	Extent ids.ExtentID
 }
 
 // ExtentHashes answers ExtentHashesRequest: Hashes[i] is block i's recorded
 // hash (zero for a block never written).
 type ExtentHashes struct {
 	JobID   JobID
-	Extent  ExtentID
+	Extent  ids.ExtentID
 	Version ExtentVersion
 	Hashes  []uint64
 }
@@ -287,7 +288,7 @@ type ExtentHashes struct {
 // extent, strictly increasing.
 type RepairRead struct {
 	JobID  JobID
-	Extent ExtentID
+	Extent ids.ExtentID
 	Blocks []uint32
 }
 
@@ -295,7 +296,7 @@ type RepairRead struct {
 // block i of Data.
 type RepairData struct {
 	JobID  JobID
-	Extent ExtentID
+	Extent ids.ExtentID
 	Blocks []uint32
 	Hashes []uint64
 	Data   []byte
@@ -306,7 +307,7 @@ type RepairData struct {
 // match the source.
 type RepairWrite struct {
 	JobID   JobID
-	Extent  ExtentID
+	Extent  ids.ExtentID
 	Version ExtentVersion
 	Blocks  []uint32
 	Hashes  []uint64

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"tern/volume/ids"
 
 	"github.com/google/uuid"
 )
@@ -68,7 +69,7 @@ func (c *cursor) region() RegionInfo {
 }
 
 func (c *cursor) version() ExtentVersion {
-	return ExtentVersion{Gen: Generation(c.u64()), Flush: c.u64(), Dirty: c.boolean()}
+	return ExtentVersion{Gen: ids.Generation(c.u64()), Flush: c.u64(), Dirty: c.boolean()}
 }
 
 // fits reports whether n elements of size bytes remain, without overflow.
@@ -149,13 +150,13 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		e.Message = string(c.take(int(n)))
 		m = e
 	case TypeActivate:
-		d.activate = Activate{JobID: JobID(c.u64()), UpstairsID: c.uuid(), SessionID: c.uuid(), Gen: Generation(c.u64())}
+		d.activate = Activate{JobID: JobID(c.u64()), UpstairsID: c.uuid(), SessionID: c.uuid(), Gen: ids.Generation(c.u64())}
 		m = &d.activate
 	case TypeActivateAck:
-		d.activateAck = ActivateAck{JobID: JobID(c.u64()), Gen: Generation(c.u64()), LostWrites: c.boolean()}
+		d.activateAck = ActivateAck{JobID: JobID(c.u64()), Gen: ids.Generation(c.u64()), LostWrites: c.boolean()}
 		m = &d.activateAck
 	case TypeFenced:
-		d.fenced = Fenced{JobID: JobID(c.u64()), ByGen: Generation(c.u64()), ByUpstairs: c.uuid()}
+		d.fenced = Fenced{JobID: JobID(c.u64()), ByGen: ids.Generation(c.u64()), ByUpstairs: c.uuid()}
 		m = &d.fenced
 	case TypeRegionInfoRequest:
 		d.regionReq = RegionInfoRequest{JobID: JobID(c.u64())}
@@ -164,12 +165,12 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		d.regionReply = RegionInfoReply{JobID: JobID(c.u64()), Region: c.region()}
 		m = &d.regionReply
 	case TypeExtentVersionsRequest:
-		d.versionsReq = ExtentVersionsRequest{JobID: JobID(c.u64()), First: ExtentID(c.u32()), Count: c.u32()}
+		d.versionsReq = ExtentVersionsRequest{JobID: JobID(c.u64()), First: ids.ExtentID(c.u32()), Count: c.u32()}
 		m = &d.versionsReq
 	case TypeExtentVersions:
 		v := &d.extentVersions
 		v.JobID = JobID(c.u64())
-		v.First = ExtentID(c.u32())
+		v.First = ids.ExtentID(c.u32())
 		n := c.u32()
 		d.extents = d.extents[:0]
 		if n > MaxExtentVersions || !c.fits(n, extentVersionSize) {
@@ -183,7 +184,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 	case TypeWrite:
 		w := &d.write
 		w.JobID = JobID(c.u64())
-		w.Offset = BlockIndex(c.u64())
+		w.Offset = ids.BlockIndex(c.u64())
 		nDeps, nHashes := c.u32(), c.u32()
 		c.u32() // data length, checked by nextBulk
 		d.deps = c.jobs(d.deps, nDeps)
@@ -193,7 +194,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 	case TypeRead:
 		r := &d.read
 		r.JobID = JobID(c.u64())
-		r.Offset = BlockIndex(c.u64())
+		r.Offset = ids.BlockIndex(c.u64())
 		r.Count = c.u32()
 		d.deps = c.jobs(d.deps, c.u32())
 		r.Deps = d.deps
@@ -210,7 +211,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		f := &d.flush
 		f.JobID = JobID(c.u64())
 		f.FlushNumber = c.u64()
-		f.Gen = Generation(c.u64())
+		f.Gen = ids.Generation(c.u64())
 		d.deps = c.jobs(d.deps, c.u32())
 		f.Deps = d.deps
 		m = f
@@ -218,12 +219,12 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 		d.ack = Ack{JobID: JobID(c.u64())}
 		m = &d.ack
 	case TypeExtentHashesRequest:
-		d.hashesReq = ExtentHashesRequest{JobID: JobID(c.u64()), Extent: ExtentID(c.u32())}
+		d.hashesReq = ExtentHashesRequest{JobID: JobID(c.u64()), Extent: ids.ExtentID(c.u32())}
 		m = &d.hashesReq
 	case TypeExtentHashes:
 		h := &d.extentHashes
 		h.JobID = JobID(c.u64())
-		h.Extent = ExtentID(c.u32())
+		h.Extent = ids.ExtentID(c.u32())
 		h.Version = c.version()
 		n := c.u32()
 		if n > MaxExtentHashes {
@@ -235,7 +236,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 	case TypeRepairRead:
 		r := &d.repairRead
 		r.JobID = JobID(c.u64())
-		r.Extent = ExtentID(c.u32())
+		r.Extent = ids.ExtentID(c.u32())
 		n := c.u32()
 		if n > MaxRepairBlocks {
 			return nil, fmt.Errorf("%d blocks: %w", n, ErrMalformed)
@@ -249,7 +250,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 	case TypeRepairData:
 		r := &d.repairData
 		r.JobID = JobID(c.u64())
-		r.Extent = ExtentID(c.u32())
+		r.Extent = ids.ExtentID(c.u32())
 		n := c.u32()
 		c.u32()
 		d.blocks = c.u32s(d.blocks, n)
@@ -262,7 +263,7 @@ func (d *Decoder) parse(t MsgType, p []byte) (Message, error) {
 	case TypeRepairWrite:
 		r := &d.repairWrite
 		r.JobID = JobID(c.u64())
-		r.Extent = ExtentID(c.u32())
+		r.Extent = ids.ExtentID(c.u32())
 		r.Version = c.version()
 		n := c.u32()
 		c.u32()

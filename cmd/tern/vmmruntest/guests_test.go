@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 )
 

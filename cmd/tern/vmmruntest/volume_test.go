@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/tools/guests"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 )

@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"testing"
 
-	"tern/tools/guests"
 	"tern/vmm/boot"
+	"tern/vmm/guests"
 	"tern/vmm/kvm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
@@ -100,7 +100,7 @@ func TestRealModeGuestWritesSerialAndHalts(t *testing.T) {
 	}
 }
 
-// 8250 UART registers and the exit port the guests use (tools/guests).
+// 8250 UART registers and the exit port the guests use (vmm/guests).
 const (
 	uartData       = 0x3f8
 	uartLineCtrl   = 0x3fb
@@ -196,16 +196,9 @@ func applyState(cpu *kvm.VCPU, st boot.CPUState) error {
 	if err != nil {
 		return err
 	}
-	seg := func(s boot.Segment) kvm.Segment {
-		return kvm.Segment{
-			Base: s.Base, Limit: s.Limit, Selector: s.Selector, Type: s.Type,
-			Present: s.Present, DPL: s.DPL, DB: s.DB, S: s.S, L: s.L, G: s.G, AVL: s.AVL,
-		}
-	}
-	sregs.CS, sregs.DS, sregs.ES, sregs.FS = seg(st.CS), seg(st.DS), seg(st.ES), seg(st.FS)
-	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = seg(st.GS), seg(st.SS), seg(st.TR), seg(st.LDT)
-	sregs.GDT = kvm.DTable{Base: st.GDT.Base, Limit: st.GDT.Limit}
-	sregs.IDT = kvm.DTable{Base: st.IDT.Base, Limit: st.IDT.Limit}
+	sregs.CS, sregs.DS, sregs.ES, sregs.FS = st.CS, st.DS, st.ES, st.FS
+	sregs.GS, sregs.SS, sregs.TR, sregs.LDT = st.GS, st.SS, st.TR, st.LDT
+	sregs.GDT, sregs.IDT = st.GDT, st.IDT
 	sregs.CR0, sregs.CR3, sregs.CR4, sregs.EFER = st.CR0, st.CR3, st.CR4, st.EFER
 	if err := cpu.SetSregs(sregs); err != nil {
 		return err

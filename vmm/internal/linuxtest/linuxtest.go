@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -11,7 +11,7 @@
 // Main probes /dev/kvm with kvm.Probe (open, KVM_CREATE_VM, a vCPU run to
 // HLT). Where it is usable the tests run here. Where it is not, the test
 // binary re-executes itself, with the same arguments, inside the emulated
-// test host (tools/kvmhost): one boot per test binary, not per test. The
+// test host (internal/kvmhost): one boot per test binary, not per test. The
 // environment variable TERN_KVMHOST steers that:
 //
 //	(unset), auto  use /dev/kvm when usable, else the emulated host

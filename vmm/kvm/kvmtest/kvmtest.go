@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 	"tern/vmm/kvm"
 )
 

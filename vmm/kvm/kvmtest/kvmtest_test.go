@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 )
 
 func TestMain(m *testing.M) { Main(m, WithTern()) }

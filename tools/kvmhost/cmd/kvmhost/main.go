@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"os"
 
-	"tern/tools/kvmhost"
+	"tern/internal/kvmhost"
 )
 
 func main() {

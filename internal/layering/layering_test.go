@@ -1,0 +1,195 @@
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// rules is tern's layering, the one place it is written down as code
+// (docs/ARCHITECTURE.md draws the same picture). Each rule says which
+// packages (from) may not import which (mayNot), with exceptions on both
+// sides. Paths are relative to the module; "x/..." is x and everything
+// under it, "..." every package. A rule with tests set also holds for the
+// imports of the packages' _test.go files.
+var rules = []rule{
+	{
+		from: []string{"volume/..."}, mayNot: []string{"vmm/...", "migration/...", "bench/...", "cmd/..."}, tests: true,
+		why: "the volume knows nothing of VMs, migration or the commands; a VM reaches a volume through vmm/devices.BlockBackend",
+	},
+	{
+		from: []string{"..."}, exceptFrom: []string{"tools/..."}, mayNot: []string{"tools/..."}, tests: true,
+		why: "tools/ holds the kvmhost command and its self-test; what tern or its tests use lives in vmm/guests or internal/",
+	},
+	{
+		from: []string{"internal/..."}, mayNot: []string{"..."}, except: []string{"internal/...", "vmm/kvm"},
+		why: "internal/ holds what every layer shares (TLS, telemetry, units, the emulated test host); it sits under all of them (kvmhost uses kvm.Probe)",
+	},
+	{
+		from: []string{"vmm/kvm"}, mayNot: []string{"..."},
+		why: "vmm/kvm is the KVM ioctl layer, the bottom of the VMM",
+	},
+	{
+		from:   []string{"vmm", "vmm/vcpu", "vmm/devices", "vmm/boot", "vmm/memory", "vmm/kvm", "vmm/guests/..."},
+		mayNot: []string{"volume/...", "migration/...", "vmm/instance", "vmm/api", "vmm/client"},
+		why:    "the VM is built from devices, vCPUs and memory; disks are devices.BlockBackend, and the controller, API and migration sit above it",
+	},
+	{
+		from:   []string{"volume/ids", "volume/wire", "volume/reconcile", "volume/upstairs/engine"},
+		mayNot: []string{"..."}, except: []string{"volume/ids", "volume/wire", "volume/reconcile"},
+		why: "the protocol and the decision cores are plain data: no sockets, files or clocks (those are in their drivers)",
+	},
+	{
+		from: []string{"migration"}, mayNot: []string{"vmm/instance", "vmm/api", "vmm/client", "migration/runner", "bench/...", "cmd/..."},
+		why: "the migration protocol and engines sit under the instance controller that drives them; they see the VM through vmm's migration.go",
+	},
+	{
+		from: []string{"vmm/..."}, mayNot: []string{"migration/runner"}, tests: true,
+		why: "the runner drives two VMMs through their APIs; the VMM does not know it",
+	},
+	{
+		from: []string{"..."}, exceptFrom: []string{"cmd/tern"}, mayNot: []string{"bench"},
+		why: "bench holds the scenarios behind `tern bench`; only the command runs them",
+	},
+	{
+		from: []string{"..."}, exceptFrom: []string{"vmm/internal/linuxtest"}, mayNot: []string{"vmm/kvm/kvmtest"},
+		why: "kvmtest is test tooling: only tests (and the Linux test helper) use it",
+	},
+}
+
+// rule forbids packages matching from (but not exceptFrom) to import
+// packages matching mayNot (but not except).
+type rule struct {
+	from, exceptFrom []string
+	mayNot, except   []string
+	tests            bool
+	why              string
+}
+
+// pkg is one package of the module as `go list -json` describes it.
+type pkg struct {
+	ImportPath   string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+}
+
+const module = "tern"
+
+func TestLayering(t *testing.T) {
+	pkgs, err := listModule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages of %s: not run from inside the module?", len(pkgs), module)
+	}
+	for _, v := range violations(pkgs, rules) {
+		t.Error(v)
+	}
+}
+
+// TestRulesCatchABadImport checks the checker on a made-up graph: a
+// volume package that imports the VMM is reported in one line naming both.
+func TestRulesCatchABadImport(t *testing.T) {
+	pkgs := []pkg{
+		{ImportPath: "tern/volume/wire", Imports: []string{"tern/volume/ids", "tern/vmm/kvm", "fmt"}},
+		{ImportPath: "tern/vmm/kvm", Imports: []string{"golang.org/x/sys/unix"}},
+		{ImportPath: "tern/tools/kvmhost/cmd/kvmhost", Imports: []string{"tern/internal/kvmhost"}},
+		{ImportPath: "tern/vmm", TestImports: []string{"tern/volume/upstairs"}},
+	}
+	got := violations(pkgs, rules)
+	want := []string{"volume/wire imports vmm/kvm: " + rules[0].why}
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// violations returns one line per import that breaks a rule, naming both
+// packages and the first rule it breaks.
+func violations(pkgs []pkg, rules []rule) []string {
+	var out []string
+	for _, p := range pkgs {
+		from, ok := inModule(p.ImportPath)
+		if !ok {
+			continue
+		}
+		seen := map[string]bool{}
+		for i, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			to, ok := inModule(imp)
+			if !ok || to == from || seen[to] {
+				continue
+			}
+			seen[to] = true
+			fromTest := i >= len(p.Imports)
+			for _, r := range rules {
+				if fromTest && !r.tests || !r.forbids(from, to) {
+					continue
+				}
+				out = append(out, fmt.Sprintf("%s imports %s: %s", from, to, r.why))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// forbids reports whether r forbids package from to import package to.
+func (r rule) forbids(from, to string) bool {
+	return matchAny(r.from, from) && !matchAny(r.exceptFrom, from) &&
+		matchAny(r.mayNot, to) && !matchAny(r.except, to)
+}
+
+// inModule returns path relative to the module, or false for a package
+// outside it.
+func inModule(path string) (string, bool) {
+	rel, ok := strings.CutPrefix(path, module+"/")
+	return rel, ok
+}
+
+// matchAny reports whether path matches one of patterns ("x/..." is x and
+// everything under it, "..." everything).
+func matchAny(patterns []string, path string) bool {
+	for _, p := range patterns {
+		if p == "..." || p == path {
+			return true
+		}
+		if base, ok := strings.CutSuffix(p, "/..."); ok && (path == base || strings.HasPrefix(path, base+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// listModule runs `go list -json ./...` from the module's root.
+func listModule() ([]pkg, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return nil, fmt.Errorf("finding the module root: %w", err)
+	}
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", "./...")
+	cmd.Dir = strings.TrimSpace(string(root))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("listing packages: %w\n%s", err, stderr.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			return pkgs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("decoding go list output: %w", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+}

@@ -1,0 +1,137 @@
+package migration
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Phase is a step of a migration, as published in Progress: the one
+// definition the engines, the instance controller, the API, the client and
+// tern migrate share. Its text form is the API's ("ram_push").
+type Phase uint8
+
+// The phases, in protocol order; PhaseError ends a failed migration.
+const (
+	PhaseSync Phase = 1 + iota
+	PhaseRAMPush
+	PhasePause
+	PhaseRAMPushDirty
+	PhaseDevice
+	PhaseFinish
+	PhaseError
+)
+
+var phaseNames = map[Phase]string{
+	PhaseSync:         "sync",
+	PhaseRAMPush:      "ram_push",
+	PhasePause:        "pause",
+	PhaseRAMPushDirty: "ram_push_dirty",
+	PhaseDevice:       "device",
+	PhaseFinish:       "finish",
+	PhaseError:        "error",
+}
+
+// Phases lists the phases of a successful migration in order.
+var Phases = []Phase{PhaseSync, PhaseRAMPush, PhasePause, PhaseRAMPushDirty, PhaseDevice, PhaseFinish}
+
+// String returns the phase's API name, or "phase(N)" for an invalid value.
+func (p Phase) String() string {
+	if n, ok := phaseNames[p]; ok {
+		return n
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// ParsePhase returns the phase named s.
+func ParsePhase(s string) (Phase, error) {
+	for p, n := range phaseNames {
+		if n == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("parsing phase: unknown phase %q", s)
+}
+
+// MarshalText names the phase.
+func (p Phase) MarshalText() ([]byte, error) {
+	if _, ok := phaseNames[p]; !ok {
+		return nil, fmt.Errorf("marshaling phase: unknown phase %d", uint8(p))
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText parses a phase name.
+func (p *Phase) UnmarshalText(b []byte) error {
+	v, err := ParsePhase(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// Progress is one direction of a migration as it is published: what the
+// engines report (OnProgress), what the instance controller publishes as
+// migration.in (target) or migration.out (source), what the API returns
+// and what the client and tern migrate read. It is a value with no
+// pointers, so a published snapshot shares nothing with the next one.
+//
+// The zero value means no migration in that direction and is JSON null;
+// otherwise it is {"id","phase","round","bytes_sent","pages_remaining",
+// "dirty_pages_per_sec","bandwidth_bytes_per_sec","estimated_downtime_ms"},
+// plus "total_ms" and "downtime_ms" at finish and "error" with phase
+// error.
+type Progress struct {
+	// ID is the migration's id (the target's Offer.MigrationID).
+	ID    string `json:"id"`
+	Phase Phase  `json:"phase"`
+	// Round is the pre-copy round in progress or last sent (1: the full
+	// copy).
+	Round int `json:"round"`
+	// BytesSent counts page bytes sent (source) or received (target).
+	BytesSent uint64 `json:"bytes_sent"`
+	// PagesRemaining is what the next round or the paused copy must send,
+	// as of the last harvest.
+	PagesRemaining uint64 `json:"pages_remaining"`
+	// DirtyPagesPerSec is the guest's dirtying rate over the last round.
+	DirtyPagesPerSec float64 `json:"dirty_pages_per_sec"`
+	// BandwidthBytesPerSec is the measured transfer rate.
+	BandwidthBytesPerSec float64 `json:"bandwidth_bytes_per_sec"`
+	// EstimatedDowntimeMs is PagesRemaining at that bandwidth.
+	EstimatedDowntimeMs float64 `json:"estimated_downtime_ms"`
+	// TotalMs and DowntimeMs are set at finish: the whole migration, and
+	// the time from the source's pause to the target's resume.
+	TotalMs    float64 `json:"total_ms,omitempty"`
+	DowntimeMs float64 `json:"downtime_ms,omitempty"`
+	// Error is the reason, set with PhaseError.
+	Error string `json:"error,omitempty"`
+}
+
+// progressFields is Progress without its JSON methods, so they can
+// encode and decode its fields.
+type progressFields Progress
+
+// Active reports whether p describes a migration (is not the zero value).
+func (p Progress) Active() bool { return p != Progress{} }
+
+// MarshalJSON writes null for the zero value, else the object.
+func (p Progress) MarshalJSON() ([]byte, error) {
+	if !p.Active() {
+		return []byte("null"), nil
+	}
+	return json.Marshal(progressFields(p))
+}
+
+// UnmarshalJSON reads null as the zero value, else the object.
+func (p *Progress) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*p = Progress{}
+		return nil
+	}
+	var f progressFields
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*p = Progress(f)
+	return nil
+}

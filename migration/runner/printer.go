@@ -1,0 +1,85 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/schollz/progressbar/v3"
+
+	"tern/internal/units"
+	"tern/migration"
+)
+
+// Printer shows a migration's events as tern migrate prints them: a
+// progress bar on a terminal, JSON lines otherwise ({"side","gen","state",
+// "migration"} per event, then {"result": …}).
+type Printer struct {
+	out   io.Writer
+	isTTY bool
+	enc   *json.Encoder
+	bar   *progressbar.ProgressBar
+	// lastPhase is the phase last described, per side, on a terminal.
+	lastPhase map[Side]string
+}
+
+// NewPrinter returns a Printer writing to out, a terminal when isTTY.
+func NewPrinter(out io.Writer, isTTY bool) *Printer {
+	return &Printer{out: out, isTTY: isTTY, enc: json.NewEncoder(out), lastPhase: map[Side]string{}}
+}
+
+// eventLine is one JSON line of a non-terminal migrate.
+type eventLine struct {
+	Side      Side                `json:"side"`
+	Gen       uint64              `json:"gen"`
+	State     string              `json:"state"`
+	Migration *migration.Progress `json:"migration"`
+}
+
+// Event shows one event; it is a MigrateOptions.Progress.
+func (p *Printer) Event(ev MigrationEvent) {
+	if !p.isTTY {
+		p.enc.Encode(eventLine{Side: ev.Side, Gen: ev.Snapshot.Gen, State: ev.Snapshot.State.String(), Migration: ev.Progress})
+		return
+	}
+	m := ev.Progress
+	if ev.Side != SideSource || m == nil {
+		if ev.Side == SideTarget && p.lastPhase[ev.Side] != ev.Snapshot.State.String() {
+			p.lastPhase[ev.Side] = ev.Snapshot.State.String()
+			p.println(fmt.Sprintf("target: %s", ev.Snapshot.State))
+		}
+		return
+	}
+	if p.bar == nil {
+		p.bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(p.out), progressbar.OptionShowBytes(true),
+			progressbar.OptionSetWidth(20))
+	}
+	p.bar.Describe(fmt.Sprintf("%s round %d, %s left, est. downtime %.1f ms", m.Phase, m.Round,
+		units.Bytes(m.PagesRemaining*4096), m.EstimatedDowntimeMs))
+	p.bar.Set64(int64(m.BytesSent))
+}
+
+func (p *Printer) println(s string) {
+	if p.bar != nil {
+		p.bar.Clear()
+	}
+	fmt.Fprintln(p.out, s)
+}
+
+// Finish ends the progress bar, if one was drawn.
+func (p *Printer) Finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+		fmt.Fprintln(p.out)
+	}
+}
+
+// Result prints the finished migration's figures.
+func (p *Printer) Result(r MigrationResult) error {
+	if !p.isTTY {
+		return p.enc.Encode(map[string]MigrationResult{"result": r})
+	}
+	_, err := fmt.Fprintf(p.out, "migrated: total %.1f ms, downtime %.1f ms, %s sent (%d bytes), %d rounds\n",
+		r.TotalMs, r.DowntimeMs, units.Bytes(r.BytesSent), r.BytesSent, r.Rounds)
+	return err
+}
