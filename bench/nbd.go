@@ -155,22 +155,9 @@ func RunNBD(ctx context.Context, opts NBDOptions) ([]NBDScenario, error) {
 			}
 		}
 		say("%s: the upstairs directly", shape.Name)
-		direct, err := runLoad(ctx, shape, space, opts.Duration, func(ctx context.Context, _ int, buf []byte, off int64) error {
-			var err error
-			if shape.Write {
-				_, err = up.WriteAt(ctx, buf, off)
-			} else {
-				_, err = up.ReadAt(ctx, buf, off)
-			}
-			return err
-		})
+		direct, err := upstairsLoad(ctx, up, shape, space, opts.Duration)
 		if err != nil {
 			return nil, fmt.Errorf("%s on the upstairs: %w", shape.Name, err)
-		}
-		if shape.Write {
-			if err := up.Flush(ctx); err != nil {
-				return nil, fmt.Errorf("flushing after %s: %w", shape.Name, err)
-			}
 		}
 		say("%s: fio against nbdkit memory", shape.Name)
 		mem, err := runFio(ctx, shape, space, opts.Duration, "nbdkit", "")

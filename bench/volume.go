@@ -95,22 +95,9 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 	report := &VolumeReport{DurationSec: opts.Duration.Seconds(), VolumeBytes: spec.SizeBytes()}
 	for _, shape := range VolumeScenarios {
 		say("%s: volume", shape.Name)
-		vol, err := runLoad(ctx, shape, space, opts.Duration, func(ctx context.Context, _ int, buf []byte, off int64) error {
-			var err error
-			if shape.Write {
-				_, err = up.WriteAt(ctx, buf, off)
-			} else {
-				_, err = up.ReadAt(ctx, buf, off)
-			}
-			return err
-		})
+		vol, err := upstairsLoad(ctx, up, shape, space, opts.Duration)
 		if err != nil {
 			return nil, fmt.Errorf("%s on the volume: %w", shape.Name, err)
-		}
-		if shape.Write {
-			if err := up.Flush(ctx); err != nil {
-				return nil, fmt.Errorf("flushing after %s: %w", shape.Name, err)
-			}
 		}
 		say("%s: local file limit", shape.Name)
 		file, err := localFileLimit(ctx, cl.Dir, shape, space, opts.Duration)
@@ -164,4 +151,27 @@ func WriteJSONFile(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// upstairsLoad drives shape against up directly for d and, after writes,
+// flushes, so the next scenario starts with nothing in flight.
+func upstairsLoad(ctx context.Context, up *upstairs.Upstairs, shape IOShape, spaceBytes int64, d time.Duration) (Result, error) {
+	res, err := runLoad(ctx, shape, spaceBytes, d, func(ctx context.Context, _ int, buf []byte, off int64) error {
+		var err error
+		if shape.Write {
+			_, err = up.WriteAt(ctx, buf, off)
+		} else {
+			_, err = up.ReadAt(ctx, buf, off)
+		}
+		return err
+	})
+	if err != nil {
+		return res, err
+	}
+	if shape.Write {
+		if err := up.Flush(ctx); err != nil {
+			return res, fmt.Errorf("flushing after %s: %w", shape.Name, err)
+		}
+	}
+	return res, nil
 }
