@@ -7,6 +7,10 @@
 // upstairs, migration) or HTTPS presents the node certificate and accepts
 // only peers whose certificate chains to ca.pem: servers require and verify
 // client certificates, clients verify the server against the same CA.
+// Beside them Generate links the names GnuTLS-based clients look for
+// (Aliases: ca-cert.pem, client-cert.pem, client-key.pem, server-cert.pem,
+// server-key.pem), so libnbd's tls-certificates and qemu's tls-creds-x509
+// take the directory as it is.
 //
 // Invariants:
 //   - Generate writes all four files or none: it stages them as temporary

@@ -59,12 +59,44 @@ func Generate(dir string, hosts []string, force bool) error {
 	if err != nil {
 		return err
 	}
-	return writeAll(dir, force, map[string]pemFile{
+	if err := writeAll(dir, force, map[string]pemFile{
 		CAFile:      {ca.certPEM, 0o644},
 		CAKeyFile:   {ca.keyPEM, 0o600},
 		NodeFile:    {node.certPEM, 0o644},
 		NodeKeyFile: {node.keyPEM, 0o600},
-	})
+	}); err != nil {
+		return err
+	}
+	return linkAliases(dir)
+}
+
+// Aliases are the names GnuTLS's x509 credential directories use
+// (libnbd's tls-certificates, qemu's tls-creds-x509 dir=, nbdkit's
+// --tls-certificates), each a relative symbolic link to the tern file of
+// the same role, so a certificate directory serves those clients as it is.
+var Aliases = map[string]string{
+	"ca-cert.pem":     CAFile,
+	"client-cert.pem": NodeFile,
+	"client-key.pem":  NodeKeyFile,
+	"server-cert.pem": NodeFile,
+	"server-key.pem":  NodeKeyFile,
+}
+
+// linkAliases makes (or remakes) every alias in dir, each by renaming a
+// new link over the name, so a reader never sees it missing.
+func linkAliases(dir string) error {
+	for alias, target := range Aliases {
+		tmp := filepath.Join(dir, "."+alias+".link")
+		os.Remove(tmp)
+		if err := os.Symlink(target, tmp); err != nil {
+			return fmt.Errorf("linking %s: %w", alias, err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, alias)); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("linking %s: %w", alias, err)
+		}
+	}
+	return syncDir(dir)
 }
 
 // keyPair is a certificate with its private key, both PEM-encoded, and the

@@ -214,8 +214,8 @@ func TestGenerateRefusesToOverwriteAndWritesPrivateKeys(t *testing.T) {
 		t.Fatal("forced Generate did not replace ca.pem")
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 4 {
-		t.Fatalf("directory holds %d entries, want the 4 PEM files only", len(entries))
+	if len(entries) != 4+len(Aliases) {
+		t.Fatalf("directory holds %d entries, want the 4 PEM files and their %d aliases only", len(entries), len(Aliases))
 	}
 }
 
