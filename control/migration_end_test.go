@@ -129,7 +129,7 @@ func deliveries(a, b int) [][][2]int {
 		if i < a {
 			rec(i+1, j, append(acc, [2]int{0, i}))
 			if i < a-1 {
-				rec(i+1, j, acc)                                   // lost
+				rec(i+1, j, acc)                                     // lost
 				rec(i+1, j, append(acc, [2]int{0, i}, [2]int{0, i})) // twice
 			}
 		}

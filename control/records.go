@@ -49,7 +49,7 @@ type Instance struct {
 	MemoryMiB uint64             `json:"memory_mib"`
 	Guest     instance.GuestSpec `json:"guest"`
 	// Volume is the instance's volume, nil for none.
-	Volume *Volume         `json:"volume,omitempty"`
+	Volume *Volume        `json:"volume,omitempty"`
 	Intent InstanceIntent `json:"intent"`
 	// ActiveVMM is the vmm that runs (or last ran) the instance; empty
 	// when none does.
