@@ -81,7 +81,7 @@ type VMM struct {
 	HostID     string `json:"host_id"`
 	// State and Gen are the vmm's last reported snapshot (Gen 0: none
 	// yet). Gone means its process exited or its agent no longer has it.
-	State instance.State `json:"state"`
+	State instance.State `json:"state,omitzero"`
 	Gen   uint64         `json:"gen"`
 	Gone  bool           `json:"gone,omitempty"`
 	// URL and MigrationAddr are the vmm's endpoints, once it runs.
