@@ -164,11 +164,21 @@ func (s *Server) listMigrations(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
-	v, err := Get[Migration](r.Context(), s.store, kindMigration, r.PathValue("id"))
+	id := r.PathValue("id")
+	v, err := Get[Migration](r.Context(), s.store, kindMigration, id)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	if after, ok := waitQuery(r); ok && v.Rev <= after {
+		ctx, cancel := context.WithTimeout(r.Context(), drainPollWait)
+		defer cancel()
+		<-s.store.Watch(ctx, kindMigration, id, after)
+		if v2, err := Get[Migration](r.Context(), s.store, kindMigration, id); err == nil {
+			v = v2
+		}
+	}
+	v.Value.Rev = v.Rev
 	writeJSON(w, http.StatusOK, v.Value)
 }
 

@@ -144,6 +144,8 @@ type Migration struct {
 	TotalMs    float64    `json:"total_ms"`
 	DowntimeMs float64    `json:"downtime_ms"`
 	Error      string     `json:"error,omitempty"`
+	// Rev is the record's revision as served (for ?after_rev= long-polls).
+	Rev int64 `json:"rev,omitempty"`
 }
 
 // Region is one replica of an instance's volume on one host.

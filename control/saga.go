@@ -391,7 +391,26 @@ func (s *Server) undoSetIDs(ctx context.Context, sg *MigrateSaga) error {
 	return skipOK(err)
 }
 
+// targetEnsured reports whether an earlier run of ensure_target got the
+// target going: its vmm has reported, or its agent runs it. A replay
+// after a crash must neither re-ensure nor tear down such a target: the
+// migration may have completed while no control process led.
+func (s *Server) targetEnsured(ctx context.Context, sg *MigrateSaga) bool {
+	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && v.Value.Gen > 0 {
+		return true
+	}
+	da, err := s.agentFor(ctx, sg.TargetHost)
+	if err != nil {
+		return false
+	}
+	st, err := da.VMM(ctx, sg.TargetVMM)
+	return err == nil && !st.Gone
+}
+
 func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
+	if s.targetEnsured(ctx, sg) {
+		return nil
+	}
 	inst, err := Get[Instance](ctx, s.store, kindInstance, sg.InstanceID)
 	if err != nil {
 		return err
@@ -426,6 +445,12 @@ func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 }
 
 func (s *Server) undoEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
+	if m, err := Get[Migration](ctx, s.store, kindMigration, sg.MigrationID); err == nil && m.Value.State == MigrationCompleted {
+		return nil
+	}
+	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && !v.Value.Gone && v.Value.State == instance.Running {
+		return nil // the target runs: Settle completes the migration
+	}
 	da, err := s.agentFor(ctx, sg.TargetHost)
 	if err != nil {
 		return err

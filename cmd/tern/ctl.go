@@ -289,21 +289,17 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 func ctlWaitMigration(ctx context.Context, f *ctlFlags, id string) (control.Migration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	backoff := 20 * time.Millisecond
+	var rev int64
 	for {
 		var m control.Migration
-		if err := f.do(ctx, http.MethodGet, "/v1/migrations/"+url.PathEscape(id), nil, &m); err != nil {
-			return m, err
+		path := "/v1/migrations/" + url.PathEscape(id) + "?after_rev=" + strconv.FormatInt(rev, 10)
+		if err := f.do(ctx, http.MethodGet, path, nil, &m); err != nil {
+			return m, fmt.Errorf("waiting for migration %s: %w", id, err)
 		}
 		if m.State == control.MigrationCompleted || m.State == control.MigrationFailed {
 			return m, nil
 		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return m, fmt.Errorf("waiting for migration %s: %w", id, ctx.Err())
-		}
-		backoff = min(2*backoff, time.Second)
+		rev = m.Rev
 	}
 }
 
