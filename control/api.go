@@ -39,7 +39,7 @@ func (s *Server) routes() {
 func (s *Server) hostView(ctx context.Context, h Host, vmms []Versioned[VMM]) HostView {
 	v := HostView{ID: h.ID, Address: h.Address, State: h.State, CPUs: h.CPUs, MemoryMiB: h.MemoryMiB, Build: h.Build, VMMIDs: []string{}}
 	for _, m := range vmms {
-		if m.Value.HostID == h.ID && m.Value.holdsResources() {
+		if m.Value.HostID == h.ID && m.Value.processLive() {
 			v.VMMs++
 			v.VMMIDs = append(v.VMMIDs, m.Value.ID)
 		}

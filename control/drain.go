@@ -168,13 +168,14 @@ func (s *Server) runDrain(ctx context.Context, host string) error {
 	if len(failures) > 0 {
 		return errors.Join(failures...)
 	}
-	// The host is drained once its records show no vmm holding resources.
+	// The host is drained once its records show no vmm process left
+	// (the agent reports each gone once it exited).
 	vmms, err := List[VMM](ctx, s.store, kindVMM)
 	if err != nil {
 		return err
 	}
 	for _, v := range vmms {
-		if v.Value.HostID == host && v.Value.holdsResources() && v.Value.InstanceID != "" {
+		if v.Value.HostID == host && v.Value.processLive() {
 			if err := s.waitVMMEnd(ctx, v.Value.ID); err != nil {
 				return fmt.Errorf("vmm %s still runs on host %s: %w", v.Value.ID, host, err)
 			}
@@ -254,7 +255,7 @@ func (s *Server) waitVMMEnd(ctx context.Context, id string) error {
 	defer cancel()
 	for {
 		v, err := Get[VMM](ctx, s.store, kindVMM, id)
-		if err != nil || !v.Value.holdsResources() {
+		if err != nil || !v.Value.processLive() {
 			return nil
 		}
 		select {

@@ -103,6 +103,10 @@ func (v *VMM) holdsResources() bool {
 	return !v.Gone && !v.Unwound && v.State != instance.Destroyed && v.State != instance.Failed
 }
 
+// processLive reports whether v's process may still run on its host:
+// what a drain waits out.
+func (v *VMM) processLive() bool { return !v.Gone && !v.Unwound }
+
 // MigrationHalf is one side's view of a migration, as its vmm reported it.
 type MigrationHalf struct {
 	ID         string  `json:"id"`

@@ -221,7 +221,8 @@ type InstanceView struct {
 	Network     V2PKey   `json:"network"`
 }
 
-// HostView is a host as `tern ctl` shows it; VMMs counts its live vmms.
+// HostView is a host as `tern ctl` shows it; VMMs counts the vmm
+// processes its records say may still run there (VMMIDs names them).
 type HostView struct {
 	ID        string    `json:"id"`
 	Address   string    `json:"address"`
