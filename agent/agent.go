@@ -1,0 +1,456 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"tern/vmm/api"
+	"tern/vmm/client"
+	"tern/vmm/instance"
+)
+
+// Config is an agent's configuration.
+type Config struct {
+	// HostID names the host; Address is the agent's API URL.
+	HostID, Address string
+	// IP is the address its vmms and downstairs listen on.
+	IP string
+	// DataDir holds regions and logs; Certs the certificates passed to
+	// vmms and downstairs.
+	DataDir, Certs string
+	// Tern is the tern binary that children run.
+	Tern string
+	// CPUs and MemoryMiB are the capacity offered.
+	CPUs      int
+	MemoryMiB uint64
+	// Version is what GET /v1/version answers (the vmms', same binary).
+	Version api.Version
+	// Control is the control plane's URL ("": report to no one);
+	// ControlHTTP the client to reach it.
+	Control     string
+	ControlHTTP *http.Client
+	Logger      *slog.Logger
+}
+
+// Agent serves one host's API.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+	ctx context.Context
+	// stop ends ctx: relays, the sender, registration.
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// vmms and regions are the live ones, by id (guarded by mu).
+	vmms    map[string]*vmmProc
+	regions map[string]*regionProc
+	v2p     []Mapping
+	// pending holds each vmm's newest unsent report (guarded by mu);
+	// wake has one slot to tell the sender.
+	pending map[string]Report
+	wake    chan struct{}
+}
+
+type vmmProc struct {
+	status VMMStatus
+	proc   *child
+	client *client.Client
+	// ensured is set once the spec was accepted.
+	ensured bool
+	// stopping is set once the agent itself stops the process.
+	stopping bool
+}
+
+// New starts an agent: it restarts the downstairs of every region in
+// DataDir and, with a control URL, registers and starts relaying.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.ControlHTTP == nil {
+		cfg.ControlHTTP = http.DefaultClient
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent", "host", cfg.HostID), ctx: ctx, stop: stop,
+		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]Report{}, wake: make(chan struct{}, 1)}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "regions"), 0o755); err != nil {
+		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
+	if err := a.restartRegions(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.routes()
+	if cfg.Control != "" {
+		a.wg.Add(2)
+		go a.register()
+		go a.sendReports()
+	}
+	return a, nil
+}
+
+// ServeHTTP serves the agent API.
+func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// Close stops every vmm and downstairs the agent started and its
+// goroutines.
+func (a *Agent) Close() {
+	a.stop()
+	a.mu.Lock()
+	var procs []*child
+	for _, v := range a.vmms {
+		v.stopping = true
+		procs = append(procs, v.proc)
+	}
+	for _, r := range a.regions {
+		procs = append(procs, r.proc)
+	}
+	a.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(func() { p.stop(time.Minute) })
+	}
+	wg.Wait()
+	a.wg.Wait()
+}
+
+// validID is what vmm and region ids may be: they name directories.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func (a *Agent) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.cfg.Version) })
+	m.HandleFunc("GET /v1/inventory", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.Inventory()) })
+	m.HandleFunc("PUT /v1/vmms/{id}", a.putVMM)
+	m.HandleFunc("GET /v1/vmms/{id}", a.getVMM)
+	m.HandleFunc("DELETE /v1/vmms/{id}", a.deleteVMM)
+	m.HandleFunc("PUT /v1/vmms/{id}/state", a.putVMMState)
+	m.HandleFunc("GET /v1/vmms/{id}/version", a.getVMMVersion)
+	m.HandleFunc("PUT /v1/regions/{id}", a.putRegion)
+	m.HandleFunc("DELETE /v1/regions/{id}", a.deleteRegion)
+	m.HandleFunc("PUT /v1/v2p", a.putV2P)
+	m.HandleFunc("GET /v1/v2p", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		writeJSON(w, http.StatusOK, append([]Mapping{}, a.v2p...))
+	})
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
+	})
+	a.mux = m
+}
+
+// Inventory returns the host's capacity, allocations and processes.
+func (a *Agent) Inventory() Inventory {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	inv := Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+		Version: a.cfg.Version, VMMs: []VMMStatus{}, Regions: []Region{}}
+	for _, v := range a.vmms {
+		inv.VMMs = append(inv.VMMs, v.status)
+		inv.AllocatedCPUs += v.status.VCPUs
+		inv.AllocatedMemoryMiB += v.status.MemoryMiB
+	}
+	for _, r := range a.regions {
+		inv.Regions = append(inv.Regions, r.region)
+	}
+	sort.Slice(inv.VMMs, func(i, j int) bool { return inv.VMMs[i].ID < inv.VMMs[j].ID })
+	sort.Slice(inv.Regions, func(i, j int) bool { return inv.Regions[i].ID < inv.Regions[j].ID })
+	return inv
+}
+
+func (a *Agent) putVMM(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req EnsureVMM
+	if !validID.MatchString(id) {
+		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("vmm id %q: want letters, digits, '.', '_' or '-'", id))
+		return
+	}
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	var problems []error
+	if req.InstanceID == "" {
+		problems = append(problems, errors.New("instance_id is required"))
+	}
+	if req.VCPUs < 1 || req.MemoryMiB == 0 {
+		problems = append(problems, errors.New("vcpus and memory_mib must be positive"))
+	}
+	if len(req.Spec) == 0 {
+		problems = append(problems, errors.New("spec is required"))
+	}
+	if len(problems) > 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", errors.Join(problems...).Error())
+		return
+	}
+	st, err := a.ensureVMM(r.Context(), id, req)
+	if err != nil {
+		var he *httpError
+		if errors.As(err, &he) {
+			writeError(w, he.status, he.code, he.msg)
+			return
+		}
+		writeError(w, http.StatusBadGateway, "vmm_error", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+type httpError struct {
+	status    int
+	code, msg string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// ensureVMM starts the vmm (once) and ensures its spec.
+func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMStatus, error) {
+	a.mu.Lock()
+	v, ok := a.vmms[id]
+	if !ok {
+		cpus, mem := 0, uint64(0)
+		for _, o := range a.vmms {
+			cpus += o.status.VCPUs
+			mem += o.status.MemoryMiB
+		}
+		if cpus+req.VCPUs > a.cfg.CPUs || mem+req.MemoryMiB > a.cfg.MemoryMiB {
+			a.mu.Unlock()
+			return VMMStatus{}, &httpError{http.StatusConflict, "no_capacity",
+				fmt.Sprintf("host %s has %d of %d CPUs and %d of %d MiB free; vmm %s asks %d and %d MiB",
+					a.cfg.HostID, a.cfg.CPUs-cpus, a.cfg.CPUs, a.cfg.MemoryMiB-mem, a.cfg.MemoryMiB, id, req.VCPUs, req.MemoryMiB)}
+		}
+		logf, err := os.OpenFile(filepath.Join(a.cfg.DataDir, "vmm-"+id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			a.mu.Unlock()
+			return VMMStatus{}, fmt.Errorf("opening vmm log: %w", err)
+		}
+		proc, url, err := startVMMProcess(a.cfg.Tern, a.cfg.IP, a.cfg.Certs, logf)
+		logf.Close()
+		if err != nil {
+			a.mu.Unlock()
+			return VMMStatus{}, err
+		}
+		c, _ := client.New(url, nil)
+		v = &vmmProc{proc: proc, client: c, status: VMMStatus{ID: id, InstanceID: req.InstanceID, URL: url,
+			State: instance.Creating, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}}
+		a.vmms[id] = v
+		a.log.Info("vmm started", "vmm", id, "instance", req.InstanceID, "url", url)
+	}
+	a.mu.Unlock()
+	if v.status.InstanceID != req.InstanceID {
+		return VMMStatus{}, &httpError{http.StatusConflict, "wrong_instance", fmt.Sprintf("vmm %s runs instance %s", id, v.status.InstanceID)}
+	}
+	view, err := v.client.EnsureRaw(ctx, req.Spec)
+	if err != nil {
+		a.mu.Lock()
+		if !v.ensured && a.vmms[id] == v {
+			// A fresh process that took no spec runs nothing: stop it.
+			delete(a.vmms, id)
+			a.mu.Unlock()
+			v.proc.stop(time.Minute)
+		} else {
+			a.mu.Unlock()
+		}
+		var ae *client.APIError
+		if errors.As(err, &ae) && ae.Status/100 == 4 {
+			return VMMStatus{}, &httpError{ae.Status, ae.Body.ErrorCode, ae.Body.Message}
+		}
+		return VMMStatus{}, fmt.Errorf("ensuring vmm %s: %w", id, err)
+	}
+	a.mu.Lock()
+	if !v.ensured {
+		v.ensured = true
+		a.wg.Add(1)
+		go a.supervise(id, v)
+	}
+	a.mu.Unlock()
+	if req.Run {
+		if err := v.client.RequestState(ctx, instance.Run); err != nil && !client.IsCode(err, api.CodeWrongState) {
+			return VMMStatus{}, fmt.Errorf("running vmm %s: %w", id, err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v.status.MigrationAddr = view.MigrationAddr
+	return v.status, nil
+}
+
+// supervise relays v's snapshots until its instance is destroyed (then
+// stops the process) or the process dies (reported gone, not restarted).
+func (a *Agent) supervise(id string, v *vmmProc) {
+	defer a.wg.Done()
+	ctx, cancel := context.WithCancel(a.ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-v.proc.exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var gen uint64
+	for {
+		s, err := v.client.MonitorMigration(ctx, gen)
+		if err != nil {
+			break
+		}
+		if s.Gen <= gen {
+			continue
+		}
+		gen = s.Gen
+		a.mu.Lock()
+		v.status.State, v.status.Gen = s.State, s.Gen
+		a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: s.Gen, State: s.State,
+			In: s.Migration.In, Out: s.Migration.Out})
+		a.mu.Unlock()
+		if s.State == instance.Destroyed {
+			break
+		}
+	}
+	select {
+	case <-v.proc.exited:
+	default:
+		if a.ctx.Err() == nil {
+			v.proc.stop(time.Minute)
+		}
+	}
+	<-v.proc.exited
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !v.stopping && v.status.State != instance.Destroyed {
+		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.err)
+	}
+	v.status.Gone = true
+	v.status.Gen++
+	a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: v.status.Gen,
+		State: v.status.State, Gone: true})
+	delete(a.vmms, id)
+}
+
+func (a *Agent) getVMM(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	v, ok := a.vmms[r.PathValue("id")]
+	var st VMMStatus
+	if ok {
+		st = v.status
+	}
+	a.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// CodeNoSuchVMM is the error code of a vmm this agent does not run.
+const CodeNoSuchVMM = "no_such_vmm"
+
+func (a *Agent) deleteVMM(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	v, ok := a.vmms[r.PathValue("id")]
+	if ok {
+		v.stopping = true
+	}
+	a.mu.Unlock()
+	if ok {
+		v.proc.stop(time.Minute)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) putVMMState(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	v, ok := a.vmms[r.PathValue("id")]
+	a.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		return
+	}
+	var req api.StateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if err := v.client.RequestState(r.Context(), req.Requested); err != nil {
+		var ae *client.APIError
+		if errors.As(err, &ae) {
+			writeError(w, ae.Status, ae.Body.ErrorCode, ae.Body.Message)
+			return
+		}
+		writeError(w, http.StatusBadGateway, "vmm_error", err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) getVMMVersion(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	v, ok := a.vmms[r.PathValue("id")]
+	a.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		return
+	}
+	ver, err := v.client.Version(r.Context())
+	if err != nil {
+		writeError(w, http.StatusBadGateway, "vmm_error", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, ver)
+}
+
+func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
+	var m []Mapping
+	if err := decodeJSON(r, &m); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	for _, e := range m {
+		if net.ParseIP(e.IP) == nil || e.InstanceID == "" || e.HostID == "" {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("mapping %+v: want an ip, instance_id and host_id", e))
+			return
+		}
+	}
+	a.mu.Lock()
+	a.v2p = m
+	a.mu.Unlock()
+	a.log.Info("v2p mappings", "count", len(m))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.Error{ErrorCode: code, Message: msg})
+}
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding body: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"encoding/json"
+
+	"tern/vmm/api"
+	"tern/vmm/client"
+	"tern/vmm/instance"
+)
+
+// Inventory is what a host offers and runs.
+type Inventory struct {
+	HostID  string `json:"host_id"`
+	Address string `json:"address"`
+	// CPUs and MemoryMiB are the capacity offered to vmms; Allocated*
+	// what the live vmms reserve of it.
+	CPUs               int         `json:"cpus"`
+	MemoryMiB          uint64      `json:"memory_mib"`
+	AllocatedCPUs      int         `json:"allocated_cpus"`
+	AllocatedMemoryMiB uint64      `json:"allocated_memory_mib"`
+	Version            api.Version `json:"version"`
+	VMMs               []VMMStatus `json:"vmms"`
+	Regions            []Region    `json:"regions"`
+}
+
+// EnsureVMM is the body of PUT /v1/vmms/{id}: the instance it runs, what
+// it reserves, the spec its vmm is ensured with (an instance spec, or a
+// migration target's), and whether to ask it to run.
+type EnsureVMM struct {
+	InstanceID string          `json:"instance_id"`
+	VCPUs      int             `json:"vcpus"`
+	MemoryMiB  uint64          `json:"memory_mib"`
+	Spec       json.RawMessage `json:"spec"`
+	Run        bool            `json:"run,omitempty"`
+}
+
+// VMMStatus is one vmm as its agent knows it.
+type VMMStatus struct {
+	ID            string         `json:"id"`
+	InstanceID    string         `json:"instance_id"`
+	URL           string         `json:"url"`
+	MigrationAddr string         `json:"migration_addr,omitempty"`
+	State         instance.State `json:"state"`
+	Gen           uint64         `json:"gen"`
+	Gone          bool           `json:"gone,omitempty"`
+	VCPUs         int            `json:"vcpus"`
+	MemoryMiB     uint64         `json:"memory_mib"`
+}
+
+// Report is one vmm snapshot relayed to the control plane (POST
+// /v1/reports there).
+type Report struct {
+	HostID     string                    `json:"host_id"`
+	VMMID      string                    `json:"vmm_id"`
+	InstanceID string                    `json:"instance_id"`
+	Gen        uint64                    `json:"gen"`
+	State      instance.State            `json:"state"`
+	Gone       bool                      `json:"gone,omitempty"`
+	In         *client.MigrationProgress `json:"migration_in,omitempty"`
+	Out        *client.MigrationProgress `json:"migration_out,omitempty"`
+}
+
+// RegionSpec is the body of PUT /v1/regions/{id}.
+type RegionSpec struct {
+	UUID         string `json:"uuid"`
+	BlockSize    uint32 `json:"block_size"`
+	ExtentBlocks uint32 `json:"extent_blocks"`
+	ExtentCount  uint32 `json:"extent_count"`
+}
+
+// Region is one region and the address its downstairs serves.
+type Region struct {
+	ID   string `json:"id"`
+	UUID string `json:"uuid"`
+	Addr string `json:"addr"`
+}
+
+// Mapping is one virtual-to-physical network mapping.
+type Mapping struct {
+	IP          string `json:"ip"`
+	VNI         uint32 `json:"vni"`
+	InstanceID  string `json:"instance_id"`
+	HostID      string `json:"host_id"`
+	HostAddress string `json:"host_address"`
+}
+
+// Registration is the body of PUT /v1/hosts/{id} on the control plane.
+type Registration struct {
+	Address            string   `json:"address"`
+	CPUs               int      `json:"cpus"`
+	MemoryMiB          uint64   `json:"memory_mib"`
+	Build              string   `json:"build"`
+	MigrationProtocols []uint16 `json:"migration_protocols"`
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"tern/agent"
+	"tern/dataplane/tlsconf"
+	"tern/units"
+	"tern/vmm/api"
+	"tern/vmm/migrate"
+)
+
+func init() { rootCmd.AddCommand(newAgentCmd()) }
+
+func newAgentCmd() *cobra.Command {
+	var listen, dataDir, certs, control, id string
+	var apiTLS bool
+	var cpus int
+	memory := units.Bytes(4 << 30)
+	cmd := &cobra.Command{
+		Use:   "agent --listen ADDR --data-dir DIR --certs DIR [--control URL] [--cpus N --memory SIZE]",
+		Short: "Run a host's agent: its vmm and downstairs processes, inventory and reports",
+		Long: `Serve the host agent API on --listen: it spawns and supervises one
+tern vmm serve per VM (a vmm that dies is reported, never restarted),
+creates regions in --data-dir and runs their downstairs, reports
+inventory (capacity, allocations, tern version, migration protocols) and,
+with --control, registers there and relays every vmm snapshot. Vmms and
+downstairs listen on --listen's IP. The first line on stdout is
+"listening on URL".`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(serverLogLevel)
+			if err != nil {
+				return err
+			}
+			if dataDir == "" || certs == "" {
+				return errors.New("--data-dir and --certs are required")
+			}
+			if err := os.MkdirAll(dataDir, 0o755); err != nil {
+				return fmt.Errorf("creating --data-dir: %w", err)
+			}
+			if id == "" {
+				if id, err = persistentHostID(dataDir); err != nil {
+					return err
+				}
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding the tern binary: %w", err)
+			}
+			bundle, err := tlsconf.Load(certs)
+			if err != nil {
+				return fmt.Errorf("loading certificates: %w", err)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listening for the API: %w", err)
+			}
+			ip, _, _ := net.SplitHostPort(ln.Addr().String())
+			scheme := "http"
+			if apiTLS {
+				scheme = "https"
+			}
+			url := fmt.Sprintf("%s://%s", scheme, ln.Addr())
+			protos, err := migrationProtocols()
+			if err != nil {
+				return err
+			}
+			if protos == nil {
+				protos = migrate.SupportedVersions
+			}
+			if cpus <= 0 {
+				cpus = runtime.NumCPU()
+			}
+			a, err := agent.New(agent.Config{HostID: id, Address: url, IP: ip, DataDir: dataDir, Certs: certs, Tern: self,
+				CPUs: cpus, MemoryMiB: uint64(memory) >> 20,
+				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migrate.DeviceVersions()},
+				Control:     strings.TrimRight(control, "/"),
+				ControlHTTP: clientHTTP(bundle, control),
+				Logger:      log})
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", url)
+			log.Info("agent serving", "component", "agent", "url", url, "host", id)
+			return serveUntilDone(cmd.Context(), ln, a, bundle, apiTLS, a.Close)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:0", "address to serve the agent API on; its vmms and downstairs listen on its IP")
+	f.StringVar(&dataDir, "data-dir", "", "directory of the host's regions and logs (required)")
+	f.StringVar(&certs, "certs", "", "certificate directory (tern certs) for vmms, downstairs and --api-tls (required)")
+	f.StringVar(&control, "control", "", "the control plane's URL to register with and report to")
+	f.StringVar(&id, "id", "", "the host's id (default: one kept in --data-dir)")
+	f.IntVar(&cpus, "cpus", 0, "vCPUs offered to vmms (default: the machine's CPUs)")
+	f.Var(&memory, "memory", "guest memory offered to vmms")
+	f.BoolVar(&apiTLS, "api-tls", false, "serve the API over HTTPS, requiring client certificates from the --certs CA")
+	return cmd
+}
+
+// persistentHostID returns the host id kept in dataDir, making one.
+func persistentHostID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "host-id")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	id := "host-" + hex.EncodeToString(b)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("recording the host id: %w", err)
+	}
+	return id, nil
+}
+
+// clientHTTP is the HTTP client for a peer at url: with the bundle's
+// client certificate when it is https.
+func clientHTTP(bundle *tlsconf.Bundle, url string) *http.Client {
+	c := &http.Client{Timeout: 3 * time.Minute}
+	if strings.HasPrefix(url, "https://") || url == "" {
+		c.Transport = &http.Transport{TLSClientConfig: bundle.ClientConfig("")}
+	}
+	return c
+}
+
+// serveUntilDone serves h on ln until ctx ends (SIGTERM, SIGINT), then
+// shuts the server down and calls closeFn.
+func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, bundle *tlsconf.Bundle, apiTLS bool, closeFn func()) error {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if apiTLS {
+		hs.TLSConfig = bundle.ServerConfig()
+		ln = tls.NewListener(ln, hs.TLSConfig)
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	var err error
+	select {
+	case err = <-served:
+		err = fmt.Errorf("serving the API: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	closeFn()
+	return err
+}

@@ -1,0 +1,224 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"tern/agent"
+)
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/hosts", s.listHosts)
+	m.HandleFunc("GET /v1/hosts/{id}", s.getHost)
+	m.HandleFunc("PUT /v1/hosts/{id}", s.registerHost)
+	m.HandleFunc("POST /v1/hosts/{id}/drain", s.postDrain)
+	m.HandleFunc("GET /v1/hosts/{id}/drain", s.getDrain)
+	m.HandleFunc("POST /v1/instances", s.createInstance)
+	m.HandleFunc("GET /v1/instances", s.listInstances)
+	m.HandleFunc("GET /v1/instances/{name}", s.getInstance)
+	m.HandleFunc("DELETE /v1/instances/{name}", s.deleteInstance)
+	m.HandleFunc("POST /v1/instances/{name}/start", s.startInstanceHandler)
+	m.HandleFunc("POST /v1/instances/{name}/stop", s.stopInstanceHandler)
+	m.HandleFunc("POST /v1/instances/{name}/migrate", s.migrateInstance)
+	m.HandleFunc("GET /v1/migrations", s.listMigrations)
+	m.HandleFunc("GET /v1/migrations/{id}", s.getMigration)
+	m.HandleFunc("POST /v1/reports", s.postReport)
+	m.HandleFunc("GET /v1/v2p", s.listV2P)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
+	})
+	s.mux = m
+}
+
+func (s *Server) hostView(ctx context.Context, h Host, vmms []Versioned[VMM]) HostView {
+	v := HostView{ID: h.ID, Address: h.Address, State: h.State, CPUs: h.CPUs, MemoryMiB: h.MemoryMiB, Build: h.Build, VMMIDs: []string{}}
+	for _, m := range vmms {
+		if m.Value.HostID == h.ID && m.Value.processLive() {
+			v.VMMs++
+			v.VMMIDs = append(v.VMMIDs, m.Value.ID)
+		}
+	}
+	return v
+}
+
+func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
+	hosts, err := List[Host](r.Context(), s.store, kindHost)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	vmms, err := List[VMM](r.Context(), s.store, kindVMM)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := []HostView{}
+	for _, h := range hosts {
+		out = append(out, s.hostView(r.Context(), h.Value, vmms))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
+	h, err := Get[Host](r.Context(), s.store, kindHost, r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	vmms, err := List[VMM](r.Context(), s.store, kindVMM)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.hostView(r.Context(), h.Value, vmms))
+}
+
+// registerHost records an agent's host (its state is kept across
+// re-registrations), then pushes it the network mappings.
+func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var reg agent.Registration
+	if err := decodeJSON(r, &reg); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if reg.Address == "" || reg.CPUs < 1 || reg.MemoryMiB == 0 || !validName.MatchString(id) {
+		writeErr(w, badRequest("a host needs an id, address, cpus and memory_mib"))
+		return
+	}
+	h, err := Update(r.Context(), s.store, kindHost, id, func(h *Host, exists bool) error {
+		if !exists {
+			h.State = HostActive
+		}
+		h.ID, h.Address, h.CPUs, h.MemoryMiB = id, reg.Address, reg.CPUs, reg.MemoryMiB
+		h.Build, h.MigrationProtocols, h.RegisteredAt = reg.Build, reg.MigrationProtocols, time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	s.log.Info("host registered", "host", id, "address", reg.Address)
+	go s.pushV2P(s.ctx)
+	writeJSON(w, http.StatusOK, h)
+}
+
+// findInstance finds an instance by name or id.
+func (s *Server) findInstance(ctx context.Context, key string) (Versioned[Instance], error) {
+	if v, err := Get[Instance](ctx, s.store, kindInstance, key); err == nil {
+		return v, nil
+	}
+	all, err := List[Instance](ctx, s.store, kindInstance)
+	if err != nil {
+		return Versioned[Instance]{}, err
+	}
+	for _, v := range all {
+		if v.Value.Name == key {
+			return v, nil
+		}
+	}
+	return Versioned[Instance]{}, fmt.Errorf("instance %s: %w", key, ErrNotFound)
+}
+
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
+	all, err := List[Instance](r.Context(), s.store, kindInstance)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := []InstanceView{}
+	for _, v := range all {
+		out = append(out, s.instanceView(r.Context(), &v.Value))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+	v, err := s.findInstance(r.Context(), r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
+}
+
+func (s *Server) listMigrations(w http.ResponseWriter, r *http.Request) {
+	all, err := List[Migration](r.Context(), s.store, kindMigration)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := []Migration{}
+	for _, v := range all {
+		out = append(out, v.Value)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	v, err := Get[Migration](r.Context(), s.store, kindMigration, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if after, ok := waitQuery(r); ok && v.Rev <= after {
+		ctx, cancel := context.WithTimeout(r.Context(), drainPollWait)
+		defer cancel()
+		<-s.store.Watch(ctx, kindMigration, id, after)
+		if v2, err := Get[Migration](r.Context(), s.store, kindMigration, id); err == nil {
+			v = v2
+		}
+	}
+	v.Value.Rev = v.Rev
+	writeJSON(w, http.StatusOK, v.Value)
+}
+
+func (s *Server) listV2P(w http.ResponseWriter, r *http.Request) {
+	all, err := List[V2P](r.Context(), s.store, kindV2P)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := []V2P{}
+	for _, v := range all {
+		out = append(out, v.Value)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
+	var rep agent.Report
+	if err := decodeJSON(r, &rep); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if rep.VMMID == "" || rep.HostID == "" || rep.Gen == 0 {
+		writeErr(w, badRequest("a report needs host_id, vmm_id and a generation above 0"))
+		return
+	}
+	applied, err := s.ApplyReport(r.Context(), rep)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"applied": applied})
+}
+
+// waitQuery reads ?after_rev= for a long-poll.
+func waitQuery(r *http.Request) (int64, bool) {
+	v := r.URL.Query().Get("after_rev")
+	if v == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil && n >= 0
+}

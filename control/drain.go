@@ -1,0 +1,267 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Drain states.
+const (
+	drainRunning = "running"
+	drainDone    = "done"
+	drainFailed  = "failed"
+)
+
+// Drain is the record of one host's drain: its plan and how far it got.
+type Drain struct {
+	HostID string `json:"host_id"`
+	State  string `json:"state"`
+	// Plan is every instance to move and where; Migrations the migration
+	// of each, by instance id, once started; Moved counts those
+	// completed.
+	Plan       []DrainItem       `json:"plan"`
+	Migrations map[string]string `json:"migrations"`
+	Moved      int               `json:"moved"`
+	Error      string            `json:"error,omitempty"`
+	Started    time.Time         `json:"started"`
+	Finished   *time.Time        `json:"finished,omitempty"`
+	// Rev is the record's revision (for ?after_rev= long-polls).
+	Rev int64 `json:"rev"`
+}
+
+// drainPollWait is how long GET /v1/hosts/{id}/drain?after_rev= waits.
+const drainPollWait = 30 * time.Second
+
+func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
+	d, err := s.StartDrain(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, d)
+}
+
+func (s *Server) getDrain(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	d, err := Get[Drain](r.Context(), s.store, kindDrain, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if after, ok := waitQuery(r); ok && d.Rev <= after {
+		ctx, cancel := context.WithTimeout(r.Context(), drainPollWait)
+		defer cancel()
+		<-s.store.Watch(ctx, kindDrain, id, after)
+		if d2, err := Get[Drain](r.Context(), s.store, kindDrain, id); err == nil {
+			d = d2
+		}
+	}
+	d.Value.Rev = d.Rev
+	writeJSON(w, http.StatusOK, d.Value)
+}
+
+// StartDrain plans moving every instance off host (first-fit decreasing
+// by memory; refused naming an instance that fits nowhere), marks the
+// host draining and runs the drain in the background.
+func (s *Server) StartDrain(ctx context.Context, host string) (Drain, error) {
+	h, err := Get[Host](ctx, s.store, kindHost, host)
+	if err != nil {
+		return Drain{}, err
+	}
+	if old, err := Get[Drain](ctx, s.store, kindDrain, host); err == nil && old.Value.State == drainRunning {
+		return old.Value, nil
+	}
+	insts, err := List[Instance](ctx, s.store, kindInstance)
+	if err != nil {
+		return Drain{}, err
+	}
+	var items []DrainItem
+	for _, in := range insts {
+		if in.Value.ActiveVMM == "" {
+			continue
+		}
+		v, err := Get[VMM](ctx, s.store, kindVMM, in.Value.ActiveVMM)
+		if err != nil || v.Value.HostID != host || !v.Value.holdsResources() {
+			continue
+		}
+		items = append(items, DrainItem{InstanceID: in.Value.ID, Name: in.Value.Name, VCPUs: in.Value.VCPUs, MemoryMiB: in.Value.MemoryMiB})
+	}
+	loads, err := s.loads(ctx)
+	if err != nil {
+		return Drain{}, err
+	}
+	plan, err := PlanDrain(loads, host, items)
+	if err != nil {
+		return Drain{}, &apiErr{http.StatusConflict, "cannot_drain", err}
+	}
+	d := Drain{HostID: host, State: drainRunning, Plan: plan, Migrations: map[string]string{}, Started: time.Now().UTC()}
+	hv := h.Value
+	hv.State = HostDraining
+	old, err := Get[Drain](ctx, s.store, kindDrain, host)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Drain{}, err
+	}
+	if err := s.store.Commit(ctx, Put(kindHost, host, &hv, h.Rev), Put(kindDrain, host, &d, old.Rev)); err != nil {
+		return Drain{}, err
+	}
+	s.goDrain(host)
+	return d, nil
+}
+
+func (s *Server) goDrain(host string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running["drain/"+host] {
+		return
+	}
+	s.running["drain/"+host] = true
+	s.wg.Go(func() {
+		defer func() { s.mu.Lock(); delete(s.running, "drain/"+host); s.mu.Unlock() }()
+		err := s.runDrain(s.ctx, host)
+		if s.ctx.Err() != nil {
+			return // resumed by the next leader
+		}
+		now := time.Now().UTC()
+		Update(s.ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error {
+			d.Finished = &now
+			if err != nil {
+				d.State, d.Error = drainFailed, err.Error()
+			} else {
+				d.State = drainDone
+			}
+			return nil
+		})
+		if err == nil {
+			Update(s.ctx, s.store, kindHost, host, func(h *Host, exists bool) error { h.State = HostDrained; return nil })
+		}
+	})
+}
+
+// runDrain migrates the plan, at most K at a time, each to its planned
+// host, and waits for each migration to end.
+func (s *Server) runDrain(ctx context.Context, host string) error {
+	d, err := Get[Drain](ctx, s.store, kindDrain, host)
+	if err != nil {
+		return err
+	}
+	plan := d.Value.Plan
+	k := s.cfg.MaxParallelDrain
+	var failures []error
+	for start := 0; start < len(plan); start += k {
+		batch := plan[start:min(start+k, len(plan))]
+		errs := make(chan error, len(batch))
+		for _, it := range batch {
+			go func() { errs <- s.drainOne(ctx, host, it) }()
+		}
+		for range batch {
+			if err := <-errs; err != nil {
+				failures = append(failures, err)
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if len(failures) > 0 {
+		return errors.Join(failures...)
+	}
+	// The host is drained once its records show no vmm process left
+	// (the agent reports each gone once it exited).
+	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	if err != nil {
+		return err
+	}
+	for _, v := range vmms {
+		if v.Value.HostID == host && v.Value.processLive() {
+			if err := s.waitVMMEnd(ctx, v.Value.ID); err != nil {
+				return fmt.Errorf("vmm %s still runs on host %s: %w", v.Value.ID, host, err)
+			}
+		}
+	}
+	return nil
+}
+
+// drainOne migrates one instance (unless an earlier run of this drain
+// did) and waits for the migration to end.
+func (s *Server) drainOne(ctx context.Context, host string, it DrainItem) error {
+	d, err := Get[Drain](ctx, s.store, kindDrain, host)
+	if err != nil {
+		return err
+	}
+	migID := d.Value.Migrations[it.InstanceID]
+	if migID == "" {
+		inst, err := Get[Instance](ctx, s.store, kindInstance, it.InstanceID)
+		if err != nil {
+			return nil // deleted meanwhile
+		}
+		if inst.Value.MigrationID != "" {
+			migID = inst.Value.MigrationID
+		} else {
+			v, err := Get[VMM](ctx, s.store, kindVMM, inst.Value.ActiveVMM)
+			if err != nil || v.Value.HostID != host {
+				return nil // already off the host
+			}
+			sg, err := s.StartMigration(ctx, it.InstanceID, it.Target)
+			if err != nil {
+				return fmt.Errorf("instance %s: %w", it.Name, err)
+			}
+			migID = sg.MigrationID
+		}
+		if _, err := Update(ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error {
+			d.Migrations[it.InstanceID] = migID
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	m, err := s.waitMigration(ctx, migID)
+	if err != nil {
+		return fmt.Errorf("instance %s: %w", it.Name, err)
+	}
+	if m.State != MigrationCompleted {
+		return fmt.Errorf("instance %s: migration %s %s: %s", it.Name, m.ID, m.State, m.Error)
+	}
+	_, err = Update(ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error { d.Moved++; return nil })
+	return err
+}
+
+// migrationWait bounds one drained migration.
+const migrationWait = 10 * time.Minute
+
+func (s *Server) waitMigration(ctx context.Context, id string) (Migration, error) {
+	ctx, cancel := context.WithTimeout(ctx, migrationWait)
+	defer cancel()
+	for {
+		m, err := Get[Migration](ctx, s.store, kindMigration, id)
+		if err != nil {
+			return Migration{}, err
+		}
+		if m.Value.State == MigrationCompleted || m.Value.State == MigrationFailed {
+			return m.Value, nil
+		}
+		select {
+		case <-s.store.Watch(ctx, kindMigration, id, m.Rev):
+		case <-ctx.Done():
+			return m.Value, fmt.Errorf("waiting for migration %s: %w", id, ctx.Err())
+		}
+	}
+}
+
+func (s *Server) waitVMMEnd(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, opWait)
+	defer cancel()
+	for {
+		v, err := Get[VMM](ctx, s.store, kindVMM, id)
+		if err != nil || !v.Value.processLive() {
+			return nil
+		}
+		select {
+		case <-s.store.Watch(ctx, kindVMM, id, v.Rev):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

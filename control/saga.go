@@ -1,0 +1,474 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"tern/agent"
+	"tern/vmm/client"
+	"tern/vmm/instance"
+)
+
+// Saga states.
+const (
+	sagaRunning   = "running"
+	sagaUnwinding = "unwinding"
+	sagaDone      = "done"
+	sagaUnwound   = "unwound"
+)
+
+// MigrateSaga is the record of one migration saga: its parameters (all
+// chosen before the first step, so every step is a function of them) and
+// how far it got. Step is the step started last; StepDone whether it
+// finished.
+type MigrateSaga struct {
+	ID          string `json:"id"`
+	InstanceID  string `json:"instance_id"`
+	MigrationID string `json:"migration_id"`
+	SourceVMM   string `json:"source_vmm"`
+	SourceHost  string `json:"source_host"`
+	TargetVMM   string `json:"target_vmm"`
+	TargetHost  string `json:"target_host"`
+	State       string `json:"state"`
+	Step        int    `json:"step"`
+	StepDone    bool   `json:"step_done"`
+	Error       string `json:"error,omitempty"`
+}
+
+// sagaStep is one idempotent step and the undo of what it did.
+type sagaStep struct {
+	name string
+	do   func(*Server, context.Context, *MigrateSaga) error
+	undo func(*Server, context.Context, *MigrateSaga) error
+}
+
+// MigrateSteps are the migration saga's steps, in order; the saga ends
+// once the target is ensured (the outcome comes from the vmms' reports,
+// settled by Settle).
+var MigrateSteps = []sagaStep{
+	{name: "check_versions", do: (*Server).stepCheckVersions},
+	{name: "create_vmm_record", do: (*Server).stepCreateVMM, undo: (*Server).undoCreateVMM},
+	{name: "create_migration_record", do: (*Server).stepCreateMigration, undo: (*Server).undoCreateMigration},
+	{name: "set_migration_ids", do: (*Server).stepSetIDs, undo: (*Server).undoSetIDs},
+	{name: "ensure_target", do: (*Server).stepEnsureTarget, undo: (*Server).undoEnsureTarget},
+	{name: "mark_in_progress", do: (*Server).stepMarkInProgress},
+}
+
+// StepNames lists MigrateSteps' names.
+func StepNames() []string {
+	var out []string
+	for _, s := range MigrateSteps {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+// runSaga drives saga id from its record to done or unwound.
+func (s *Server) runSaga(ctx context.Context, id string) error {
+	for {
+		cur, err := Get[MigrateSaga](ctx, s.store, kindSaga, id)
+		if err != nil {
+			return err
+		}
+		sg := cur.Value
+		switch sg.State {
+		case sagaDone, sagaUnwound:
+			if sg.State == sagaUnwound {
+				return errors.New(sg.Error)
+			}
+			return nil
+		case sagaRunning:
+			if sg.StepDone {
+				sg.Step++
+				sg.StepDone = false
+				if sg.Step == len(MigrateSteps) {
+					sg.State = sagaDone
+				}
+				if err := s.store.Commit(ctx, Put(kindSaga, id, &sg, cur.Rev)); err != nil {
+					return err
+				}
+				continue
+			}
+			step := MigrateSteps[sg.Step]
+			s.crashPoint("before:" + step.name)
+			err := step.do(s, ctx, &sg)
+			s.crashPoint("after:" + step.name)
+			next, _ := Get[MigrateSaga](ctx, s.store, kindSaga, id)
+			if err != nil {
+				s.log.Warn("saga step failed: unwinding", "saga", id, "step", step.name, "err", err)
+				next.Value.State, next.Value.Error = sagaUnwinding, fmt.Sprintf("%s: %v", step.name, err)
+			} else {
+				next.Value.StepDone = true
+			}
+			if err := s.store.Commit(ctx, Put(kindSaga, id, &next.Value, next.Rev)); err != nil {
+				return err
+			}
+		case sagaUnwinding:
+			// Undo the step in hand (it may have acted before failing),
+			// then each one before it.
+			step := MigrateSteps[sg.Step]
+			if step.undo != nil {
+				if err := step.undo(s, ctx, &sg); err != nil {
+					return fmt.Errorf("undoing %s: %w", step.name, err)
+				}
+			}
+			if sg.Step == 0 {
+				sg.State = sagaUnwound
+			} else {
+				sg.Step--
+			}
+			if err := s.store.Commit(ctx, Put(kindSaga, id, &sg, cur.Rev)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// resume drives every saga and drain in flight (at leadership).
+func (s *Server) resume() {
+	sagas, err := List[MigrateSaga](s.ctx, s.store, kindSaga)
+	if err != nil {
+		s.log.Error("listing sagas to resume", "err", err)
+	}
+	for _, sg := range sagas {
+		if sg.Value.State == sagaRunning || sg.Value.State == sagaUnwinding {
+			s.log.Info("resuming saga", "saga", sg.Value.ID, "state", sg.Value.State, "step", MigrateSteps[sg.Value.Step].name)
+			s.goSaga(sg.Value.ID)
+		}
+	}
+	// Settle every instance: reports may have landed while no one led.
+	insts, _ := List[Instance](s.ctx, s.store, kindInstance)
+	for _, in := range insts {
+		s.settle(s.ctx, in.Value.ID)
+	}
+	drains, _ := List[Drain](s.ctx, s.store, kindDrain)
+	for _, d := range drains {
+		if d.Value.State == drainRunning {
+			s.goDrain(d.Value.HostID)
+		}
+	}
+}
+
+// goSaga runs saga id in the background, once per process.
+func (s *Server) goSaga(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running["saga/"+id] {
+		return
+	}
+	s.running["saga/"+id] = true
+	s.wg.Go(func() {
+		defer func() { s.mu.Lock(); delete(s.running, "saga/"+id); s.mu.Unlock() }()
+		if err := s.runSaga(s.ctx, id); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("saga ended", "saga", id, "err", err)
+		}
+	})
+}
+
+// MigrateRequest is the body of POST /v1/instances/{name}/migrate.
+type MigrateRequest struct {
+	To string `json:"to,omitempty"`
+}
+
+func (s *Server) migrateInstance(w http.ResponseWriter, r *http.Request) {
+	var req MigrateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	v, err := s.findInstance(r.Context(), r.PathValue("name"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	m, err := s.StartMigration(r.Context(), v.Value.ID, req.To)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, m)
+}
+
+// StartMigration checks versions, records a migration saga for the
+// instance to host to (placement chooses when empty) and runs it until
+// the target is ensured; the saga's record is what a restart resumes.
+func (s *Server) StartMigration(ctx context.Context, instID, to string) (MigrateSaga, error) {
+	cur, err := Get[Instance](ctx, s.store, kindInstance, instID)
+	if err != nil {
+		return MigrateSaga{}, err
+	}
+	inst := cur.Value
+	if inst.MigrationID != "" {
+		return MigrateSaga{}, wrongState("instance %s is already migrating (%s)", inst.Name, inst.MigrationID)
+	}
+	if inst.ActiveVMM == "" {
+		return MigrateSaga{}, wrongState("instance %s runs no vmm", inst.Name)
+	}
+	src, err := Get[VMM](ctx, s.store, kindVMM, inst.ActiveVMM)
+	if err != nil {
+		return MigrateSaga{}, err
+	}
+	if src.Value.Gone || src.Value.State != instance.Running {
+		return MigrateSaga{}, wrongState("instance %s's vmm is %s, not running", inst.Name, src.Value.State)
+	}
+	if to == src.Value.HostID {
+		return MigrateSaga{}, badRequest("instance %s already runs on host %s", inst.Name, to)
+	}
+	if to == "" {
+		loads, err := s.loads(ctx)
+		if err != nil {
+			return MigrateSaga{}, err
+		}
+		if to, err = PlaceVMM(loads, inst.VCPUs, inst.MemoryMiB, src.Value.HostID, "instance "+inst.Name); err != nil {
+			return MigrateSaga{}, err
+		}
+	} else if _, err := Get[Host](ctx, s.store, kindHost, to); err != nil {
+		return MigrateSaga{}, badRequest("--to %s: %v", to, err)
+	}
+	// The versions first: a mismatch is refused before anything starts.
+	if err := s.checkVersions(ctx, src.Value.HostID, inst.ActiveVMM, to); err != nil {
+		return MigrateSaga{}, err
+	}
+	sg := MigrateSaga{ID: "saga-" + uuid.NewString()[:8], InstanceID: inst.ID, MigrationID: "mig-" + uuid.NewString()[:12],
+		SourceVMM: inst.ActiveVMM, SourceHost: src.Value.HostID, TargetVMM: "vmm-" + uuid.NewString()[:8], TargetHost: to, State: sagaRunning}
+	if err := s.store.Commit(ctx, Put(kindSaga, sg.ID, &sg, 0)); err != nil {
+		return MigrateSaga{}, err
+	}
+	s.mu.Lock()
+	s.running["saga/"+sg.ID] = true
+	s.mu.Unlock()
+	err = s.runSaga(ctx, sg.ID)
+	s.mu.Lock()
+	delete(s.running, "saga/"+sg.ID)
+	s.mu.Unlock()
+	if err != nil {
+		return sg, &apiErr{http.StatusConflict, "migration_refused", fmt.Errorf("migrating instance %s: %w", inst.Name, err)}
+	}
+	return sg, nil
+}
+
+// checkVersions compares the source vmm's version and both agents'
+// with the target agent's (its vmms run the same binary).
+func (s *Server) checkVersions(ctx context.Context, srcHost, srcVMM, dstHost string) error {
+	sa, err := s.agentFor(ctx, srcHost)
+	if err != nil {
+		return err
+	}
+	da, err := s.agentFor(ctx, dstHost)
+	if err != nil {
+		return err
+	}
+	sv, err := sa.VMMVersion(ctx, srcVMM)
+	if err != nil {
+		return fmt.Errorf("getting the source vmm's version: %w", err)
+	}
+	sav, err := sa.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("getting host %s's version: %w", srcHost, err)
+	}
+	dv, err := da.Version(ctx)
+	if err != nil {
+		return fmt.Errorf("getting host %s's version: %w", dstHost, err)
+	}
+	var errs []error
+	if err := client.CheckMigrationVersions(sv, dv); err != nil {
+		errs = append(errs, fmt.Errorf("vmm %s → host %s: %w", srcVMM, dstHost, err))
+	}
+	if err := client.CheckMigrationVersions(sav, dv); err != nil {
+		errs = append(errs, fmt.Errorf("host %s → host %s: %w", srcHost, dstHost, err))
+	}
+	if len(errs) > 0 {
+		return &apiErr{http.StatusConflict, "incompatible", errors.Join(errs...)}
+	}
+	return nil
+}
+
+func (s *Server) stepCheckVersions(ctx context.Context, sg *MigrateSaga) error {
+	return s.checkVersions(ctx, sg.SourceHost, sg.SourceVMM, sg.TargetHost)
+}
+
+func (s *Server) stepCreateVMM(ctx context.Context, sg *MigrateSaga) error {
+	inst, err := Get[Instance](ctx, s.store, kindInstance, sg.InstanceID)
+	if err != nil {
+		return err
+	}
+	loads, err := s.loads(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = Update(ctx, s.store, kindVMM, sg.TargetVMM, func(v *VMM, exists bool) error {
+		if exists {
+			return nil
+		}
+		for _, l := range loads {
+			if l.ID == sg.TargetHost && !l.fits(inst.Value.VCPUs, inst.Value.MemoryMiB) {
+				return &ErrNoCapacity{What: fmt.Sprintf("instance %s on host %s", inst.Value.Name, sg.TargetHost)}
+			}
+		}
+		*v = VMM{ID: sg.TargetVMM, InstanceID: sg.InstanceID, HostID: sg.TargetHost, VCPUs: inst.Value.VCPUs,
+			MemoryMiB: inst.Value.MemoryMiB, Created: time.Now().UTC()}
+		return nil
+	})
+	return err
+}
+
+func (s *Server) undoCreateVMM(ctx context.Context, sg *MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindVMM, sg.TargetVMM, func(v *VMM, exists bool) error {
+		if !exists {
+			return errSkip
+		}
+		v.Unwound = true
+		return nil
+	})
+	return skipOK(err)
+}
+
+// errSkip abandons an Update that has nothing to do.
+var errSkip = errors.New("nothing to do")
+
+func skipOK(err error) error {
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) stepCreateMigration(ctx context.Context, sg *MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *Migration, exists bool) error {
+		if exists {
+			return errSkip
+		}
+		*m = Migration{ID: sg.MigrationID, InstanceID: sg.InstanceID, State: MigrationPending, SourceVMM: sg.SourceVMM,
+			TargetVMM: sg.TargetVMM, SourceHost: sg.SourceHost, TargetHost: sg.TargetHost, Started: time.Now().UTC()}
+		return nil
+	})
+	return skipOK(err)
+}
+
+func (s *Server) undoCreateMigration(ctx context.Context, sg *MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *Migration, exists bool) error {
+		if !exists || m.State == MigrationCompleted || m.State == MigrationFailed {
+			return errSkip
+		}
+		now := time.Now().UTC()
+		m.State, m.Finished, m.Error = MigrationFailed, &now, "the migration saga unwound"
+		return nil
+	})
+	return skipOK(err)
+}
+
+func (s *Server) stepSetIDs(ctx context.Context, sg *MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindInstance, sg.InstanceID, func(i *Instance, exists bool) error {
+		if !exists {
+			return ErrNotFound
+		}
+		if i.MigrationID == sg.MigrationID {
+			return errSkip
+		}
+		if i.MigrationID != "" || i.ActiveVMM != sg.SourceVMM {
+			return wrongState("instance %s changed: vmm %s, migration %q", i.Name, i.ActiveVMM, i.MigrationID)
+		}
+		i.MigrationID, i.TargetVMM = sg.MigrationID, sg.TargetVMM
+		return nil
+	})
+	return skipOK(err)
+}
+
+func (s *Server) undoSetIDs(ctx context.Context, sg *MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindInstance, sg.InstanceID, func(i *Instance, exists bool) error {
+		if !exists || i.MigrationID != sg.MigrationID {
+			return errSkip
+		}
+		i.MigrationID, i.TargetVMM = "", ""
+		return nil
+	})
+	return skipOK(err)
+}
+
+// targetEnsured reports whether an earlier run of ensure_target got the
+// target going: its vmm has reported, or its agent runs it. A replay
+// after a crash must neither re-ensure nor tear down such a target: the
+// migration may have completed while no control process led.
+func (s *Server) targetEnsured(ctx context.Context, sg *MigrateSaga) bool {
+	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && v.Value.Gen > 0 {
+		return true
+	}
+	da, err := s.agentFor(ctx, sg.TargetHost)
+	if err != nil {
+		return false
+	}
+	st, err := da.VMM(ctx, sg.TargetVMM)
+	return err == nil && !st.Gone
+}
+
+func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
+	if s.targetEnsured(ctx, sg) {
+		return nil
+	}
+	inst, err := Get[Instance](ctx, s.store, kindInstance, sg.InstanceID)
+	if err != nil {
+		return err
+	}
+	sa, err := s.agentFor(ctx, sg.SourceHost)
+	if err != nil {
+		return err
+	}
+	src, err := sa.VMM(ctx, sg.SourceVMM)
+	if err != nil {
+		return fmt.Errorf("getting the source vmm: %w", err)
+	}
+	if src.MigrationAddr == "" {
+		return fmt.Errorf("the source vmm %s reports no migration address", sg.SourceVMM)
+	}
+	spec := client.MigrationTargetSpec{ID: sg.InstanceID,
+		Init: client.MigrationInit{Method: instance.InitMigrationTarget, Source: src.MigrationAddr, MigrationID: sg.MigrationID}}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	da, err := s.agentFor(ctx, sg.TargetHost)
+	if err != nil {
+		return err
+	}
+	_, err = da.EnsureVMM(ctx, sg.TargetVMM, agent.EnsureVMM{InstanceID: sg.InstanceID, VCPUs: inst.Value.VCPUs,
+		MemoryMiB: inst.Value.MemoryMiB, Spec: body})
+	if err != nil {
+		return fmt.Errorf("ensuring the target vmm on host %s: %w", sg.TargetHost, err)
+	}
+	return nil
+}
+
+func (s *Server) undoEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
+	if m, err := Get[Migration](ctx, s.store, kindMigration, sg.MigrationID); err == nil && m.Value.State == MigrationCompleted {
+		return nil
+	}
+	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && !v.Value.Gone && v.Value.State == instance.Running {
+		return nil // the target runs: Settle completes the migration
+	}
+	da, err := s.agentFor(ctx, sg.TargetHost)
+	if err != nil {
+		return err
+	}
+	return da.DeleteVMM(ctx, sg.TargetVMM)
+}
+
+func (s *Server) stepMarkInProgress(ctx context.Context, sg *MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *Migration, exists bool) error {
+		if !exists || m.State != MigrationPending {
+			return errSkip
+		}
+		m.State = MigrationInProgress
+		return nil
+	})
+	if err := skipOK(err); err != nil {
+		return err
+	}
+	s.settle(ctx, sg.InstanceID)
+	return nil
+}

@@ -1,0 +1,332 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"tern/agent"
+	"tern/vmm/api"
+	"tern/vmm/instance"
+)
+
+// Config is a control process's configuration.
+type Config struct {
+	// URL is this process's API URL (what other members forward to).
+	URL string
+	// Etcd is the records' cluster; Root the key prefix ("/tern/").
+	Etcd *clientv3.Client
+	Root string
+	// AgentHTTP is the client that reaches agents.
+	AgentHTTP *http.Client
+	Logger    *slog.Logger
+	// CrashAt, for fault-injection tests, SIGKILLs the process at a saga
+	// point: "before:STEP" (recorded, not acted) or "after:STEP" (acted,
+	// not recorded done).
+	CrashAt string
+	// MaxParallelDrain is K, how many migrations a drain runs at once
+	// (default 2).
+	MaxParallelDrain int
+}
+
+// Server is one control-plane process: the API, and, while it leads,
+// the sagas and drains.
+type Server struct {
+	cfg   Config
+	store *Store
+	log   *slog.Logger
+	mux   *http.ServeMux
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+
+	mu sync.Mutex
+	// leader is whether this process leads; leaderURL the leader's URL
+	// (guarded by mu).
+	leader    bool
+	leaderURL string
+	// running holds the sagas and drains this process drives, so a
+	// resume never starts one twice (guarded by mu).
+	running map[string]bool
+}
+
+// NewServer returns a server; Run makes it campaign for leadership.
+func NewServer(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.AgentHTTP == nil {
+		cfg.AgentHTTP = &http.Client{Timeout: 3 * time.Minute}
+	}
+	if cfg.Root == "" {
+		cfg.Root = "/tern/"
+	}
+	if cfg.MaxParallelDrain <= 0 {
+		cfg.MaxParallelDrain = 2
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, store: NewStore(cfg.Etcd, cfg.Root), log: cfg.Logger.With("component", "control"),
+		ctx: ctx, stop: stop, running: map[string]bool{}}
+	s.routes()
+	return s
+}
+
+// Run campaigns for leadership until ctx ends; once leader it resumes
+// every saga and drain in flight. It returns when ctx ends or the
+// session to etcd is lost.
+func (s *Server) Run(ctx context.Context) error {
+	sess, err := concurrency.NewSession(s.cfg.Etcd, concurrency.WithTTL(5))
+	if err != nil {
+		return fmt.Errorf("opening an etcd session: %w", err)
+	}
+	defer sess.Close()
+	el := concurrency.NewElection(sess, s.cfg.Root+"leader")
+	go s.followLeader(ctx, el)
+	if err := el.Campaign(ctx, s.cfg.URL); err != nil {
+		return fmt.Errorf("campaigning for leadership: %w", err)
+	}
+	s.mu.Lock()
+	s.leader, s.leaderURL = true, s.cfg.URL
+	s.mu.Unlock()
+	s.log.Info("leading the control plane", "url", s.cfg.URL)
+	s.resume()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-sess.Done():
+		return errors.New("lost the etcd session: no longer leader")
+	}
+}
+
+// followLeader keeps leaderURL current for forwarding.
+func (s *Server) followLeader(ctx context.Context, el *concurrency.Election) {
+	for resp := range el.Observe(ctx) {
+		if len(resp.Kvs) > 0 {
+			s.mu.Lock()
+			s.leaderURL = string(resp.Kvs[0].Value)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Close stops the sagas and drains this process drives (they resume
+// from their records in the next leader).
+func (s *Server) Close() {
+	s.stop()
+	s.wg.Wait()
+}
+
+// ServeHTTP serves the API: reads here, writes at the leader (forwarded
+// when another process leads).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		s.mu.Lock()
+		leader, to := s.leader, s.leaderURL
+		s.mu.Unlock()
+		if !leader {
+			if to == "" || to == s.cfg.URL {
+				writeError(w, http.StatusServiceUnavailable, "no_leader", "no control process leads yet: retry")
+				return
+			}
+			u, err := url.Parse(to)
+			if err != nil {
+				writeError(w, http.StatusServiceUnavailable, "no_leader", "bad leader URL "+to)
+				return
+			}
+			httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// crashPoint SIGKILLs the process when CrashAt names this point.
+func (s *Server) crashPoint(point string) {
+	if s.cfg.CrashAt != "" && s.cfg.CrashAt == point {
+		s.log.Warn("fault injection: SIGKILL", "at", point)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}
+
+// agentFor returns a client for host id's agent.
+func (s *Server) agentFor(ctx context.Context, id string) (*agent.Client, error) {
+	h, err := Get[Host](ctx, s.store, kindHost, id)
+	if err != nil {
+		return nil, err
+	}
+	return agent.NewClient(h.Value.Address, s.cfg.AgentHTTP), nil
+}
+
+// loads returns every host's capacity and reservations from the records.
+func (s *Server) loads(ctx context.Context) ([]HostLoad, error) {
+	hosts, err := List[Host](ctx, s.store, kindHost)
+	if err != nil {
+		return nil, err
+	}
+	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	if err != nil {
+		return nil, err
+	}
+	regions, err := List[Region](ctx, s.store, kindRegion)
+	if err != nil {
+		return nil, err
+	}
+	var out []HostLoad
+	for _, h := range hosts {
+		l := HostLoad{ID: h.Value.ID, Active: h.Value.State == HostActive, CPUs: h.Value.CPUs, MemoryMiB: h.Value.MemoryMiB}
+		for _, v := range vmms {
+			if v.Value.HostID == l.ID && v.Value.holdsResources() {
+				l.UsedCPUs += v.Value.VCPUs
+				l.UsedMemory += v.Value.MemoryMiB
+			}
+		}
+		for _, r := range regions {
+			if r.Value.HostID == l.ID {
+				l.RegionsCount++
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// InstanceView is an instance as `tern ctl` shows it.
+type InstanceView struct {
+	ID          string   `json:"id"`
+	Name        string   `json:"name"`
+	State       string   `json:"state"`
+	Host        string   `json:"host"`
+	VMM         string   `json:"vmm"`
+	VCPUs       int      `json:"vcpus"`
+	MemoryMiB   uint64   `json:"memory_mib"`
+	Intent      string   `json:"intent"`
+	MigrationID string   `json:"migration_id,omitempty"`
+	TargetVMM   string   `json:"target_vmm,omitempty"`
+	TargetHost  string   `json:"target_host,omitempty"`
+	Regions     []string `json:"regions,omitempty"`
+	Network     V2PKey   `json:"network"`
+}
+
+// HostView is a host as `tern ctl` shows it; VMMs counts the vmm
+// processes its records say may still run there (VMMIDs names them).
+type HostView struct {
+	ID        string    `json:"id"`
+	Address   string    `json:"address"`
+	State     HostState `json:"state"`
+	VMMs      int       `json:"vmms"`
+	VMMIDs    []string  `json:"vmm_ids"`
+	CPUs      int       `json:"cpus"`
+	MemoryMiB uint64    `json:"memory_mib"`
+	Build     string    `json:"build"`
+}
+
+// instanceState is the instance's state in the vmm's names.
+func instanceState(inst *Instance, active *VMM) string {
+	switch {
+	case inst.MigrationID != "":
+		return instance.Migrating.String()
+	case active == nil && inst.Failed:
+		return instance.Failed.String()
+	case active == nil:
+		return instance.Stopped.String()
+	case active.Gone:
+		return instance.Failed.String()
+	case active.Gen == 0:
+		return instance.Creating.String()
+	}
+	return active.State.String()
+}
+
+func (s *Server) instanceView(ctx context.Context, inst *Instance) InstanceView {
+	v := InstanceView{ID: inst.ID, Name: inst.Name, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Intent: string(inst.Intent),
+		MigrationID: inst.MigrationID, TargetVMM: inst.TargetVMM, Network: inst.Network, VMM: inst.ActiveVMM}
+	if inst.Volume != nil {
+		v.Regions = inst.Volume.Regions
+	}
+	var active *VMM
+	if inst.ActiveVMM != "" {
+		if a, err := Get[VMM](ctx, s.store, kindVMM, inst.ActiveVMM); err == nil {
+			active = &a.Value
+			v.Host = a.Value.HostID
+		}
+	}
+	if inst.TargetVMM != "" {
+		if t, err := Get[VMM](ctx, s.store, kindVMM, inst.TargetVMM); err == nil {
+			v.TargetHost = t.Value.HostID
+		}
+	}
+	v.State = instanceState(inst, active)
+	return v
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.Error{ErrorCode: code, Message: msg})
+}
+
+// writeErr maps an error to its status.
+func writeErr(w http.ResponseWriter, err error) {
+	var nc *ErrNoCapacity
+	var ae *apiErr
+	switch {
+	case errors.As(err, &ae):
+		writeError(w, ae.status, ae.code, ae.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.As(err, &nc):
+		writeError(w, http.StatusConflict, "no_capacity", err.Error())
+	case errors.Is(err, ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+	}
+}
+
+// apiErr is an error with its HTTP status and code.
+type apiErr struct {
+	status int
+	code   string
+	err    error
+}
+
+func (e *apiErr) Error() string { return e.err.Error() }
+func (e *apiErr) Unwrap() error { return e.err }
+
+func badRequest(format string, args ...any) error {
+	return &apiErr{http.StatusBadRequest, "bad_request", fmt.Errorf(format, args...)}
+}
+
+func wrongState(format string, args ...any) error {
+	return &apiErr{http.StatusConflict, "wrong_state", fmt.Errorf(format, args...)}
+}
+
+// maxBody bounds a request body.
+const maxBody = 1 << 20
+
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("decoding body: %v", err)
+	}
+	return nil
+}
