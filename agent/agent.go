@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"tern/migration"
 	"tern/vmm/api"
 	"tern/vmm/client"
 	"tern/vmm/instance"
@@ -305,7 +306,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 	}()
 	var gen uint64
 	for {
-		s, err := v.client.MonitorMigration(ctx, gen)
+		s, err := v.client.Monitor(ctx, gen)
 		if err != nil {
 			break
 		}
@@ -316,7 +317,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		a.mu.Lock()
 		v.status.State, v.status.Gen = s.State, s.Gen
 		a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: s.Gen, State: s.State,
-			In: s.Migration.In, Out: s.Migration.Out})
+			In: activeProgress(s.Migration.In), Out: activeProgress(s.Migration.Out)})
 		a.mu.Unlock()
 		if s.State == instance.Destroyed {
 			break
@@ -453,4 +454,12 @@ func decodeJSON(r *http.Request, v any) error {
 		return fmt.Errorf("decoding body: %w", err)
 	}
 	return nil
+}
+
+// activeProgress is p, or nil when it describes no migration.
+func activeProgress(p migration.Progress) *migration.Progress {
+	if !p.Active() {
+		return nil
+	}
+	return &p
 }

@@ -3,8 +3,8 @@ package agent
 import (
 	"encoding/json"
 
+	"tern/migration"
 	"tern/vmm/api"
-	"tern/vmm/client"
 	"tern/vmm/instance"
 )
 
@@ -50,14 +50,14 @@ type VMMStatus struct {
 // Report is one vmm snapshot relayed to the control plane (POST
 // /v1/reports there).
 type Report struct {
-	HostID     string                    `json:"host_id"`
-	VMMID      string                    `json:"vmm_id"`
-	InstanceID string                    `json:"instance_id"`
-	Gen        uint64                    `json:"gen"`
-	State      instance.State            `json:"state"`
-	Gone       bool                      `json:"gone,omitempty"`
-	In         *client.MigrationProgress `json:"migration_in,omitempty"`
-	Out        *client.MigrationProgress `json:"migration_out,omitempty"`
+	HostID     string              `json:"host_id"`
+	VMMID      string              `json:"vmm_id"`
+	InstanceID string              `json:"instance_id"`
+	Gen        uint64              `json:"gen"`
+	State      instance.State      `json:"state"`
+	Gone       bool                `json:"gone,omitempty"`
+	In         *migration.Progress `json:"migration_in,omitempty"`
+	Out        *migration.Progress `json:"migration_out,omitempty"`
 }
 
 // RegionSpec is the body of PUT /v1/regions/{id}.

@@ -6,22 +6,16 @@ import (
 	"time"
 
 	"tern/agent"
-	"tern/vmm/client"
+	"tern/migration"
 	"tern/vmm/instance"
 )
 
-func half(p *client.MigrationProgress) *MigrationHalf {
+func half(p *migration.Progress) *MigrationHalf {
 	if p == nil {
 		return nil
 	}
-	h := &MigrationHalf{ID: p.ID, Phase: p.Phase.String(), BytesSent: p.BytesSent, Round: p.Round, Error: p.Error}
-	if p.TotalMs != nil {
-		h.TotalMs = *p.TotalMs
-	}
-	if p.DowntimeMs != nil {
-		h.DowntimeMs = *p.DowntimeMs
-	}
-	return h
+	return &MigrationHalf{ID: p.ID, Phase: p.Phase.String(), BytesSent: p.BytesSent, Round: uint64(p.Round), Error: p.Error,
+		TotalMs: p.TotalMs, DowntimeMs: p.DowntimeMs}
 }
 
 // ApplyReport records a vmm's report if it is newer than the record's

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"tern/agent"
-	"tern/vmm/client"
+	"tern/migration/runner"
 	"tern/vmm/instance"
 )
 
@@ -277,10 +277,10 @@ func (s *Server) checkVersions(ctx context.Context, srcHost, srcVMM, dstHost str
 		return fmt.Errorf("getting host %s's version: %w", dstHost, err)
 	}
 	var errs []error
-	if err := client.CheckMigrationVersions(sv, dv); err != nil {
+	if err := runner.CheckMigrationVersions(sv, dv); err != nil {
 		errs = append(errs, fmt.Errorf("vmm %s → host %s: %w", srcVMM, dstHost, err))
 	}
-	if err := client.CheckMigrationVersions(sav, dv); err != nil {
+	if err := runner.CheckMigrationVersions(sav, dv); err != nil {
 		errs = append(errs, fmt.Errorf("host %s → host %s: %w", srcHost, dstHost, err))
 	}
 	if len(errs) > 0 {
@@ -426,8 +426,8 @@ func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 	if src.MigrationAddr == "" {
 		return fmt.Errorf("the source vmm %s reports no migration address", sg.SourceVMM)
 	}
-	spec := client.MigrationTargetSpec{ID: sg.InstanceID,
-		Init: client.MigrationInit{Method: instance.InitMigrationTarget, Source: src.MigrationAddr, MigrationID: sg.MigrationID}}
+	spec := runner.MigrationTargetSpec{ID: sg.InstanceID,
+		Init: runner.MigrationInit{Method: instance.InitMigrationTarget, Source: src.MigrationAddr, MigrationID: sg.MigrationID}}
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return err

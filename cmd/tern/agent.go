@@ -18,10 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/agent"
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
+	"tern/migration"
 	"tern/vmm/api"
-	"tern/vmm/migrate"
 )
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
@@ -81,14 +81,14 @@ downstairs listen on --listen's IP. The first line on stdout is
 				return err
 			}
 			if protos == nil {
-				protos = migrate.SupportedVersions
+				protos = migration.SupportedVersions
 			}
 			if cpus <= 0 {
 				cpus = runtime.NumCPU()
 			}
 			a, err := agent.New(agent.Config{HostID: id, Address: url, IP: ip, DataDir: dataDir, Certs: certs, Tern: self,
 				CPUs: cpus, MemoryMiB: uint64(memory) >> 20,
-				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migrate.DeviceVersions()},
+				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
 				Control:     strings.TrimRight(control, "/"),
 				ControlHTTP: clientHTTP(bundle, control),
 				Logger:      log})

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/control"
-	"tern/dataplane/tlsconf"
+	"tern/internal/tlsconf"
 )
 
 func init() { rootCmd.AddCommand(newControlCmd()) }

@@ -20,8 +20,8 @@ import (
 	"golang.org/x/term"
 
 	"tern/control"
-	"tern/dataplane/tlsconf"
-	"tern/units"
+	"tern/internal/tlsconf"
+	"tern/internal/units"
 	"tern/vmm/api"
 	"tern/vmm/instance"
 )

@@ -18,9 +18,9 @@ import (
 
 	"tern/agent"
 	"tern/control"
-	"tern/dataplane/tlsconf"
-	"tern/tools/guests"
+	"tern/internal/tlsconf"
 	"tern/vmm/client"
+	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/vmm/kvm/kvmtest"
 )

@@ -54,6 +54,14 @@ var rules = []rule{
 		why: "the runner drives two VMMs through their APIs; the VMM does not know it",
 	},
 	{
+		from: []string{"..."}, exceptFrom: []string{"control/...", "cmd/tern"}, mayNot: []string{"control/..."},
+		why: "the control plane is the top of the house: only the command runs it",
+	},
+	{
+		from: []string{"..."}, exceptFrom: []string{"agent", "control/...", "cmd/tern"}, mayNot: []string{"agent"},
+		why: "the host agent sits under the control plane and above the vmm processes it spawns; nothing below knows it",
+	},
+	{
 		from: []string{"..."}, exceptFrom: []string{"cmd/tern"}, mayNot: []string{"bench"},
 		why: "bench holds the scenarios behind `tern bench`; only the command runs them",
 	},
