@@ -95,6 +95,13 @@ func Exec(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s not found in PATH (install qemu-system-x86)", qemuBinary)
 	}
+	// The time limit starts once this host has the machine: the wait for
+	// another emulated host is bounded by the caller's ctx only.
+	release, err := acquireMachine(ctx, o.Log)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	kernel, err := EnsureKernel(ctx, o.Log)
