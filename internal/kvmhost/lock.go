@@ -14,7 +14,7 @@ import (
 // LockEnv, set to "off", lets emulated hosts run side by side.
 const LockEnv = "TERN_KVMHOST_LOCK"
 
-// lockName is the file in the temporary directory whose flock admits one
+// lockName is the file in the cache directory whose flock admits one
 // emulated host at a time on this machine. Each is a two-vCPU TCG machine
 // wanting every core; two at once (go test runs two packages at a time)
 // halve each other's speed, and their guests' timing with it, for no
@@ -27,7 +27,14 @@ func acquireMachine(ctx context.Context, log io.Writer) (release func(), err err
 	if os.Getenv(LockEnv) == "off" {
 		return func() {}, nil
 	}
-	path := filepath.Join(os.TempDir(), lockName)
+	dir, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the cache directory for the emulated host's lock: %w", err)
+	}
+	path := filepath.Join(dir, lockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("opening the emulated host's lock %s: %w", path, err)

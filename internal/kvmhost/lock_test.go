@@ -10,7 +10,7 @@ import (
 )
 
 func TestOneEmulatedHostAtATime(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())
+	t.Setenv(CacheEnv, t.TempDir())
 	t.Setenv(LockEnv, "")
 	release, err := acquireMachine(context.Background(), &bytes.Buffer{})
 	if err != nil {
