@@ -18,7 +18,7 @@ import (
 
 // kernelCmdline keeps the kernel quiet on its console (ttyS2), stops it
 // from rebooting into a loop on panic, and tells /init it is init.
-const kernelCmdline = "console=ttyS2 quiet loglevel=3 panic=-1 no_timer_check random.trust_cpu=on " + InitEnv + "=1"
+const kernelCmdline = "console=ttyS2 quiet loglevel=3 panic=-1 no_timer_check random.trust_cpu=on tsc=reliable clocksource=tsc " + InitEnv + "=1"
 
 // qemuArgs are QEMU's arguments; fds 3, 4 and 5 are the pipes of ttyS0,
 // ttyS1 and ttyS2.
