@@ -20,6 +20,12 @@ func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(linuxtest.Prep
 // host is slow; nothing asserts on time.
 const generous = 2 * time.Minute
 
+// linuxBoot bounds a Linux guest's boot to init: inside the emulated test
+// host a stock kernel's CPL0 code runs under nested KVM on TCG, and with
+// the rest of the suite on the same two cores a quiet boot there has taken
+// over two minutes.
+var linuxBoot = kvmtest.Sized(generous, 8*time.Minute)
+
 // newVM builds a VM from cfg (128 MiB unless set) and closes it with the
 // test.
 func newVM(t *testing.T, cfg vmm.Config) *vmm.VM {
@@ -49,7 +55,13 @@ type runResult struct {
 // Run's result. The cleanup stops the VM and waits for Run.
 func start(t *testing.T, vm *vmm.VM) <-chan runResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), generous)
+	return startWithin(t, vm, generous)
+}
+
+// startWithin is start with Run bounded by limit.
+func startWithin(t *testing.T, vm *vmm.VM, limit time.Duration) <-chan runResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	done := make(chan runResult, 1)
 	go func() {
 		s, err := vm.Run(ctx)
@@ -82,6 +94,15 @@ type console struct {
 	off  uint64
 	part string
 	seen []string
+	// wait bounds each waitFor; zero means generous.
+	wait time.Duration
+}
+
+func (c *console) limit() time.Duration {
+	if c.wait > 0 {
+		return c.wait
+	}
+	return generous
 }
 
 func newConsole(t *testing.T, vm *vmm.VM) *console {
@@ -121,7 +142,7 @@ func (c *console) next(deadline <-chan time.Time) (string, bool) {
 // test (with what the guest printed) if none comes within the bound.
 func (c *console) waitFor(what string, match func(string) bool) string {
 	c.t.Helper()
-	deadline := time.After(generous)
+	deadline := time.After(c.limit())
 	for {
 		line, ok := c.next(deadline)
 		if !ok {

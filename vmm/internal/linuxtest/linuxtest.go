@@ -162,9 +162,11 @@ func RunInEmulatedHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	// Each boot inside may take minutes with the rest of the suite on the
+	// same cores (the tests scale their waits there): 20 minutes in all.
+	ctx, cancel := context.WithTimeout(t.Context(), 22*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, self, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=5m")
+	cmd := exec.CommandContext(ctx, self, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=20m")
 	cmd.Env = append(os.Environ(), kvmtest.ModeEnv+"=always")
 	t.Logf("nested PVM: guest CPL0 code is emulated in software here, too slow for a stock kernel; running %s in the emulated test host", t.Name())
 	start := time.Now()
