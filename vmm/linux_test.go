@@ -41,8 +41,8 @@ func TestLinuxBootsToInit(t *testing.T) {
 				MemoryBytes: 256 << 20,
 			})
 			con := newConsole(t, vm)
-			con.wait = linuxBoot
-			done := startWithin(t, vm, 2*linuxBoot)
+			con.wait = linuxBoot()
+			done := startWithin(t, vm, 2*linuxBoot())
 			con.waitFor(linuxtest.InitLine, func(l string) bool { return strings.Contains(l, linuxtest.InitLine) })
 			if n := vm.Serial().Input([]byte("ping\n")); n != 5 {
 				t.Fatalf("UART took %d of 5 bytes", n)

@@ -24,7 +24,7 @@ const generous = 2 * time.Minute
 // host a stock kernel's CPL0 code runs under nested KVM on TCG, and with
 // the rest of the suite on the same two cores a quiet boot there has taken
 // over two minutes.
-var linuxBoot = kvmtest.Sized(generous, 8*time.Minute)
+func linuxBoot() time.Duration { return kvmtest.Sized(generous, 8*time.Minute) }
 
 // newVM builds a VM from cfg (128 MiB unless set) and closes it with the
 // test.

@@ -241,7 +241,8 @@ func Tern(t testing.TB) string {
 }
 
 // Sized returns direct where the tests run on /dev/kvm and emulated inside
-// the emulated test host. There every page a migration sends and every
+// the emulated test host; call it from a test, not a package variable's
+// initializer (Main has not run then). There every page a migration sends and every
 // exit costs tens of times more (TCG runs QUIC's crypto, the race detector
 // and KVM's exits in software), so a test that checks a rule rather than a
 // throughput uses it to move fewer pages or make fewer passes there.
