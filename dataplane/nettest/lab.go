@@ -222,13 +222,13 @@ func (n *Netns) Do(fn func() error) error {
 	return <-done
 }
 
-// Neighbor adds a permanent neighbour entry: ip is at mac on dev.
+// Neighbor sets a permanent neighbour entry: ip is at mac on dev.
 func (n *Netns) Neighbor(dev string, ip netip.Addr, mac net.HardwareAddr) error {
 	ifindex, err := n.Ifindex(dev)
 	if err != nil {
 		return err
 	}
-	err = n.nl.NeighAdd(&netlink.Neigh{LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+	err = n.nl.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
 		IP: ip.AsSlice(), HardwareAddr: mac})
 	if err != nil {
 		return fmt.Errorf("adding neighbour %v on %s in %s: %w", ip, dev, n.Name, err)
