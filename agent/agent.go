@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
+	"tern/dataplane"
+	"tern/internal/telemetry"
 	"tern/migration"
 	"tern/vmm/api"
 	"tern/vmm/client"
@@ -43,6 +48,11 @@ type Config struct {
 	Control     string
 	ControlHTTP *http.Client
 	Logger      *slog.Logger
+	// Plane is the host's network data plane (nil: none; PUT /v1/v2p
+	// then only records the table); Underlay is this host's address on
+	// it, registered with the control plane.
+	Plane    *dataplane.Plane
+	Underlay netip.Addr
 }
 
 // Agent serves one host's API.
@@ -50,7 +60,9 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
-	ctx context.Context
+	// metrics is what GET /metrics serves: the data plane's counters.
+	metrics *metrics.Set
+	ctx     context.Context
 	// stop ends ctx: relays, the sender, registration.
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -64,6 +76,9 @@ type Agent struct {
 	// wake has one slot to tell the sender.
 	pending map[string]Report
 	wake    chan struct{}
+	// v2pMu serialises PUT /v1/v2p (held across the data plane's Apply,
+	// which mu is not).
+	v2pMu sync.Mutex
 }
 
 type vmmProc struct {
@@ -94,6 +109,10 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.restartRegions(); err != nil {
 		a.Close()
 		return nil, err
+	}
+	a.metrics = metrics.NewSet()
+	if cfg.Plane != nil {
+		cfg.Plane.RegisterMetrics(a.metrics)
 	}
 	a.routes()
 	if cfg.Control != "" {
@@ -149,6 +168,7 @@ func (a *Agent) routes() {
 		defer a.mu.Unlock()
 		writeJSON(w, http.StatusOK, append([]Mapping{}, a.v2p...))
 	})
+	m.Handle("GET /metrics", telemetry.MetricsHandler(a.metrics))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
 	})
@@ -427,10 +447,25 @@ func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// One table at a time, so the plane and a.v2p agree on the last.
+	a.v2pMu.Lock()
+	defer a.v2pMu.Unlock()
+	if a.cfg.Plane != nil {
+		table, err := planeTable(m, a.cfg.HostID, a.cfg.Underlay)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+			return
+		}
+		if err := a.cfg.Plane.Apply(table); err != nil {
+			a.log.Error("applying v2p mappings", "err", err)
+			writeError(w, http.StatusInternalServerError, "dataplane_error", err.Error())
+			return
+		}
+	}
 	a.mu.Lock()
 	a.v2p = m
 	a.mu.Unlock()
-	a.log.Info("v2p mappings", "count", len(m))
+	a.log.Info("v2p mappings", "count", len(m), "dataplane", a.cfg.Plane != nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 

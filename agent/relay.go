@@ -88,6 +88,9 @@ func (a *Agent) register() {
 	}
 	reg := Registration{Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
 		Build: a.cfg.Version.Build, MigrationProtocols: protos}
+	if a.cfg.Plane != nil {
+		reg.Underlay = a.cfg.Underlay.String()
+	}
 	backoff := retryMin
 	for {
 		err := a.put(a.ctx, "/v1/hosts/"+url.PathEscape(a.cfg.HostID), reg)

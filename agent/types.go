@@ -82,6 +82,9 @@ type Mapping struct {
 	InstanceID  string `json:"instance_id"`
 	HostID      string `json:"host_id"`
 	HostAddress string `json:"host_address"`
+	// HostUnderlay is the host's data-plane (underlay) IPv4, when its
+	// agent runs a data plane; without it the IP of HostAddress is used.
+	HostUnderlay string `json:"host_underlay,omitempty"`
 }
 
 // Registration is the body of PUT /v1/hosts/{id} on the control plane.
@@ -91,4 +94,6 @@ type Registration struct {
 	MemoryMiB          uint64   `json:"memory_mib"`
 	Build              string   `json:"build"`
 	MigrationProtocols []uint16 `json:"migration_protocols"`
+	// Underlay is the host's data-plane IPv4 (agent --dataplane), if any.
+	Underlay string `json:"underlay,omitempty"`
 }

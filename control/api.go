@@ -98,6 +98,7 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		}
 		h.ID, h.Address, h.CPUs, h.MemoryMiB = id, reg.Address, reg.CPUs, reg.MemoryMiB
 		h.Build, h.MigrationProtocols, h.RegisteredAt = reg.Build, reg.MigrationProtocols, time.Now().UTC()
+		h.Underlay = reg.Underlay
 		return nil
 	})
 	if err != nil {

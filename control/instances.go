@@ -365,13 +365,18 @@ func (s *Server) pushV2P(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	m := []agent.Mapping{}
-	for _, v := range all {
-		m = append(m, agent.Mapping{IP: v.Value.IP, VNI: v.Value.VNI, InstanceID: v.Value.InstanceID, HostID: v.Value.HostID, HostAddress: v.Value.HostAddress})
-	}
 	hosts, err := List[Host](ctx, s.store, kindHost)
 	if err != nil {
 		return
+	}
+	underlay := map[string]string{}
+	for _, h := range hosts {
+		underlay[h.Value.ID] = h.Value.Underlay
+	}
+	m := []agent.Mapping{}
+	for _, v := range all {
+		m = append(m, agent.Mapping{IP: v.Value.IP, VNI: v.Value.VNI, InstanceID: v.Value.InstanceID, HostID: v.Value.HostID,
+			HostAddress: v.Value.HostAddress, HostUnderlay: underlay[v.Value.HostID]})
 	}
 	for _, h := range hosts {
 		if err := agent.NewClient(h.Value.Address, s.cfg.AgentHTTP).PutV2P(ctx, m); err != nil {

@@ -27,6 +27,8 @@ type Host struct {
 	// Build and MigrationProtocols are the agent's tern version.
 	Build              string   `json:"build"`
 	MigrationProtocols []uint16 `json:"migration_protocols"`
+	// Underlay is the host's data-plane IPv4, if its agent runs one.
+	Underlay string `json:"underlay,omitempty"`
 	// RegisteredAt is the agent's last registration.
 	RegisteredAt time.Time `json:"registered_at"`
 }

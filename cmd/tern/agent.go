@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/agent"
+	"tern/dataplane"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 	"tern/migration"
@@ -28,6 +31,7 @@ func init() { rootCmd.AddCommand(newAgentCmd()) }
 
 func newAgentCmd() *cobra.Command {
 	var listen, dataDir, certs, control, id string
+	var underlay, pinDir, vxlanDevice string
 	var apiTLS bool
 	var cpus int
 	memory := units.Bytes(4 << 30)
@@ -40,7 +44,14 @@ creates regions in --data-dir and runs their downstairs, reports
 inventory (capacity, allocations, tern version, migration protocols) and,
 with --control, registers there and relays every vmm snapshot. Vmms and
 downstairs listen on --listen's IP. The first line on stdout is
-"listening on URL".`,
+"listening on URL".
+
+With --dataplane IP (as root) the agent also runs the host's eBPF network
+data plane with IP as its underlay address: a VXLAN device
+(--dataplane-device), the programs' maps pinned under --dataplane-pin-dir
+(default /sys/fs/bpf/tern-HOSTID, mounting a bpffs on /sys/fs/bpf if
+none is there), every PUT /v1/v2p table applied to it, its counters on
+GET /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(serverLogLevel)
@@ -86,19 +97,29 @@ downstairs listen on --listen's IP. The first line on stdout is
 			if cpus <= 0 {
 				cpus = runtime.NumCPU()
 			}
-			a, err := agent.New(agent.Config{HostID: id, Address: url, IP: ip, DataDir: dataDir, Certs: certs, Tern: self,
+			plane, underlayAddr, err := startDataPlane(underlay, pinDir, vxlanDevice, id, log)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			closeAll := func() {}
+			if plane != nil {
+				closeAll = func() { plane.Close() }
+			}
+			a, err := agent.New(agent.Config{HostID: id, Plane: plane, Underlay: underlayAddr, Address: url, IP: ip, DataDir: dataDir, Certs: certs, Tern: self,
 				CPUs: cpus, MemoryMiB: uint64(memory) >> 20,
 				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
 				Control:     strings.TrimRight(control, "/"),
 				ControlHTTP: clientHTTP(bundle, control),
 				Logger:      log})
 			if err != nil {
+				closeAll()
 				ln.Close()
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", url)
 			log.Info("agent serving", "component", "agent", "url", url, "host", id)
-			return serveUntilDone(cmd.Context(), ln, a, bundle, apiTLS, a.Close)
+			return serveUntilDone(cmd.Context(), ln, a, bundle, apiTLS, func() { a.Close(); closeAll() })
 		},
 	}
 	f := cmd.Flags()
@@ -109,6 +130,9 @@ downstairs listen on --listen's IP. The first line on stdout is
 	f.StringVar(&id, "id", "", "the host's id (default: one kept in --data-dir)")
 	f.IntVar(&cpus, "cpus", 0, "vCPUs offered to vmms (default: the machine's CPUs)")
 	f.Var(&memory, "memory", "guest memory offered to vmms")
+	f.StringVar(&underlay, "dataplane", "", "run the eBPF network data plane (needs root) with this IPv4 as the host's underlay address")
+	f.StringVar(&pinDir, "dataplane-pin-dir", "", "bpffs directory for the data plane's maps (default /sys/fs/bpf/tern-HOSTID)")
+	f.StringVar(&vxlanDevice, "dataplane-device", dataplane.DefaultDevice, "name of the data plane's VXLAN device")
 	f.BoolVar(&apiTLS, "api-tls", false, "serve the API over HTTPS, requiring client certificates from the --certs CA")
 	return cmd
 }
@@ -159,4 +183,30 @@ func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, bundle
 	hs.Shutdown(sctx)
 	closeFn()
 	return err
+}
+
+// startDataPlane starts the data plane --dataplane asks for (nil when it
+// is not given).
+func startDataPlane(underlay, pinDir, device, hostID string, log *slog.Logger) (*dataplane.Plane, netip.Addr, error) {
+	if underlay == "" {
+		return nil, netip.Addr{}, nil
+	}
+	addr, err := netip.ParseAddr(underlay)
+	if err != nil || !addr.Is4() {
+		return nil, netip.Addr{}, fmt.Errorf("--dataplane %q: want the host's underlay IPv4 address", underlay)
+	}
+	if os.Geteuid() != 0 {
+		return nil, netip.Addr{}, errors.New("--dataplane needs root (it loads eBPF programs and creates devices)")
+	}
+	if pinDir == "" {
+		if err := dataplane.MountBPFFS("/sys/fs/bpf"); err != nil {
+			return nil, netip.Addr{}, err
+		}
+		pinDir = filepath.Join("/sys/fs/bpf", "tern-"+hostID)
+	}
+	p, err := dataplane.New(dataplane.Config{Underlay: addr, PinDir: pinDir, Device: device, Logger: log})
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return p, addr, nil
 }

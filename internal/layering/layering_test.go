@@ -62,6 +62,10 @@ var rules = []rule{
 		why: "the host agent sits under the control plane and above the vmm processes it spawns; nothing below knows it",
 	},
 	{
+		from: []string{"dataplane/..."}, mayNot: []string{"..."}, except: []string{"dataplane/...", "internal/..."}, tests: true,
+		why: "the network data plane knows programs, maps and devices, not VMs, migration or the control plane; the agent drives it",
+	},
+	{
 		from: []string{"..."}, exceptFrom: []string{"cmd/tern"}, mayNot: []string{"bench"},
 		why: "bench holds the scenarios behind `tern bench`; only the command runs them",
 	},
