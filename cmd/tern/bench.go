@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure tern beside the limits of this machine (volume IO, repair)",
 	}
 	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd(),
-		newBenchBootCmd(), newBenchStartCmd(), newBenchMigrateCmd(), newBenchNBDCmd())
+		newBenchBootCmd(), newBenchStartCmd(), newBenchMigrateCmd(), newBenchNBDCmd(), newBenchDataplaneCmd())
 	return cmd
 }
 
