@@ -453,11 +453,14 @@ func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Plane != nil {
 		table, err := planeTable(m, a.cfg.HostID, a.cfg.Underlay)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
+			a.log.Warn("v2p mappings the data plane cannot place", "err", err)
 		}
 		if err := a.cfg.Plane.Apply(table); err != nil {
 			a.log.Error("applying v2p mappings", "err", err)
+			if errors.Is(err, dataplane.ErrBadTable) {
+				writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+				return
+			}
 			writeError(w, http.StatusInternalServerError, "dataplane_error", err.Error())
 			return
 		}

@@ -12,8 +12,10 @@ import (
 
 // planeTable turns the control plane's mappings into the data plane's:
 // a host's underlay is its registered one (HostUnderlay), else the IP of
-// its agent address; this host's is the agent's own. Every problem is
-// reported at once.
+// its agent address; this host's is the agent's own. A mapping the data
+// plane cannot place (not IPv4, no underlay for its host) is left out,
+// and named in the error, so one such mapping does not hold back every
+// other update; packets to its VM drop as having no mapping.
 func planeTable(ms []Mapping, selfID string, self netip.Addr) ([]dataplane.Mapping, error) {
 	out := make([]dataplane.Mapping, 0, len(ms))
 	var errs []error

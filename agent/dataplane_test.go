@@ -108,11 +108,22 @@ func TestPutV2PProgramsTheDataPlane(t *testing.T) {
 	if len(entries) != 2 || entries[0].Ifindex == 0 || entries[1].Ifindex != 0 || entries[1].Underlay.String() != "10.99.0.2" {
 		t.Fatalf("kernel entries %+v: want inst-1 local and inst-2 on 10.99.0.2", entries)
 	}
-	// A table the plane cannot take changes nothing.
-	if resp := put(append(table, Mapping{IP: "fd00::3", VNI: 7, InstanceID: "inst-3", HostID: "host-b"})); resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("PUT /v1/v2p with an IPv6 mapping: %s, want 400", resp.Status)
+	// A mapping the plane cannot place is left out; the rest applies.
+	moved := []Mapping{table[0], {IP: "10.7.0.2", VNI: 7, InstanceID: "inst-2", HostID: "host-c", HostAddress: "http://10.99.0.3:7000"},
+		{IP: "fd00::3", VNI: 7, InstanceID: "inst-3", HostID: "host-b"}}
+	if resp := put(moved); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT /v1/v2p with an IPv6 mapping: %s, want 204", resp.Status)
 	}
-	if after, _ := plane.Entries(); len(after) != 2 {
+	if after, _ := plane.Entries(); len(after) != 2 || after[1].Underlay.String() != "10.99.0.3" {
+		t.Fatalf("entries %+v: want inst-2 moved to 10.99.0.3 and no IPv6 entry", after)
+	}
+	// A table the plane refuses whole (two VMs at one address) changes
+	// nothing and is a 400.
+	dup := append(moved[:2:2], Mapping{IP: "10.7.0.2", VNI: 7, InstanceID: "inst-4", HostID: "host-b", HostAddress: "http://10.99.0.2:7000"})
+	if resp := put(dup); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("PUT /v1/v2p with two VMs at one address: %s, want 400", resp.Status)
+	}
+	if after, _ := plane.Entries(); len(after) != 2 || after[1].Underlay.String() != "10.99.0.3" {
 		t.Fatalf("a refused table changed the map: %+v", after)
 	}
 	resp, err := http.Get(srv.URL + "/metrics")

@@ -291,7 +291,7 @@ func (p *Plane) release() error {
 // atomically), and only then are stale entries deleted.
 func (p *Plane) Apply(table []Mapping) error {
 	if err := validateTable(table); err != nil {
-		return fmt.Errorf("applying the mapping table: %w", err)
+		return fmt.Errorf("applying the mapping table: %w: %w", ErrBadTable, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -301,6 +301,9 @@ func (p *Plane) Apply(table []Mapping) error {
 	p.table = slices.Clone(table)
 	return p.syncLocked(time.Now())
 }
+
+// ErrBadTable is wrapped by Apply's error for a table it refuses whole.
+var ErrBadTable = errors.New("bad mapping table")
 
 // ErrClosed is returned by a Plane's methods after Close.
 var ErrClosed = errors.New("data plane closed")
