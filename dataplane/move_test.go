@@ -213,3 +213,62 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestMovedEntriesThatPointAtEachOtherEndOnTTL: two hosts whose stale
+// forwarding entries send a VM's packets to each other (each thinks the
+// VM moved to the other) bounce a packet only until its inner TTL runs
+// out; it is then dropped and counted, not looped forever.
+func TestMovedEntriesThatPointAtEachOtherEndOnTTL(t *testing.T) {
+	r := newRack(t)
+	a, b, c := addHost(t, r, "a"), addHost(t, r, "b"), addHost(t, r, "c")
+	pa, pb, pc := newPlane(t, a, dataplane.AttachAuto), newPlane(t, b, dataplane.AttachAuto), newPlane(t, c, dataplane.AttachAuto)
+	x := vmSpec{"x", 7, "10.7.0.2"}
+	sender := addVM(t, r, a, pa, vm7a)
+	addVM(t, r, b, pb, x)
+	onC, err := r.AddVM(c, "xc", netip.MustParseAddr(x.ip), mac(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.AttachPort(dataplane.Port{InstanceID: x.name, Device: onC.Device, MAC: onC.MAC, VNI: 7, IP: onC.IP}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, b)}, pa, pb)
+	apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, c)}, pc)
+	// Each host's VM leaves toward the other.
+	for _, h := range []struct {
+		p  *dataplane.Plane
+		to *nettest.Host
+	}{{pb, c}, {pc, b}} {
+		if err := h.p.DetachPort(x.name); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, h.to)}, h.p)
+	}
+	if err := sender.NS.Neighbor("eth0", onC.IP, dataplane.DefaultRouterMAC); err != nil {
+		t.Fatal(err)
+	}
+	beforeB, beforeC := counters(t, pb), counters(t, pc)
+	conn := udpConn(t, sender, 9001)
+	if _, err := conn.WriteToUDPAddrPort([]byte("round and round"), netip.AddrPortFrom(onC.IP, 9000)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		nb, nc := counters(t, pb), counters(t, pc)
+		ttl := nb[dataplane.CounterDropTTL] - beforeB[dataplane.CounterDropTTL] + nc[dataplane.CounterDropTTL] - beforeC[dataplane.CounterDropTTL]
+		fwd := nb[dataplane.CounterForwarded] - beforeB[dataplane.CounterForwarded] + nc[dataplane.CounterForwarded] - beforeC[dataplane.CounterForwarded]
+		if ttl == 1 {
+			// The sender's TTL is 64: 63 forwards, then the drop.
+			if fwd != 63 {
+				t.Errorf("the packet was forwarded %d times before its TTL ran out, want 63", fwd)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no TTL drop after %d forwards", fwd)
+		}
+		<-tick.C
+	}
+}
