@@ -69,7 +69,8 @@ func (p *Plane) Counters() (Counters, error) {
 // RegisterMetrics adds the counters to set as
 // tern_dataplane_packets_total{result="…"}, read from the kernel at each
 // scrape, and the map sizes as tern_dataplane_v2p_entries and
-// tern_dataplane_forwarding_entries.
+// tern_dataplane_forwarding_entries. Call it once per set (a name twice
+// in one set panics in the metrics library).
 func (p *Plane) RegisterMetrics(set *metrics.Set) {
 	for c := range NumCounters {
 		set.NewGauge(fmt.Sprintf(`tern_dataplane_packets_total{result=%q}`, c.String()), func() float64 {
