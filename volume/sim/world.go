@@ -36,15 +36,6 @@ type Config struct {
 	Skip map[int]bool
 	// KeepTrace keeps every trace line in Result.Trace.
 	KeepTrace bool
-
-	// Undo, for regression tests, a fix the simulation found: they prove
-	// a kept seed still fails without it.
-	legacyRejoin           bool // replay a rejoining replica that may have lost writes
-	legacySourceChoice     bool // live repair always copies from the lowest Active replica
-	legacyActivationSource bool // activation repair gives up when its source served bad data
-	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
-	legacyDonorOrder       bool // an older intact copy is taken in replica order, not newest first
-	legacyRepairNoSource   bool // with no Active replica, a rejoining one is live-repaired (8f08ee2), not held
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.

@@ -159,6 +159,9 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 				return merr
 			}
 			mends, mended = mends+1, n > 0
+			if u.hooks != nil && u.hooks.sourceMended != nil {
+				u.hooks.sourceMended(src, e)
+			}
 			err = u.copyExtent(ctx, extentCopy{
 				kind: repairActivation, extent: e, src: src, dst: dst,
 				srcEpoch: epochs[src], dstEpoch: epochs[dst],
