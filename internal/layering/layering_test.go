@@ -47,7 +47,7 @@ var rules = []rule{
 	},
 	{
 		from: []string{"volume/internal/fixes"}, mayNot: []string{"..."},
-		why:  "the undoable fixes are a table of flags the decision cores read; it imports nothing of tern",
+		why: "the undoable fixes are a table of flags the decision cores read; it imports nothing of tern",
 	},
 	{
 		from: []string{"migration"}, mayNot: []string{"vmm/instance", "vmm/api", "vmm/client", "migration/runner", "bench/...", "cmd/..."},
