@@ -64,3 +64,20 @@ func MendSourceAgain(sourceClean bool, mends int, lastMended bool) bool {
 	}
 	return lastMended && mends < MaxSourceMends
 }
+
+// RecordedAlike splits need, blocks of an extent whose copy on a clean
+// source is damaged, by whether a peer recorded the same hash for them as
+// the source (srcHashes, peerHashes: each replica's recorded hashes of
+// the extent): the peer's intact copy of a block in same holds the data
+// the source's held, so it mends the source without changing what the
+// source says it holds. Both keep need's order.
+func RecordedAlike(need []uint32, srcHashes, peerHashes []uint64) (same, other []uint32) {
+	for _, b := range need {
+		if int(b) < len(peerHashes) && int(b) < len(srcHashes) && peerHashes[b] == srcHashes[b] {
+			same = append(same, b)
+		} else {
+			other = append(other, b)
+		}
+	}
+	return same, other
+}

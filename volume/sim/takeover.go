@@ -350,13 +350,9 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 			u.activationFailed("reading a peer's hashes failed")
 			return
 		}
-		var same, other []uint32
-		for _, b := range need {
-			if anyCopy || h.hashes[b] == sh.hashes[b] {
-				same = append(same, b)
-			} else {
-				other = append(other, b)
-			}
+		same, other := need, []uint32(nil)
+		if !anyCopy {
+			same, other = reconcile.RecordedAlike(need, sh.hashes, h.hashes)
 		}
 		if len(same) == 0 {
 			u.mendFrom(x, src, sh, other, r+1, anyCopy, w, done)

@@ -204,14 +204,7 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 			return 0, err
 		}
 		asked = append(asked, r)
-		var same, other []uint32
-		for _, b := range need {
-			if int(b) < len(h.Hashes) && h.Hashes[b] == srcHashes[b] {
-				same = append(same, b)
-			} else {
-				other = append(other, b)
-			}
-		}
+		same, other := reconcile.RecordedAlike(need, srcHashes, h.Hashes)
 		bad, err := u.readIntact(ctx, r, epochs[r], e, same, true, &got)
 		if err != nil {
 			return 0, err

@@ -135,6 +135,12 @@ func (e *Engine) LiveRepairSource(r, avoid int) int {
 	return src
 }
 
+// Behind reports whether replica r, held for a restart reconciliation,
+// missed jobs its peers took (it was Faulted or Repairing, not Offline,
+// when it was held): reconcile.ReplicaVersions.Behind, so it is a source
+// only when every present replica is behind.
+func (e *Engine) Behind(r int) bool { return e.replicas[r].state != ReplicaOffline }
+
 // AnyActive reports whether a replica is Active.
 func (e *Engine) AnyActive() bool {
 	for r := range e.replicas {
