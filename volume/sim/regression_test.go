@@ -10,7 +10,7 @@ import (
 // mutationSeedBound bounds the seeds a mutation must be caught within:
 // each kept seed below is under it, so a fix undone in the production code
 // is found by a campaign of that many seeds.
-const mutationSeedBound = 3000
+const mutationSeedBound = 4000
 
 // mutations undo, one at a time, past fixes of the production code the
 // simulator drives (volume/internal/fixes: engine.Engine.Rejoin, FlushedOn,
@@ -27,11 +27,11 @@ var mutations = []struct {
 	wholeVolume bool
 }{
 	{fix: fixes.RepairLostWrites, name: "restarted replica replayed over lost writes", seeds: []uint64{2, 7, 9}},
-	{fix: fixes.RepairLostWrites, name: "every replica restarted, replayed over lost writes", seeds: []uint64{1, 9}, wholeVolume: true},
-	{fix: fixes.HoldWithoutSource, name: "every replica restarted, live-repaired with no source: the volume stalls", seeds: []uint64{0, 1}, wholeVolume: true},
-	{fix: fixes.AvoidBadLiveSource, name: "live repair stuck on a source with a flipped bit", seeds: []uint64{110, 138}},
+	{fix: fixes.RepairLostWrites, name: "every replica restarted, replayed over lost writes", seeds: []uint64{1, 13}, wholeVolume: true},
+	{fix: fixes.HoldWithoutSource, name: "every replica restarted, live-repaired with no source: the volume stalls", seeds: []uint64{1, 4}, wholeVolume: true},
+	{fix: fixes.AvoidBadLiveSource, name: "live repair stuck on a source with a flipped bit", seeds: []uint64{97, 110}},
 	{fix: fixes.MendCleanSource, name: "takeover activation fails on a clean source with a flipped bit", seeds: []uint64{135, 379}},
-	{fix: fixes.FlushedOnRejoin, name: "a cut-short replay regresses a replica below its flushed state", seeds: []uint64{1445, 2939}},
+	{fix: fixes.FlushedOnRejoin, name: "a cut-short replay regresses a replica below its flushed state", seeds: []uint64{3578}},
 	{fix: fixes.NewestDonorFirst, name: "a damaged only copy is replaced from a stale replica, not the newest", seeds: []uint64{879}},
 	{fix: fixes.MendSourceTwice, name: "takeover activation fails on a clean source damaged again after its mend", seeds: []uint64{1495}, wholeVolume: true},
 }
