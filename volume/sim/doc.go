@@ -45,9 +45,18 @@
 // not the seed, would order them), which is why the simulator runs its
 // own plumbing around the shared decisions.
 //
+// The plumbing's steps are narrower than the drivers' in a few known
+// ways: a takeover and a restart reconciliation wait for all three
+// replicas (the real ones go ahead with two after
+// Config.ActivationQuorumWait; here a crashed downstairs always
+// restarts); a repair copies only the differing blocks, in one request
+// (never Config.RepairWholeExtents, nor frames of several batches); and a
+// dirty source's torn blocks are found by reading them one by one, where
+// readIntact halves a refused batch.
+//
 // Each past fix the simulator found lives in that production code with a
 // test-only switch (tern/volume/internal/fixes) that undoes it;
-// TestMutationsAreCaught undoes each in turn and requires its kept seeds,
+// TestRegressionSeeds undoes each in turn and requires its kept seeds,
 // all below mutationSeedBound, to fail, and to pass with it in place.
 //
 // # A run
@@ -118,7 +127,7 @@
 //	go test ./volume/sim -run TestSimulation -v -seeds 500   # seeds 0..499
 //	go test ./volume/sim -run TestSimulation -v -seed 42     # one seed, replayed exactly
 //	go test ./volume/sim -run TestSimulationWholeVolumeCrash -v -seeds 500   # with crashes of the whole volume
-//	go test ./volume/sim -run TestMutationsAreCaught -v      # each past fix undone in production code
+//	go test ./volume/sim -run TestRegressionSeeds -v      # each past fix undone in production code
 //	tern bench sim --seeds 10000                             # a campaign, outside CI
 //
 // Each seed logs `sim: seed=S events=N faults=F trace=H violations=V`. A

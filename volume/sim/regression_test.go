@@ -44,10 +44,10 @@ func mutationConfig(seed uint64, wholeVolume bool) Config {
 	return cfg
 }
 
-// TestMutationsAreCaught proves the simulator catches each past fix
+// TestRegressionSeeds proves the simulator catches each past fix
 // undone in the production code, on the kept seeds, and that those seeds
 // pass with the fix in place.
-func TestMutationsAreCaught(t *testing.T) {
+func TestRegressionSeeds(t *testing.T) {
 	covered := map[fixes.Fix]bool{}
 	for _, m := range mutations {
 		covered[m.fix] = true
