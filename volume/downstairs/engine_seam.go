@@ -1,6 +1,9 @@
 package downstairs
 
-import "tern/volume/wire"
+import (
+	"tern/volume/ids"
+	"tern/volume/wire"
+)
 
 // Access says what a job submitted to a JobOrder touches.
 type Access uint8
@@ -45,3 +48,34 @@ func (o *JobOrder) Drop() []wire.JobID { return o.e.drop() }
 
 // Len returns the number of pending jobs.
 func (o *JobOrder) Len() int { return o.e.len() }
+
+// Request names a request kind for a driver outside this package (the
+// simulator), so it asks the session's own rules what to do with one.
+type Request uint8
+
+// Requests a session admits and orders (Activate and RegionInfo are
+// answered by the session's owner itself).
+const (
+	RequestRead           = Request(kindRead)
+	RequestWrite          = Request(kindWrite)
+	RequestFlush          = Request(kindFlush)
+	RequestExtentVersions = Request(kindExtentVersions)
+	RequestExtentHashes   = Request(kindExtentHashes)
+	RequestRepairRead     = Request(kindRepairRead)
+	RequestRepairWrite    = Request(kindRepairWrite)
+)
+
+// Admit is a session's admission rule (session.handle) for a request of a
+// session that is not fenced: ok, or the code to refuse it with.
+// flushGen is a flush's generation and sessionGen the session's.
+func Admit(r Request, readOnly, active bool, flushGen, sessionGen ids.Generation) (code wire.ErrorCode, ok bool) {
+	return admit(jobKind(r), readOnly, active, flushGen, sessionGen)
+}
+
+// AccessOf is what a request touches, as a session orders it: blocks
+// [offset, offset+count) for a read or write, extent's blocks for a
+// repair request, for Submit.
+func AccessOf(r Request, offset, count uint64, extent ids.ExtentID, extentBlocks uint32) (mode Access, first, end uint64) {
+	m, first, end := accessOf(jobKind(r), offset, count, extent, extentBlocks)
+	return Access(m), first, end
+}

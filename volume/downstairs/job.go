@@ -99,26 +99,56 @@ func (j *job) data() []byte {
 
 // key describes the job to the engine.
 func (j *job) key(spec extent.Spec) jobKey {
+	count := uint64(j.count)
+	if j.kind == kindWrite {
+		count = uint64(len(j.hashes))
+	}
 	k := jobKey{id: j.id, deps: j.deps}
-	eb := uint64(spec.ExtentBlocks)
-	switch j.kind {
+	k.mode, k.first, k.end = accessOf(j.kind, uint64(j.offset), count, j.extent, spec.ExtentBlocks)
+	return k
+}
+
+// accessOf is what a job of kind touches, for the ordering engine: blocks
+// [offset, offset+count) for a read or write, extent's blocks for a
+// repair request.
+func accessOf(kind jobKind, offset, count uint64, extent ids.ExtentID, extentBlocks uint32) (mode access, first, end uint64) {
+	eb := uint64(extentBlocks)
+	switch kind {
 	case kindRead:
-		k.mode, k.first, k.end = accessRead, uint64(j.offset), uint64(j.offset)+uint64(j.count)
+		return accessRead, offset, offset + count
 	case kindWrite:
-		k.mode, k.first, k.end = accessWrite, uint64(j.offset), uint64(j.offset)+uint64(len(j.hashes))
+		return accessWrite, offset, offset + count
 	case kindFlush:
-		k.mode = accessFlush
+		return accessFlush, 0, 0
 	case kindExtentVersions:
-		k.mode = accessMeta
+		return accessMeta, 0, 0
 	case kindExtentHashes, kindRepairRead:
-		k.mode, k.first, k.end = accessRead, uint64(j.extent)*eb, uint64(j.extent+1)*eb
+		return accessRead, uint64(extent) * eb, uint64(extent+1) * eb
 	case kindRepairWrite:
 		// A repair also rewrites the extent's version: order it like a
 		// flush against metadata readers by treating it as a write of the
 		// whole extent (flushes and meta reads conflict with every write).
-		k.mode, k.first, k.end = accessWrite, uint64(j.extent)*eb, uint64(j.extent+1)*eb
+		return accessWrite, uint64(extent) * eb, uint64(extent+1) * eb
 	}
-	return k
+	return 0, 0, 0
+}
+
+// admit is a session's admission rule for a request of kind (not
+// Activate or RegionInfo, which the owner answers itself) from a session
+// that is not fenced: a mutation never on a read-only session; a
+// mutation, a repair read, or a read of a session that could activate
+// only once the session is active; a flush only at the session's
+// generation. It returns the code to refuse with, or ok.
+func admit(kind jobKind, readOnly, active bool, flushGen, sessionGen ids.Generation) (code wire.ErrorCode, ok bool) {
+	switch {
+	case kind.mutates() && readOnly:
+		return wire.CodeReadOnly, false
+	case (kind.mutates() || kind == kindRepairRead || (kind == kindRead && !readOnly)) && !active:
+		return wire.CodeNotActive, false
+	case kind == kindFlush && flushGen != sessionGen:
+		return wire.CodeBadRequest, false
+	}
+	return 0, true
 }
 
 // fail records an error result.

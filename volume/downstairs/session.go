@@ -276,13 +276,18 @@ func (s *session) handle(j *job) {
 		s.reply(j)
 		return
 	}
-	switch {
-	case j.kind.mutates() && s.readOnly:
-		j.fail(wire.CodeReadOnly, "%s on a read-only session", kindNames[j.kind])
-	case (j.kind.mutates() || j.kind == kindRepairRead || (j.kind == kindRead && !s.readOnly)) && !active:
-		j.fail(wire.CodeNotActive, "%s before Activate", kindNames[j.kind])
-	case j.kind == kindFlush && j.gen != srv.sessionGen(s):
-		j.fail(wire.CodeBadRequest, "flush generation %d is not the session's %d", j.gen, srv.sessionGen(s))
+	var sessionGen ids.Generation
+	if j.kind == kindFlush {
+		sessionGen = srv.sessionGen(s)
+	}
+	switch code, ok := admit(j.kind, s.readOnly, active, j.gen, sessionGen); {
+	case ok:
+	case code == wire.CodeReadOnly:
+		j.fail(code, "%s on a read-only session", kindNames[j.kind])
+	case code == wire.CodeNotActive:
+		j.fail(code, "%s before Activate", kindNames[j.kind])
+	default:
+		j.fail(code, "flush generation %d is not the session's %d", j.gen, sessionGen)
 	}
 	if j.failed {
 		s.reply(j)

@@ -15,6 +15,9 @@ type CampaignReport struct {
 	Violations  int
 	Lost        int
 	Latent      int
+	// WritesAcked and FlushesAcked sum the runs' acknowledged writes and
+	// flushes (each run must have some).
+	WritesAcked, FlushesAcked int
 	// Failing lists the failing seeds with their first violation, in
 	// seed order.
 	Failing []Result
@@ -71,6 +74,8 @@ func CampaignWith(faults Probabilities, first uint64, n, workers int, progress f
 		rep.Violations += len(r.Violations)
 		rep.Lost += r.Lost
 		rep.Latent += r.Latent
+		rep.WritesAcked += r.WritesAcked
+		rep.FlushesAcked += r.FlushesAcked
 		if len(r.Violations) > 0 {
 			rep.Failing = append(rep.Failing, r)
 		}
@@ -83,6 +88,8 @@ func (c CampaignReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "simulation campaign: seeds %d..%d\n", c.First, c.First+c.Runs-1)
 	fmt.Fprintf(w, "  %-22s %d\n", "runs", c.Runs)
 	fmt.Fprintf(w, "  %-22s %d\n", "events", c.Events)
+	fmt.Fprintf(w, "  %-22s %d\n", "writes acknowledged", c.WritesAcked)
+	fmt.Fprintf(w, "  %-22s %d\n", "flushes acknowledged", c.FlushesAcked)
 	fmt.Fprintf(w, "  %-22s %d\n", "faults injected", c.Faults.Total())
 	c.Faults.Each(func(kind string, n int) {
 		fmt.Fprintf(w, "    %-20s %d\n", kind, n)

@@ -7,27 +7,57 @@
 //
 // The decision cores are the project's own, not re-implementations:
 //
-//   - the upstairs job engine, through engine.Engine;
-//   - each downstairs session's job ordering, through downstairs.JobOrder,
-//     and the fencing rule downstairs.MayActivate;
+//   - the upstairs job engine, through engine.Engine, including what
+//     becomes of a rejoining session (Engine.SessionActivated: the flush
+//     its extents show applied, replay or repair or hold), the live-repair
+//     source (Engine.LiveRepairSource) and which held replicas are behind
+//     (Engine.Behind);
+//   - each downstairs session's admission rule (downstairs.Admit), what a
+//     request touches (downstairs.AccessOf), its job ordering
+//     (downstairs.JobOrder) and the fencing rule downstairs.MayActivate;
 //   - the live-repair walk (reconcile.LiveRepair, LiveRepairNeeded,
-//     DiffBlocks) and the activation planner (reconcile.PlanActivation);
+//     DiffBlocks), the activation and restart planners
+//     (reconcile.PlanActivation, PlanRestart) and the choices a repair
+//     makes carrying a plan out: donors of an older intact copy
+//     (reconcile.NewestFirst), which peers recorded a damaged block alike
+//     (reconcile.RecordedAlike), and whether a clean source that served
+//     bad data is mended, again if need be (reconcile.MendSourceAgain);
 //   - the extent store (extent.Region) on a simulated disk (disk.go, an
 //     extent.FS) that keeps only what was synced and, at a crash, keeps a
 //     random prefix of the unsynced writes of each file and may tear the
 //     last one.
 //
-// What is simulated is everything around them that is goroutines and
-// sockets in production: the network (network.go: an ordered reliable
-// stream per connection, as QUIC gives, over packets that may be
-// reordered, delayed, dropped and retransmitted, or duplicated), the
-// downstairs' session owner and workers (downstairs.go, after session.go
-// and job.go), and the upstairs' driver (upstairs.go, takeover.go,
-// restart.go, after replica_setup.go, replica_serve.go, io.go, live_repair.go,
-// activation_reconcile.go and restart_reconcile.go). The
-// drivers are mirrors: a fix to the real driver must be made to its mirror
-// too, and a regression seed (regression_test.go) proves the mirror still
-// finds the bug when the fix is undone.
+// What is simulated is what is goroutines, sockets and clocks in
+// production: the network (network.go: an ordered reliable stream per
+// connection, as QUIC gives, over packets that may be reordered, delayed,
+// dropped and retransmitted, or duplicated); the downstairs' session
+// owner and workers (downstairs.go: it delivers requests, runs the jobs
+// the real order releases on the real region, and replies); and the
+// upstairs' event plumbing (upstairs.go, takeover.go, restart.go: dial,
+// send jobs and repair calls in ID order, hand replies to the engine,
+// and walk the repairs' steps as callbacks on the scheduler where
+// replica_serve.go, live_repair.go, activation_reconcile.go and
+// restart_reconcile.go block on calls). That plumbing asks the
+// production functions above at every point where the drivers decide, so
+// it holds no decision of its own to keep in step: the production
+// drivers and the simulator call the same code. Running the production
+// goroutines themselves would give up exact replay (the Go scheduler,
+// not the seed, would order them), which is why the simulator runs its
+// own plumbing around the shared decisions.
+//
+// The plumbing's steps are narrower than the drivers' in a few known
+// ways: a takeover and a restart reconciliation wait for all three
+// replicas (the real ones go ahead with two after
+// Config.ActivationQuorumWait; here a crashed downstairs always
+// restarts); a repair copies only the differing blocks, in one request
+// (never Config.RepairWholeExtents, nor frames of several batches); and a
+// dirty source's torn blocks are found by reading them one by one, where
+// readIntact halves a refused batch.
+//
+// Each past fix the simulator found lives in that production code with a
+// test-only switch (tern/volume/internal/fixes) that undoes it;
+// TestRegressionSeeds undoes each in turn and requires its kept seeds,
+// all below mutationSeedBound, to fail, and to pass with it in place.
 //
 // # A run
 //
@@ -74,7 +104,11 @@
 //     replica never owes more than its backlog bound (past it, it is
 //     Faulted).
 //
-// The run stops at the first violation.
+// The run stops at the first violation, and then counts the blocks it
+// lost (Result.Lost: acknowledged, flushed data no replica holds); the
+// final comparison counts every lost block, not the first. A run must
+// also have made progress: writes and flushes acknowledged, the final
+// flush included (a run that does nothing fails).
 //
 // # Determinism
 //
@@ -93,6 +127,7 @@
 //	go test ./volume/sim -run TestSimulation -v -seeds 500   # seeds 0..499
 //	go test ./volume/sim -run TestSimulation -v -seed 42     # one seed, replayed exactly
 //	go test ./volume/sim -run TestSimulationWholeVolumeCrash -v -seeds 500   # with crashes of the whole volume
+//	go test ./volume/sim -run TestRegressionSeeds -v      # each past fix undone in production code
 //	tern bench sim --seeds 10000                             # a campaign, outside CI
 //
 // Each seed logs `sim: seed=S events=N faults=F trace=H violations=V`. A

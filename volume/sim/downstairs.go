@@ -76,6 +76,17 @@ func (d *dsNode) reply(s *dsSession, m *message) {
 	d.w.link(s.up, d.id).send(toUpstairs, m)
 }
 
+// requestOf names each request the simulated upstairs sends for the
+// downstairs' own admission and ordering rules.
+var requestOf = map[msgKind]downstairs.Request{
+	mRead:         downstairs.RequestRead,
+	mWrite:        downstairs.RequestWrite,
+	mFlush:        downstairs.RequestFlush,
+	mExtentHashes: downstairs.RequestExtentHashes,
+	mRepairRead:   downstairs.RequestRepairRead,
+	mRepairWrite:  downstairs.RequestRepairWrite,
+}
+
 // receive admits one request of upstairs up's connection epoch.
 func (d *dsNode) receive(up int, epoch uint64, m *message) {
 	if !d.alive() {
@@ -90,29 +101,16 @@ func (d *dsNode) receive(up int, epoch uint64, m *message) {
 		d.reply(s, &message{kind: mFenced, id: m.id})
 		return
 	}
-	switch {
-	case d.active != s:
-		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeNotActive})
-		return
-	case m.kind == mFlush && m.gen != s.gen:
+	req, known := requestOf[m.kind]
+	if !known {
 		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeBadRequest})
 		return
 	}
-	eb := uint64(d.w.spec.ExtentBlocks)
-	var mode downstairs.Access
-	var first, end uint64
-	switch m.kind {
-	case mRead:
-		mode, first, end = downstairs.AccessRead, uint64(m.first), uint64(m.first)+uint64(m.count)
-	case mWrite:
-		mode, first, end = downstairs.AccessWrite, uint64(m.first), uint64(m.first)+uint64(m.count)
-	case mFlush:
-		mode = downstairs.AccessFlush
-	case mExtentHashes, mRepairRead:
-		mode, first, end = downstairs.AccessRead, uint64(m.extent)*eb, uint64(m.extent+1)*eb
-	case mRepairWrite:
-		mode, first, end = downstairs.AccessWrite, uint64(m.extent)*eb, uint64(m.extent+1)*eb
+	if code, ok := downstairs.Admit(req, false, d.active == s, m.gen, s.gen); !ok {
+		d.reply(s, &message{kind: mError, id: m.id, code: code})
+		return
 	}
+	mode, first, end := downstairs.AccessOf(req, uint64(m.first), uint64(m.count), ids.ExtentID(m.extent), d.w.spec.ExtentBlocks)
 	run, ok := s.order.Submit(m.id, m.deps, mode, first, end)
 	if !ok {
 		d.reply(s, &message{kind: mError, id: m.id, code: wire.CodeBadRequest})

@@ -64,7 +64,7 @@ func (u *upNode) considerRestart() {
 	for r := range versions {
 		// restart_reconcile.go: a replica held Faulted or Repairing
 		// missed jobs its peers took.
-		behind := u.eng.State(r) != engine.ReplicaOffline
+		behind := u.eng.Behind(r)
 		versions[r] = reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: make([]reconcile.Version, n), Behind: behind}
 		for e := range n {
 			u.callOn(r, &message{kind: mExtentHashes, extent: uint32(e)}, func(m *message) {

@@ -1,18 +1,25 @@
 package sim
 
+import "strings"
+
 // Shrink looks for a shorter run that still breaks an invariant, within
 // budget re-runs: first it drops faults (delta debugging over the fault
 // numbers res injected: every subset it can skip while the run still
 // fails stays skipped), then it halves the faulty phase while the run
 // still fails. It returns the configuration of the shortest failing run
 // found (its Skip and Steps replay it) and that run's result.
+//
+// A run that fails only for making no progress (too few faults or ticks
+// left to do anything) does not count as still failing, unless that was
+// the original failure.
 func Shrink(cfg Config, res Result, budget int) (Config, Result) {
 	best, bestCfg := res, cfg
+	wasIdle := len(res.Violations) > 0 && isNoProgress(res.Violations[0])
 	try := func(c Config) bool {
 		budget--
 		c.KeepTrace = false
 		r := Run(c)
-		if len(r.Violations) == 0 {
+		if len(r.Violations) == 0 || isNoProgress(r.Violations[0]) && !wasIdle {
 			return false
 		}
 		best, bestCfg = r, c
@@ -63,3 +70,6 @@ steps:
 	}
 	return bestCfg, best
 }
+
+// isNoProgress reports whether violation v is the progress check's.
+func isNoProgress(v string) bool { return strings.Contains(v, noProgress) }

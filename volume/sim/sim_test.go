@@ -17,6 +17,7 @@ var (
 	flagFirst = flag.Int64("first", 0, "first seed of a -seeds campaign")
 	flagSkip  = flag.String("skip", "", "fault numbers not to inject, as 3,7-12 (replays a shrunk run)")
 	flagSteps = flag.Int("steps", 0, "ticks of the faulty phase (0: the default)")
+	flagWhole = flag.Bool("whole-volume-crash", false, "with crashes of the whole volume (TestDumpTrace; TestSimulationWholeVolumeCrash always has them)")
 )
 
 // ciSeeds is the fixed budget a plain `go test ./volume/sim` runs.
@@ -40,6 +41,9 @@ func seedsToRun() []uint64 {
 
 func configFor(t *testing.T, seed uint64) Config {
 	cfg := DefaultConfig(seed)
+	if *flagWhole {
+		cfg.Faults = WholeVolumeCrashProbabilities()
+	}
 	if *flagSteps > 0 {
 		cfg.Steps = *flagSteps
 	}
@@ -173,5 +177,23 @@ func TestReplayIsExact(t *testing.T) {
 		if a.Events == 0 || a.Faults.Total() == 0 {
 			t.Fatalf("seed %d: %s: nothing happened", seed, a.Summary())
 		}
+	}
+}
+
+// TestARunThatDoesNothingFails: with no faulty phase the workload submits
+// nothing, only the final flush runs, and the run must fail rather than
+// pass for checking nothing; a normal run acknowledges writes and flushes.
+func TestARunThatDoesNothingFails(t *testing.T) {
+	cfg := DefaultConfig(3)
+	cfg.Steps = 0
+	r := Run(cfg)
+	if len(r.Violations) == 0 || !isNoProgress(r.Violations[0]) {
+		t.Fatalf("an idle run: violations %q; want %q", r.Violations, noProgress)
+	}
+	cfg = DefaultConfig(3)
+	cfg.Steps = 300
+	r = Run(cfg)
+	if len(r.Violations) > 0 || r.WritesAcked == 0 || r.FlushesAcked == 0 {
+		t.Fatalf("a 300-tick run: %d writes and %d flushes acknowledged, violations %q", r.WritesAcked, r.FlushesAcked, r.Violations)
 	}
 }

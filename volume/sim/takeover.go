@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"slices"
 
 	"tern/volume/extent"
 	"tern/volume/ids"
@@ -215,10 +214,12 @@ func (u *upNode) takeFromDonor(x reconcile.ExtentRepair, b, d int, done func()) 
 // hashes, a replica at src's clean version takes its place
 // (activation_reconcile.go's equalSource).
 func (u *upNode) copyToDests(x reconcile.ExtentRepair, src, d int, done func()) {
-	u.copyToDest(x, src, d, false, done)
+	u.copyToDest(x, src, d, 0, false, done)
 }
 
-func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d int, mended bool, done func()) {
+// copyToDest copies to x.Dests[d]; mends and lastMended count the mends
+// of the source for this destination (reconcile.MendSourceAgain).
+func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d, mends int, lastMended bool, done func()) {
 	if d == len(x.Dests) {
 		done()
 		return
@@ -226,7 +227,7 @@ func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d int, mended bool, d
 	e := uint32(x.Extent)
 	dst := int(x.Dests[d])
 	target := toExtentVersion(x.Target)
-	next := func() { u.copyToDest(x, src, d+1, false, done) }
+	next := func() { u.copyToDest(x, src, d+1, 0, false, done) }
 	var sh, dh *message
 	got := 0
 	compared := func() {
@@ -247,11 +248,11 @@ func (u *upNode) copyToDest(x reconcile.ExtentRepair, src, d int, mended bool, d
 			blocks[i] = uint32(b)
 		}
 		stamp := func(m *message) {
-			if m != nil && m.kind == mError && m.code == wire.CodeHashMismatch && !mended &&
-				!sh.version.Dirty && !u.w.cfg.legacyActivationSource {
+			if m != nil && m.kind == mError && m.code == wire.CodeHashMismatch &&
+				reconcile.MendSourceAgain(!sh.version.Dirty, mends, lastMended) {
 				// activation_reconcile.go's mendCleanSource.
-				u.w.s.note("u%d: d%d served bad data for extent %d; mending it", u.n, src, e)
-				u.mendClean(x, src, sh, blocks, func() { u.copyToDest(x, src, d, true, done) })
+				u.w.s.note("u%d: d%d served bad data for extent %d; mending it (mend %d)", u.n, src, e, mends+1)
+				u.mendClean(x, src, sh, blocks, func(n int) { u.copyToDest(x, src, d, mends+1, n > 0, done) })
 				return
 			}
 			if m == nil || m.kind != mAck {
@@ -283,7 +284,8 @@ func toExtentVersion(v reconcile.Version) extent.Version {
 // mendClean rewrites the blocks of src's clean copy of x's extent whose
 // data fails the hash src recorded, with the intact copy of a replica
 // that recorded the same hash (activation_reconcile.go's mendCleanSource).
-func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, blocks []uint32, done func()) {
+// done gets how many damaged blocks it found.
+func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, blocks []uint32, done func(mended int)) {
 	e := uint32(x.Extent)
 	var bad []uint32
 	left := len(blocks)
@@ -292,9 +294,15 @@ func (u *upNode) mendClean(x reconcile.ExtentRepair, src int, sh *message, block
 			if m == nil || m.kind != mRepairData || u.w.hashBlocks(m.data)[0] != m.hashes[0] {
 				bad = append(bad, b)
 			}
-			if left--; left == 0 {
-				u.mendFrom(x, src, sh, bad, 0, false, &message{kind: mRepairWrite, extent: e, version: sh.version}, done)
+			if left--; left > 0 {
+				return
 			}
+			if len(bad) == 0 {
+				done(0)
+				return
+			}
+			n := len(bad)
+			u.mendFrom(x, src, sh, bad, 0, false, &message{kind: mRepairWrite, extent: e, version: sh.version}, func() { done(n) })
 		})
 	}
 }
@@ -342,13 +350,9 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 			u.activationFailed("reading a peer's hashes failed")
 			return
 		}
-		var same, other []uint32
-		for _, b := range need {
-			if anyCopy || h.hashes[b] == sh.hashes[b] {
-				same = append(same, b)
-			} else {
-				other = append(other, b)
-			}
+		same, other := need, []uint32(nil)
+		if !anyCopy {
+			same, other = reconcile.RecordedAlike(need, sh.hashes, h.hashes)
 		}
 		if len(same) == 0 {
 			u.mendFrom(x, src, sh, other, r+1, anyCopy, w, done)
@@ -376,19 +380,20 @@ func (u *upNode) mendFrom(x reconcile.ExtentRepair, src int, sh *message, need [
 }
 
 // peerOrder lists the replicas other than src that mendFrom asks: in ID
-// order for a copy recorded alike, greatest version first for any intact
-// copy (activation_reconcile.go's newestFirst).
+// order for a copy recorded alike, and for any intact copy the
+// production order (reconcile.NewestFirst).
 func (u *upNode) peerOrder(x reconcile.ExtentRepair, src int, newest bool) []int {
 	var out []int
+	if newest {
+		for _, r := range reconcile.NewestFirst(u.planVersions, x.Extent, reconcile.ReplicaID(src)) {
+			out = append(out, int(r))
+		}
+		return out
+	}
 	for r := range engine.ReplicaCount {
 		if r != src {
 			out = append(out, r)
 		}
-	}
-	if newest && !u.w.cfg.legacyDonorOrder {
-		slices.SortStableFunc(out, func(a, b int) int {
-			return u.planVersions[b].Extents[x.Extent].Compare(u.planVersions[a].Extents[x.Extent])
-		})
 	}
 	return out
 }

@@ -237,65 +237,52 @@ func (u *upNode) activateReply(r int, m *message) {
 	if !u.eng.Running() {
 		return
 	}
-	if u.eng.State(r) == engine.ReplicaOffline && !u.w.cfg.legacyReplay {
-		// replica.activated gets every session's extent versions first:
-		// the greatest flush of this generation on them ran there.
-		u.rejoinFlushed(r, c.epoch, m)
-		return
-	}
-	u.rejoin(r, m)
+	// replica.negotiate reads every session's extent versions before
+	// the engine decides.
+	u.rejoinWithVersions(r, c.epoch, m)
 }
 
-// rejoinFlushed reads r's extent versions, tells the engine which flush
-// they show applied (Engine.FlushedOn), then rejoins r.
-func (u *upNode) rejoinFlushed(r int, epoch uint64, ack *message) {
+// rejoinWithVersions reads r's extent versions, then rejoins r.
+func (u *upNode) rejoinWithVersions(r int, epoch uint64, ack *message) {
 	n := int(u.w.spec.ExtentCount)
-	left, flushed, failed := n, uint64(0), false
+	left, failed := n, false
+	versions := make([]wire.ExtentVersion, n)
 	for e := range n {
 		u.callOn(r, &message{kind: mExtentHashes, extent: uint32(e)}, func(m *message) {
 			left--
 			if m == nil || m.kind != mHashesReply {
 				failed = true
-			} else if ids.Generation(m.version.Gen) == u.gen {
-				flushed = max(flushed, m.version.Flush)
+			} else {
+				versions[e] = wire.ExtentVersion{Gen: m.version.Gen, Flush: m.version.Flush, Dirty: m.version.Dirty}
 			}
 			if left > 0 || failed || u.conns[r].epoch != epoch || !u.eng.Running() {
 				return
 			}
-			if u.eng.State(r) == engine.ReplicaOffline {
-				u.eng.FlushedOn(r, flushed)
-			}
-			u.rejoin(r, ack)
+			u.rejoin(r, ack, versions)
 		})
 	}
 }
 
-// rejoin brings r back into the activation after its session activated,
-// as replica.await and replica.activated do: a Faulted replica is
-// Repairing first, then the engine decides (Engine.Rejoin).
-func (u *upNode) rejoin(r int, m *message) {
+// rejoin brings r back into the activation after its session activated:
+// a Faulted replica is Repairing first (replica.await), then the
+// production sequence decides and acts (Engine.SessionActivated), and
+// what is left to the driver is what replica.activated does with the
+// decision: hold the session, or start the live repair.
+func (u *upNode) rejoin(r int, m *message, versions []wire.ExtentVersion) {
 	if u.eng.State(r) == engine.ReplicaFaulted {
 		u.eng.RepairStarted(r)
 	}
-	lost := m.lost && !u.w.cfg.legacyRejoin
-	k := u.eng.Rejoin(r, lost)
-	if k == engine.RejoinHold && u.w.cfg.legacyRepairNoSource {
-		k = engine.RejoinRepair
-	}
-	switch k {
-	case engine.RejoinReplay:
-		u.eng.Connected(r)
-	case engine.RejoinRepair:
-		if u.eng.State(r) == engine.ReplicaOffline {
-			// A replay cannot restore what it lost.
-			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
-			u.eng.RepairStarted(r)
-		}
-		u.startRepair(r)
+	wasOffline := u.eng.State(r) == engine.ReplicaOffline
+	switch u.eng.SessionActivated(r, u.gen, versions, m.lost) {
 	case engine.RejoinHold:
 		u.hold(r)
-	default:
-		u.eng.Connected(r)
+	case engine.RejoinRepair:
+		if wasOffline {
+			u.w.s.note("u%d: d%d may have lost writes: repair, not replay", u.n, r)
+		}
+	}
+	if u.eng.State(r) == engine.ReplicaRepairing && !u.held[r] {
+		u.startRepair(r)
 	}
 	u.apply()
 	if u.eng.State(r) == engine.ReplicaActive {
@@ -530,17 +517,7 @@ func (u *upNode) repairNext(rw *repairWalk) {
 		u.finishRepair(rw)
 		return
 	}
-	// liveSourceLocked: the lowest-numbered Active replica, passing
-	// over the one that served bad data to the previous attempt.
-	src := -1
-	for s := range u.conns {
-		if s == r || u.eng.State(s) != engine.ReplicaActive {
-			continue
-		}
-		if src < 0 || src == u.badSource[r]-1 && !u.w.cfg.legacySourceChoice {
-			src = s
-		}
-	}
+	src := u.eng.LiveRepairSource(r, u.badSource[r]-1)
 	rw.src = src
 	if src < 0 {
 		u.abortRepair(rw, "no active source")

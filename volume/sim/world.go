@@ -36,15 +36,6 @@ type Config struct {
 	Skip map[int]bool
 	// KeepTrace keeps every trace line in Result.Trace.
 	KeepTrace bool
-
-	// Undo, for regression tests, a fix the simulation found: they prove
-	// a kept seed still fails without it.
-	legacyRejoin           bool // replay a rejoining replica that may have lost writes
-	legacySourceChoice     bool // live repair always copies from the lowest Active replica
-	legacyActivationSource bool // activation repair gives up when its source served bad data
-	legacyReplay           bool // a rejoining replica is replayed jobs its extents show flushed
-	legacyDonorOrder       bool // an older intact copy is taken in replica order, not newest first
-	legacyRepairNoSource   bool // with no Active replica, a rejoining one is live-repaired (8f08ee2), not held
 }
 
 // DefaultConfig is the configuration of seed for campaigns and CI.
@@ -68,8 +59,14 @@ type Result struct {
 	Trace []string
 	// Violations are the invariants broken (a run stops at the first).
 	Violations []string
-	// Lost counts blocks whose acknowledged, flushed data was lost.
+	// Lost counts blocks whose acknowledged, flushed data was lost: every
+	// such block, in the final comparison, or, when a violation stopped
+	// the run first, among what the replicas hold then (a block none of
+	// them holds).
 	Lost int
+	// WritesAcked and FlushesAcked count the callers' writes and flushes
+	// that succeeded: a run in which none did tested nothing, and fails.
+	WritesAcked, FlushesAcked int
 	// Latent counts bit flips never read, left for a scrub to find.
 	Latent int
 	// LostEverywhere counts blocks torn on every replica by one crash of
@@ -107,6 +104,8 @@ type world struct {
 	faultNo    int
 	res        Result
 	stopped    bool
+	// compared: compareReplicas ran (and counted Lost).
+	compared bool
 
 	oracle oracle
 	// flipped marks blocks of a replica that a bit flip damaged.
@@ -122,6 +121,9 @@ func Run(cfg Config) Result {
 	w.oracle.init(w.spec.Blocks())
 	if err := w.run(); err != nil {
 		w.violate("%v", err)
+	}
+	if !w.compared {
+		w.res.Lost = w.countLost()
 	}
 	w.res.Events = w.s.events
 	w.res.TraceHash = w.s.hash()
@@ -510,8 +512,14 @@ func (w *world) completed(u *upNode, id wire.JobID, j *ujob, err error) {
 	switch j.kind {
 	case engine.KindWrite:
 		w.oracle.writeDone(u.n, id, err == nil)
+		if err == nil {
+			w.res.WritesAcked++
+		}
 	case engine.KindFlush:
 		w.oracle.flushDone(u.n, id, err == nil)
+		if err == nil {
+			w.res.FlushesAcked++
+		}
 	case engine.KindRead:
 		if err != nil {
 			w.oracle.readDone(u.n, id)
@@ -564,11 +572,16 @@ func (w *world) hashBlocks(p []byte) []uint64 {
 	return hs
 }
 
-// finish runs after convergence: a final flush, then the replicas must be
-// identical and hold every acknowledged, flushed write.
+// noProgress starts the violation of a run that did nothing.
+const noProgress = "no progress"
+
+// finish runs after convergence: a final flush, which must succeed,
+// then the replicas must be identical and hold every acknowledged,
+// flushed write, and the run must have done something.
 func (w *world) finish() error {
 	u := w.up[w.cur]
 	if u.running() {
+		acked := w.res.FlushesAcked
 		id, ok := u.submit(engine.KindFlush, 0, 0, nil)
 		if ok {
 			w.oracle.submitFlush(u.n, id)
@@ -580,16 +593,25 @@ func (w *world) finish() error {
 				break
 			}
 		}
+		if !w.stopped && (!ok || w.res.FlushesAcked == acked) {
+			w.violate("the final flush failed")
+		}
 	}
 	if w.stopped {
+		return nil
+	}
+	if w.res.WritesAcked == 0 || w.res.FlushesAcked == 0 {
+		w.violate("%s: %d writes and %d flushes acknowledged", noProgress, w.res.WritesAcked, w.res.FlushesAcked)
 		return nil
 	}
 	return w.compareReplicas()
 }
 
 // compareReplicas checks that the three regions hold the same blocks and
-// that none lost an acknowledged, flushed write.
+// that none lost an acknowledged, flushed write. It records the first
+// violation and counts every lost block.
 func (w *world) compareReplicas() error {
+	w.compared = true
 	bs := int(w.spec.BlockSize)
 	var blocks [engine.ReplicaCount][]byte
 	for r, d := range w.ds {
@@ -599,6 +621,7 @@ func (w *world) compareReplicas() error {
 		blocks[r] = make([]byte, int(w.spec.Blocks())*bs)
 		hs := make([]uint64, w.spec.Blocks())
 		if err := d.region.ReadBlocks(0, blocks[r], hs); err != nil {
+			w.res.Lost = w.countLost()
 			return fmt.Errorf("compare replicas: read d%d: %w", r, err)
 		}
 		for b, h := range hs {
@@ -608,7 +631,6 @@ func (w *world) compareReplicas() error {
 					continue
 				}
 				w.violate("d%d block %d does not match its recorded hash", r, b)
-				return nil
 			}
 		}
 	}
@@ -631,7 +653,6 @@ func (w *world) compareReplicas() error {
 			if string(blocks[r][int(b)*bs:][:bs]) != string(p0) {
 				w.violate("replicas differ at block %d: d%d has %d, d%d has %d", b,
 					ref, w.decodeBlock(p0, b), r, w.decodeBlock(blocks[r][int(b)*bs:][:bs], b))
-				return nil
 			}
 		}
 		for r := range engine.ReplicaCount {
@@ -642,10 +663,46 @@ func (w *world) compareReplicas() error {
 			if msg := w.oracle.checkDurable(b, v); msg != "" {
 				w.res.Lost++
 				w.violate("d%d block %d: %s", r, b, msg)
-				return nil
+				break
 			}
-			break
 		}
 	}
 	return nil
+}
+
+// countLost counts, when a violation stopped the run before the final
+// comparison, the blocks whose acknowledged, flushed data no replica
+// holds (nor a newer write of the block): what the volume could no
+// longer give back however it went on. A crashed downstairs is restarted
+// to read its disk; a replica's block that a bit flip damaged, or that it
+// refuses to read, does not hold it.
+func (w *world) countLost() int {
+	bs := int(w.spec.BlockSize)
+	for _, d := range w.ds {
+		if !d.alive() {
+			_ = d.restart()
+		}
+	}
+	buf := make([]byte, bs)
+	h := make([]uint64, 1)
+	lost := 0
+	for b := range w.spec.Blocks() {
+		held := false
+		for r, d := range w.ds {
+			if !d.alive() || w.flipped[r][b] {
+				continue
+			}
+			if err := d.region.ReadBlocks(ids.BlockIndex(b), buf, h); err != nil || xxhash.Sum64(buf) != h[0] {
+				continue
+			}
+			if w.oracle.checkDurable(b, w.decodeBlock(buf, b)) == "" {
+				held = true
+				break
+			}
+		}
+		if !held {
+			lost++
+		}
+	}
+	return lost
 }

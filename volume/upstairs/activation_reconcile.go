@@ -145,15 +145,22 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 			srcEpoch: epochs[src], dstEpoch: epochs[dst],
 			blocks: blocks, interim: toWireVersion(interim), final: target, tracker: t,
 		})
-		if err != nil && servedBadData(err) && !srcV.Dirty && srcHashes != nil {
+		mends, mended := 0, false
+		for err != nil && servedBadData(err) && srcHashes != nil && reconcile.MendSourceAgain(!srcV.Dirty, mends, mended) {
 			// The source's data does not match the hashes it recorded
 			// (a bit flipped at rest goes unseen in a clean extent):
 			// mend those blocks from replicas that recorded the same
-			// hashes, then copy again.
+			// hashes, then copy again. A block damaged again after its
+			// mend is mended again (MendSourceAgain bounds how often).
 			u.log.Warn("activation repair source served bad data; mending it from its peers",
-				"extent", e, "source", src, "err", err)
-			if merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks, zeroLost); merr != nil {
+				"extent", e, "source", src, "mends", mends, "err", err)
+			n, merr := u.mendCleanSource(ctx, rep, versions, epochs, srcV, srcHashes, blocks, zeroLost)
+			if merr != nil {
 				return merr
+			}
+			mends, mended = mends+1, n > 0
+			if u.hooks != nil && u.hooks.sourceMended != nil {
+				u.hooks.sourceMended(src, e)
 			}
 			err = u.copyExtent(ctx, extentCopy{
 				kind: repairActivation, extent: e, src: src, dst: dst,
@@ -174,16 +181,18 @@ func (u *Upstairs) repairPlannedExtent(ctx context.Context, t *reconcile.Tracker
 // hash (so holds the same data), or failing that, with any intact copy (a
 // block no peer recorded alike was never acknowledged by two replicas).
 // The source keeps its version srcV. A block no replica holds intact
-// fails with a *CorruptBlockError, or with zeroLost is zeroed.
+// fails with a *CorruptBlockError, or with zeroLost is zeroed. It
+// returns how many blocks it found damaged and mended.
 func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepair,
 	versions map[reconcile.ReplicaID][]reconcile.Version, epochs [engine.ReplicaCount]uint64,
-	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) error {
+	srcV wire.ExtentVersion, srcHashes []uint64, blocks []uint32, zeroLost bool) (int, error) {
 	e := ids.ExtentID(rep.Extent)
 	src := int(rep.Source)
 	need, err := u.readIntact(ctx, src, epochs[src], e, blocks, false, nil)
 	if err != nil || len(need) == 0 {
-		return err
+		return 0, err
 	}
+	damaged := len(need)
 	asked := []int{src}
 	var got blockCopies
 	for r := range engine.ReplicaCount {
@@ -192,20 +201,13 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 		}
 		h, err := u.extentHashes(ctx, r, epochs[r], e)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		asked = append(asked, r)
-		var same, other []uint32
-		for _, b := range need {
-			if int(b) < len(h.Hashes) && h.Hashes[b] == srcHashes[b] {
-				same = append(same, b)
-			} else {
-				other = append(other, b)
-			}
-		}
+		same, other := reconcile.RecordedAlike(need, srcHashes, h.Hashes)
 		bad, err := u.readIntact(ctx, r, epochs[r], e, same, true, &got)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		need = append(other, bad...)
 		slices.Sort(need)
@@ -217,12 +219,12 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 		// for it as any.
 		u.log.Warn("activation repair: the only copy of blocks is damaged; taking an older intact copy",
 			"extent", e, "replica", src, "blocks", len(need))
-		for _, r := range newestFirst(rep, versions, src) {
+		for _, r := range reconcile.NewestFirst(presentVersions(versions), rep.Extent, rep.Source) {
 			if len(need) == 0 {
 				break
 			}
-			if need, err = u.readIntact(ctx, r, epochs[r], e, need, true, &got); err != nil {
-				return err
+			if need, err = u.readIntact(ctx, int(r), epochs[r], e, need, true, &got); err != nil {
+				return 0, err
 			}
 		}
 	}
@@ -231,24 +233,19 @@ func (u *Upstairs) mendCleanSource(ctx context.Context, rep reconcile.ExtentRepa
 		need = nil
 	}
 	if len(need) > 0 {
-		return &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}
+		return 0, &CorruptBlockError{Extent: e, Block: need[0], Replicas: asked}
 	}
 	req := &wire.RepairWrite{Extent: e, Version: srcV, Blocks: got.blocks, Hashes: got.hashes, Data: got.data}
-	return u.stamp(ctx, src, epochs[src], req)
+	return damaged, u.stamp(ctx, src, epochs[src], req)
 }
 
-// newestFirst returns the present replicas other than src, greatest
-// version of rep's extent first (the lowest ID among equals): the best
-// donors of an older copy.
-func newestFirst(rep reconcile.ExtentRepair, versions map[reconcile.ReplicaID][]reconcile.Version, src int) []int {
-	var out []int
-	for r := range engine.ReplicaCount {
-		if _, present := versions[reconcile.ReplicaID(r)]; r != src && present {
-			out = append(out, r)
+// presentVersions lists versions by replica, in ReplicaID order.
+func presentVersions(versions map[reconcile.ReplicaID][]reconcile.Version) []reconcile.ReplicaVersions {
+	var out []reconcile.ReplicaVersions
+	for r := range reconcile.ReplicaID(engine.ReplicaCount) {
+		if vs, ok := versions[r]; ok {
+			out = append(out, reconcile.ReplicaVersions{Replica: r, Extents: vs})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b int) int {
-		return versions[reconcile.ReplicaID(b)][rep.Extent].Compare(versions[reconcile.ReplicaID(a)][rep.Extent])
-	})
 	return out
 }

@@ -118,23 +118,6 @@ func (u *Upstairs) runLiveRepair(r int, epoch uint64, walk *reconcile.LiveRepair
 	t.Finish()
 }
 
-// liveSourceLocked picks the Active replica to copy r from: the lowest
-// numbered, passing over the one that served bad data to r's previous
-// attempt when another can serve; -1 when none is Active.
-func (u *Upstairs) liveSourceLocked(r int) int {
-	avoid := u.live[r].badSource - 1
-	src := -1
-	for s := range engine.ReplicaCount {
-		if s == r || u.eng.State(s) != engine.ReplicaActive {
-			continue
-		}
-		if src < 0 || src == avoid {
-			src = s
-		}
-	}
-	return src
-}
-
 // servedBadData reports whether a live repair failed on the source's
 // data: a block it refused as corrupt, or blocks the target refused as
 // not matching the hashes the source recorded for them.
@@ -157,7 +140,7 @@ func (u *Upstairs) liveRepair(ctx context.Context, r int, epoch uint64, walk *re
 			u.mu.Unlock()
 			return nil // a region without extents
 		}
-		src := u.liveSourceLocked(r)
+		src := u.eng.LiveRepairSource(r, u.live[r].badSource-1)
 		u.live[r].source = src
 		u.mu.Unlock()
 		if src < 0 {

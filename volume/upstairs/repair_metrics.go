@@ -110,4 +110,8 @@ type repairHooks struct {
 	// liveExtentCompared runs during the live repair of replica r, once
 	// extent e's versions or hashes are known and before it is copied.
 	liveExtentCompared func(r int, e ids.ExtentID)
+	// sourceMended runs after an activation (or restart) repair mended
+	// the silently damaged blocks of extent e's clean source src, before
+	// it copies to the destination again.
+	sourceMended func(src int, e ids.ExtentID)
 }

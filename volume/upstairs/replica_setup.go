@@ -189,14 +189,13 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 		u.mu.Unlock()
 		return nil
 	}
-	if u.eng.State(r.id) == engine.ReplicaOffline {
-		u.eng.FlushedOn(r.id, flushedAt(versions, u.gen))
-	}
-	switch u.eng.Rejoin(r.id, lostWrites) {
+	wasOffline := u.eng.State(r.id) == engine.ReplicaOffline
+	switch u.eng.SessionActivated(r.id, u.gen, versions, lostWrites) {
 	case engine.RejoinRepair:
-		if u.eng.State(r.id) == engine.ReplicaOffline {
+		if wasOffline {
+			// Straight to Repairing: the session stays.
 			u.log.Warn("replica restarted and may have lost unflushed writes; repairing it instead of replaying", "replica", r.id, "target", r.target)
-			u.faultForRepairLocked(r.id, fmt.Errorf("replica %d restarted and may have lost unflushed writes", r.id))
+			r.cause = fmt.Errorf("replica %d restarted and may have lost unflushed writes", r.id)
 		}
 	case engine.RejoinHold:
 		u.holdLocked(r.id)
@@ -204,9 +203,9 @@ func (r *replica) activated(versions []wire.ExtentVersion, lostWrites bool) erro
 		u.finishLocked()
 		return nil
 	}
-	u.eng.Connected(r.id)
 	u.startLiveRepairLocked(r.id, r.epoch)
 	u.stepLocked()
+	r.cause = nil
 	u.finishLocked()
 	return nil
 }
@@ -253,16 +252,4 @@ func (r *replica) fenceOrFail(byGen ids.Generation, err error) {
 		return
 	}
 	_ = r.activationFailed(err)
-}
-
-// flushedAt returns the greatest flush number of generation gen stamped on
-// any extent in versions (0 if none): that flush has run on the replica.
-func flushedAt(versions []wire.ExtentVersion, gen ids.Generation) uint64 {
-	var f uint64
-	for _, v := range versions {
-		if v.Gen == gen {
-			f = max(f, v.Flush)
-		}
-	}
-	return f
 }

@@ -220,7 +220,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [engine.ReplicaCou
 		// A replica held Faulted or Repairing missed jobs its peers
 		// took: it is no source while one of them is present.
 		u.mu.Lock()
-		behind := u.eng.State(r) != engine.ReplicaOffline
+		behind := u.eng.Behind(r)
 		u.mu.Unlock()
 		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs, Behind: behind})
 	}

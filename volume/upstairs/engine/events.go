@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 
+	"tern/volume/internal/fixes"
 	"tern/volume/wire"
 )
 
@@ -220,6 +221,9 @@ func (e *Engine) Abandon(id wire.JobID) {
 // replay cut short (a fence, a disconnect) then leaves r with older data
 // than its flushed state, dirty, which reconciliation prefers.
 func (e *Engine) FlushedOn(r int, flush uint64) {
+	if fixes.Undone(fixes.FlushedOnRejoin) {
+		return
+	}
 	var best *Job
 	for _, j := range e.order {
 		if j.Kind == KindFlush && j.FlushNumber <= flush && j.slot[r].pending() {

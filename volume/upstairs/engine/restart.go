@@ -1,6 +1,12 @@
 package engine
 
-import "slices"
+import (
+	"slices"
+
+	"tern/volume/ids"
+	"tern/volume/internal/fixes"
+	"tern/volume/wire"
+)
 
 // Restart reconciliation in the engine. A replica that rejoins after a
 // crash which may have lost writes it acknowledged but had not flushed
@@ -51,19 +57,89 @@ func (e *Engine) Rejoin(r int, lostWrites bool) RejoinDecision {
 	if !e.running {
 		return RejoinNone
 	}
+	if fixes.Undone(fixes.RepairLostWrites) {
+		lostWrites = false
+	}
 	switch st := e.replicas[r].state; {
 	case st == ReplicaOffline && !lostWrites:
 		return RejoinReplay
 	case st != ReplicaOffline && st != ReplicaRepairing:
 		return RejoinNone
 	}
-	for s := range e.replicas {
-		if s != r && e.replicas[s].state == ReplicaActive {
-			return RejoinRepair
-		}
+	if e.AnyActive() || fixes.Undone(fixes.HoldWithoutSource) {
+		// r itself is not Active (it is Offline or Repairing).
+		return RejoinRepair
 	}
 	return RejoinHold
 }
+
+// SessionActivated is told that replica r's new session activated while
+// the volume runs (not during the activation, which plans its own
+// repair), with the extent versions the replica reported and its
+// downstairs' ActivateAck.LostWrites. It records the flush of generation
+// gen those versions show applied (FlushedOn), decides (Rejoin) and acts:
+// a replay is queued; a replica to repair is Repairing, an Offline one
+// straight from Offline (were it Faulted first, the jobs it skips would
+// fail before the repair counts for them), and its session takes IO as
+// the live-repair walk routes it. The driver then starts the live repair
+// of a Repairing replica, or holds the session on RejoinHold. Both the
+// upstairs and the simulator call it, so neither repeats the sequence.
+func (e *Engine) SessionActivated(r int, gen ids.Generation, versions []wire.ExtentVersion, lostWrites bool) RejoinDecision {
+	if e.replicas[r].state == ReplicaOffline {
+		e.FlushedOn(r, FlushedAt(versions, gen))
+	}
+	d := e.Rejoin(r, lostWrites)
+	switch d {
+	case RejoinHold:
+		return d
+	case RejoinRepair:
+		if e.replicas[r].state == ReplicaOffline {
+			e.RepairStarted(r)
+		}
+	}
+	e.Connected(r)
+	return d
+}
+
+// FlushedAt returns the greatest flush number of generation gen stamped
+// on any extent in versions (0 if none): that flush has run on the
+// replica that reported them.
+func FlushedAt(versions []wire.ExtentVersion, gen ids.Generation) uint64 {
+	var f uint64
+	for _, v := range versions {
+		if v.Gen == gen {
+			f = max(f, v.Flush)
+		}
+	}
+	return f
+}
+
+// LiveRepairSource picks the Active replica to live-repair r from: the
+// lowest numbered, passing over avoid (the replica that served bad data to
+// r's previous attempt, or -1) when another Active one can serve; -1 when
+// none is Active. A silently damaged block on one source then cannot
+// stall the repair forever.
+func (e *Engine) LiveRepairSource(r, avoid int) int {
+	if fixes.Undone(fixes.AvoidBadLiveSource) {
+		avoid = -1
+	}
+	src := -1
+	for s := range e.replicas {
+		if s == r || e.replicas[s].state != ReplicaActive {
+			continue
+		}
+		if src < 0 || src == avoid {
+			src = s
+		}
+	}
+	return src
+}
+
+// Behind reports whether replica r, held for a restart reconciliation,
+// missed jobs its peers took (it was Faulted or Repairing, not Offline,
+// when it was held): reconcile.ReplicaVersions.Behind, so it is a source
+// only when every present replica is behind.
+func (e *Engine) Behind(r int) bool { return e.replicas[r].state != ReplicaOffline }
 
 // AnyActive reports whether a replica is Active.
 func (e *Engine) AnyActive() bool {
