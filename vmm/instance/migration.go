@@ -20,6 +20,16 @@ import (
 // migrationDialTimeout bounds a migration target's dial of its source.
 const migrationDialTimeout = 30 * time.Second
 
+// migrationIdleTimeout is how long either side of a migration waits for
+// any packet from the other before the attempt fails. A volume's replica
+// connection gives up after 4 s, as a dead downstairs must be noticed
+// fast and the volume carries on with the others; a migration has no
+// other peer, and a stall of a few seconds (a loaded host, an emulated
+// one) is better waited out than the whole copy thrown away. A target
+// that died while the source is paused still resumes the source within
+// this bound.
+const migrationIdleTimeout = 15 * time.Second
+
 // migrationConfig is what the controller needs to migrate either way;
 // immutable after Start.
 type migrationConfig struct {
@@ -221,7 +231,7 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 		}
 	}()
 	dctx, dcancel := context.WithTimeout(ctx, migrationDialTimeout)
-	conn, err := transport.Dial(dctx, in.Source, c.mig.tls)
+	conn, err := transport.DialWith(dctx, in.Source, c.mig.tls, transport.DialOptions{IdleTimeout: migrationIdleTimeout})
 	dcancel()
 	if err != nil {
 		err = fmt.Errorf("migrating in: dialing the source %s: %w", in.Source, err)
