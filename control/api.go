@@ -30,6 +30,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/migrations/{id}", s.getMigration)
 	m.HandleFunc("POST /v1/reports", s.postReport)
 	m.HandleFunc("GET /v1/v2p", s.listV2P)
+	m.HandleFunc("GET /v1/leader", s.getLeader)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
 	})
@@ -221,4 +222,43 @@ func waitQuery(r *http.Request) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	return n, err == nil && n >= 0
+}
+
+// LeaderView is GET /v1/leader: this process's URL, whether it leads,
+// and the leader's URL as it last saw it ("" when none is known).
+type LeaderView struct {
+	URL       string `json:"url"`
+	Leading   bool   `json:"leading"`
+	LeaderURL string `json:"leader_url"`
+}
+
+// leaderWait bounds GET /v1/leader?wait=leading.
+const leaderWait = 30 * time.Second
+
+// getLeader answers who leads; with ?wait=leading it first waits (up to
+// leaderWait) for this process to lead, with ?wait=known for any leader.
+func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) {
+	wait := r.URL.Query().Get("wait")
+	if wait != "" && wait != "leading" && wait != "known" {
+		writeErr(w, badRequest("wait %q: want leading or known", wait))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), leaderWait)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		v := LeaderView{URL: s.cfg.URL, Leading: s.leader, LeaderURL: s.leaderURL}
+		changed := s.leaderChanged
+		s.mu.Unlock()
+		if wait == "" || wait == "leading" && v.Leading || wait == "known" && v.LeaderURL != "" {
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
+	}
 }

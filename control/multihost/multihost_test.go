@@ -25,7 +25,12 @@ import (
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithTern()) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(memberEnv); spec != "" {
+		os.Exit(runMember(spec))
+	}
+	kvmtest.Main(m, kvmtest.WithTern())
+}
 
 // generous bounds every wait; nothing asserts on time.
 const generous = 3 * time.Minute
@@ -49,6 +54,12 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start runs tern args with env and waits for its "listening on URL".
