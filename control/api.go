@@ -106,6 +106,10 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("host registered", "host", id, "address", reg.Address)
+	if err := s.goneUnlessRunning(r.Context(), id, reg.VMMs); err != nil {
+		writeErr(w, err)
+		return
+	}
 	go s.pushV2P(s.ctx)
 	writeJSON(w, http.StatusOK, h)
 }
@@ -261,4 +265,31 @@ func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// goneUnlessRunning records as gone every vmm of host that reported
+// (its agent had it) and that the agent, registering, no longer runs:
+// the agent restarted and its children died with it. A vmm that never
+// reported is left to its saga.
+func (s *Server) goneUnlessRunning(ctx context.Context, host string, running []string) error {
+	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, id := range running {
+		live[id] = true
+	}
+	for _, v := range vmms {
+		vm := v.Value
+		if vm.HostID != host || !vm.processLive() || vm.Gen == 0 || live[vm.ID] {
+			continue
+		}
+		s.log.Warn("vmm gone with its agent", "vmm", vm.ID, "host", host)
+		if _, err := s.ApplyReport(ctx, agent.Report{HostID: host, VMMID: vm.ID, InstanceID: vm.InstanceID,
+			Gen: vm.Gen + 1, State: vm.State, Gone: true}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
