@@ -153,6 +153,8 @@ type cluster struct {
 	controlIP string
 	hosts     map[string]hostSpec
 	control   *proc
+	// agentControl is the URL the agents reach the control plane by.
+	agentControl string
 	// mu guards agents: a restarted agent replaces its proc.
 	mu     sync.Mutex
 	agents map[string]*proc
@@ -164,14 +166,27 @@ var loopbackHosts = []hostSpec{{"h2", "127.0.0.2", ""}, {"h3", "127.0.0.3", ""},
 
 func newCluster(t *testing.T, controlEnv ...string) *cluster {
 	t.Helper()
-	return newClusterOn(t, "127.0.0.1", loopbackHosts, controlEnv...)
+	return newClusterWith(t, clusterOptions{controlIP: "127.0.0.1", hosts: loopbackHosts, controlEnv: controlEnv})
 }
 
-// newClusterOn starts tern control on controlIP and an agent per host,
-// and waits for every agent to have registered.
-func newClusterOn(t *testing.T, controlIP string, hosts []hostSpec, controlEnv ...string) *cluster {
+// clusterOptions say where a cluster's processes run.
+type clusterOptions struct {
+	// controlIP is where tern control listens; hosts the agents.
+	controlIP string
+	hosts     []hostSpec
+	// controlEnv is tern control's extra environment.
+	controlEnv []string
+	// relay, when set, is given the control plane's URL and returns
+	// the URL the agents are to reach it by.
+	relay func(controlURL string) string
+}
+
+// newClusterWith starts tern control and an agent per host, and waits
+// for every agent to have registered.
+func newClusterWith(t *testing.T, o clusterOptions) *cluster {
 	t.Helper()
 	kvmtest.Require(t)
+	controlIP, hosts, controlEnv := o.controlIP, o.hosts, o.controlEnv
 	c := &cluster{t: t, dir: t.TempDir(), controlIP: controlIP, hosts: map[string]hostSpec{}, agents: map[string]*proc{}}
 	ips := []string{"127.0.0.1", controlIP}
 	for _, h := range hosts {
@@ -183,6 +198,10 @@ func newClusterOn(t *testing.T, controlIP string, hosts []hostSpec, controlEnv .
 		t.Fatal(err)
 	}
 	c.startControl(controlEnv...)
+	c.agentControl = c.control.url
+	if o.relay != nil {
+		c.agentControl = o.relay(c.control.url)
+	}
 	for _, h := range hosts {
 		c.startAgent(h.id, h.ip+":0")
 	}
@@ -205,7 +224,7 @@ func newClusterOn(t *testing.T, controlIP string, hosts []hostSpec, controlEnv .
 func (c *cluster) startAgent(id, listen string) {
 	h := c.hosts[id]
 	p := startIn(c.t, h.ns, "agent "+id, nil, "agent", "--listen", listen, "--data-dir", filepath.Join(c.dir, id),
-		"--certs", c.certs, "--control", c.control.url, "--id", id, "--cpus", "8", "--memory", "2GiB")
+		"--certs", c.certs, "--control", c.agentControl, "--id", id, "--cpus", "8", "--memory", "2GiB")
 	c.mu.Lock()
 	c.agents[id] = p
 	c.mu.Unlock()
