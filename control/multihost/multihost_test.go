@@ -65,14 +65,14 @@ func (l *lockedBuffer) String() string {
 }
 
 // start runs tern args with env and waits for its "listening on URL".
-func start(t *testing.T, name string, env []string, args ...string) *proc {
+func start(t testing.TB, name string, env []string, args ...string) *proc {
 	t.Helper()
 	return startIn(t, "", name, env, args...)
 }
 
 // startIn is start inside network namespace ns ("": this one), by `ip
 // netns exec`, which execs tern in place: the process is tern's own.
-func startIn(t *testing.T, ns, name string, env []string, args ...string) *proc {
+func startIn(t testing.TB, ns, name string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(kvmtest.Tern(t), args...)
 	if ns != "" {
@@ -147,7 +147,7 @@ type hostSpec struct {
 
 // cluster is a control plane and three agents.
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	dir       string
 	certs     string
 	controlIP string
@@ -164,7 +164,7 @@ type cluster struct {
 // loopbackHosts are three hosts on distinct loopback addresses.
 var loopbackHosts = []hostSpec{{"h2", "127.0.0.2", ""}, {"h3", "127.0.0.3", ""}, {"h4", "127.0.0.4", ""}}
 
-func newCluster(t *testing.T, controlEnv ...string) *cluster {
+func newCluster(t testing.TB, controlEnv ...string) *cluster {
 	t.Helper()
 	return newClusterWith(t, clusterOptions{controlIP: "127.0.0.1", hosts: loopbackHosts, controlEnv: controlEnv})
 }
@@ -183,7 +183,7 @@ type clusterOptions struct {
 
 // newClusterWith starts tern control and an agent per host, and waits
 // for every agent to have registered.
-func newClusterWith(t *testing.T, o clusterOptions) *cluster {
+func newClusterWith(t testing.TB, o clusterOptions) *cluster {
 	t.Helper()
 	kvmtest.Require(t)
 	controlIP, hosts, controlEnv := o.controlIP, o.hosts, o.controlEnv
@@ -292,7 +292,7 @@ type agentWatch struct {
 }
 
 // watchAgents follows c's agents until t ends.
-func watchAgents(t *testing.T, c *cluster) *agentWatch {
+func watchAgents(t testing.TB, c *cluster) *agentWatch {
 	w := &agentWatch{inv: map[string]agent.Inventory{}, changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -452,7 +452,7 @@ func (c *cluster) createDirty(name string) control.InstanceView {
 
 // waitVerifyPass waits for the dirty guest on vmm url to verify once
 // more, which must pass.
-func waitVerifyPass(t *testing.T, url, what string) {
+func waitVerifyPass(t testing.TB, url, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), generous)
 	defer cancel()
