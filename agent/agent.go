@@ -96,7 +96,7 @@ func New(cfg Config) (*Agent, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent", "host", cfg.HostID), ctx: ctx, stop: stop,
 		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]Report{}, wake: make(chan struct{}, 1),
-		invChanged: make(chan struct{})}
+		invGen: 1, invChanged: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "regions"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}

@@ -50,6 +50,8 @@ const storeOpWait = 10 * time.Second
 type Store struct {
 	cli  *clientv3.Client
 	root string
+	// opWait bounds each etcd call (storeOpWait; tests shorten it).
+	opWait time.Duration
 
 	mu sync.Mutex
 	// fenceKey and fenceRev are the leader's election key and its
@@ -62,7 +64,7 @@ type Store struct {
 
 // NewStore returns a store of records under root ("/tern/") in cli.
 func NewStore(cli *clientv3.Client, root string) *Store {
-	return &Store{cli: cli, root: strings.TrimRight(root, "/") + "/"}
+	return &Store{cli: cli, root: strings.TrimRight(root, "/") + "/", opWait: storeOpWait}
 }
 
 // fence conditions every later Commit on the election key key still
@@ -73,9 +75,9 @@ func (s *Store) fence(key string, rev int64) {
 	s.fenceKey, s.fenceRev = key, rev
 }
 
-// opContext bounds one etcd call by storeOpWait.
-func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, storeOpWait)
+// opContext bounds one etcd call by the store's opWait.
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opWait)
 }
 
 // retryUnavailable calls txn until it returns anything but etcd having
@@ -100,7 +102,7 @@ func retryUnavailable(ctx context.Context, txn func() error) error {
 
 // etcdErr names etcd's unavailability in err when the call ran out of
 // its own time (not the caller's) or found no member to talk to.
-func etcdErr(ctx, opCtx context.Context, err error) error {
+func (s *Store) etcdErr(ctx, opCtx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -110,7 +112,7 @@ func etcdErr(ctx, opCtx context.Context, err error) error {
 		return err
 	case opCtx.Err() != nil, errors.Is(err, context.DeadlineExceeded), code == codes.Unavailable, code == codes.DeadlineExceeded,
 		errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail):
-		return fmt.Errorf("%w (within %v: %v)", ErrEtcdUnavailable, storeOpWait, err)
+		return fmt.Errorf("%w (within %v: %v)", ErrEtcdUnavailable, s.opWait, err)
 	}
 	return err
 }
@@ -127,10 +129,10 @@ type Versioned[T any] struct {
 // Get reads one record.
 func Get[T any](ctx context.Context, s *Store, kind, id string) (Versioned[T], error) {
 	var out Versioned[T]
-	octx, cancel := opContext(ctx)
+	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.key(kind, id))
-	if err = etcdErr(ctx, octx, err); err != nil {
+	if err = s.etcdErr(ctx, octx, err); err != nil {
 		return out, fmt.Errorf("reading %s/%s: %w", kind, id, err)
 	}
 	if len(resp.Kvs) == 0 {
@@ -145,10 +147,10 @@ func Get[T any](ctx context.Context, s *Store, kind, id string) (Versioned[T], e
 
 // List reads every record of kind, in key order.
 func List[T any](ctx context.Context, s *Store, kind string) ([]Versioned[T], error) {
-	octx, cancel := opContext(ctx)
+	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	resp, err := s.cli.Get(octx, s.root+kind+"/", clientv3.WithPrefix())
-	if err = etcdErr(ctx, octx, err); err != nil {
+	if err = s.etcdErr(ctx, octx, err); err != nil {
 		return nil, fmt.Errorf("listing %s: %w", kind, err)
 	}
 	out := make([]Versioned[T], 0, len(resp.Kvs))
@@ -202,7 +204,7 @@ func (s *Store) Commit(ctx context.Context, writes ...Write) error {
 	s.mu.Lock()
 	fenceKey, fenceRev := s.fenceKey, s.fenceRev
 	s.mu.Unlock()
-	octx, cancel := opContext(ctx)
+	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	if fenceKey == "" {
 		var resp *clientv3.TxnResponse
@@ -210,7 +212,7 @@ func (s *Store) Commit(ctx context.Context, writes ...Write) error {
 			resp, err = s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
 			return err
 		})
-		if err = etcdErr(ctx, octx, err); err != nil {
+		if err = s.etcdErr(ctx, octx, err); err != nil {
 			return fmt.Errorf("committing records: %w", err)
 		}
 		if !resp.Succeeded {
@@ -227,7 +229,7 @@ func (s *Store) Commit(ctx context.Context, writes ...Write) error {
 			Then(clientv3.OpTxn(cmps, ops, nil)).Commit()
 		return err
 	})
-	if err = etcdErr(ctx, octx, err); err != nil {
+	if err = s.etcdErr(ctx, octx, err); err != nil {
 		return fmt.Errorf("committing records: %w", err)
 	}
 	if !resp.Succeeded {
