@@ -124,3 +124,14 @@ func TestUpHostsDrainsTheDemoWhileItsConsoleKeepsPrinting(t *testing.T) {
 		t.Errorf("tern up --hosts 3 left %v in its temporary directory", left)
 	}
 }
+
+// TestUpHostsWantsThreeToEight refuses host counts a volume's three
+// regions cannot be placed on, or past the loopback addresses it uses.
+func TestUpHostsWantsThreeToEight(t *testing.T) {
+	for _, n := range []string{"2", "9", "-1"} {
+		_, stderr, code := runTern(t, "up", "--hosts", n)
+		if code == 0 || !strings.Contains(stderr, "--hosts "+n+": want 3 to 8") {
+			t.Errorf("tern up --hosts %s: exit %d, stderr %q", n, code, stderr)
+		}
+	}
+}
