@@ -134,7 +134,7 @@ func (s *Server) runSaga(ctx context.Context, id string) error {
 func (s *Server) resume() {
 	ctx := s.termCtx()
 	sagas, err := List[MigrateSaga](ctx, s.store, kindSaga)
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		s.log.Error("listing sagas to resume", "err", err)
 	}
 	for _, sg := range sagas {

@@ -216,9 +216,7 @@ func (s *Server) Close() {
 // when another process leads).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		s.mu.Lock()
-		leader, to := s.leader, s.leaderURL
-		s.mu.Unlock()
+		leader, to := s.awaitLeader(r.Context())
 		if !leader {
 			if to == "" || to == s.cfg.URL {
 				writeError(w, http.StatusServiceUnavailable, "no_leader",
@@ -235,6 +233,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// forwardWait bounds how long a write waits for some process to lead
+// (an election in progress, or this process not yet having seen its
+// winner) before it is refused with no_leader.
+const forwardWait = 15 * time.Second
+
+// awaitLeader returns whether this process leads and, if not, the
+// leader's URL, waiting up to forwardWait for one to be known.
+func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, forwardWait)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		leader, to, changed := s.leader, s.leaderURL, s.leaderChanged
+		s.mu.Unlock()
+		if leader || to != "" && to != s.cfg.URL {
+			return leader, to
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return leader, to
+		}
+	}
 }
 
 // crashPoint SIGKILLs the process when CrashAt names this point.
