@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -79,6 +80,13 @@ type Agent struct {
 	// v2pMu serialises PUT /v1/v2p (held across the data plane's Apply,
 	// which mu is not).
 	v2pMu sync.Mutex
+	// invGen counts the inventory's changes (guarded by mu);
+	// invChanged is closed and replaced at each, for long-polls.
+	invGen     uint64
+	invChanged chan struct{}
+	// registered is set once the control plane took the registration
+	// (guarded by mu).
+	registered bool
 }
 
 type vmmProc struct {
@@ -102,7 +110,8 @@ func New(cfg Config) (*Agent, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent", "host", cfg.HostID), ctx: ctx, stop: stop,
-		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]Report{}, wake: make(chan struct{}, 1)}
+		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]Report{}, wake: make(chan struct{}, 1),
+		invGen: 1, invChanged: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "regions"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
@@ -154,7 +163,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 func (a *Agent) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.cfg.Version) })
-	m.HandleFunc("GET /v1/inventory", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.Inventory()) })
+	m.HandleFunc("GET /v1/inventory", a.getInventory)
 	m.HandleFunc("PUT /v1/vmms/{id}", a.putVMM)
 	m.HandleFunc("GET /v1/vmms/{id}", a.getVMM)
 	m.HandleFunc("DELETE /v1/vmms/{id}", a.deleteVMM)
@@ -175,11 +184,53 @@ func (a *Agent) routes() {
 	a.mux = m
 }
 
+// changedLocked counts one change of the inventory and wakes its
+// long-polls.
+func (a *Agent) changedLocked() {
+	a.invGen++
+	close(a.invChanged)
+	a.invChanged = make(chan struct{})
+}
+
+// inventoryWait bounds GET /v1/inventory?after_gen=N.
+const inventoryWait = 30 * time.Second
+
+// getInventory answers the inventory; with ?after_gen=N it first waits
+// (up to inventoryWait) for one newer than generation N.
+func (a *Agent) getInventory(w http.ResponseWriter, r *http.Request) {
+	var after uint64
+	if q := r.URL.Query().Get("after_gen"); q != "" {
+		n, err := strconv.ParseUint(q, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("after_gen %q: want a generation", q))
+			return
+		}
+		after = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), inventoryWait)
+	defer cancel()
+	for {
+		a.mu.Lock()
+		gen, changed := a.invGen, a.invChanged
+		a.mu.Unlock()
+		if gen > after {
+			break
+		}
+		select {
+		case <-changed:
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	writeJSON(w, http.StatusOK, a.Inventory())
+}
+
 // Inventory returns the host's capacity, allocations and processes.
 func (a *Agent) Inventory() Inventory {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	inv := Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+	inv := Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: a.invGen, Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
 		Version: a.cfg.Version, VMMs: []VMMStatus{}, Regions: []Region{}}
 	for _, v := range a.vmms {
 		inv.VMMs = append(inv.VMMs, v.status)
@@ -270,6 +321,7 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 		v = &vmmProc{proc: proc, client: c, status: VMMStatus{ID: id, InstanceID: req.InstanceID, URL: url,
 			State: instance.Creating, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}}
 		a.vmms[id] = v
+		a.changedLocked()
 		a.log.Info("vmm started", "vmm", id, "instance", req.InstanceID, "url", url)
 	}
 	a.mu.Unlock()
@@ -282,6 +334,7 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 		if !v.ensured && a.vmms[id] == v {
 			// A fresh process that took no spec runs nothing: stop it.
 			delete(a.vmms, id)
+			a.changedLocked()
 			a.mu.Unlock()
 			v.proc.stop(time.Minute)
 		} else {
@@ -307,7 +360,10 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	v.status.MigrationAddr = view.MigrationAddr
+	if v.status.MigrationAddr != view.MigrationAddr {
+		v.status.MigrationAddr = view.MigrationAddr
+		a.changedLocked()
+	}
 	return v.status, nil
 }
 
@@ -336,6 +392,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		gen = s.Gen
 		a.mu.Lock()
 		v.status.State, v.status.Gen = s.State, s.Gen
+		a.changedLocked()
 		a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: s.Gen, State: s.State,
 			In: activeProgress(s.Migration.In), Out: activeProgress(s.Migration.Out)})
 		a.mu.Unlock()
@@ -361,6 +418,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 	a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: v.status.Gen,
 		State: v.status.State, Gone: true})
 	delete(a.vmms, id)
+	a.changedLocked()
 }
 
 func (a *Agent) getVMM(w http.ResponseWriter, r *http.Request) {

@@ -85,6 +85,13 @@ func (c *Client) Inventory(ctx context.Context) (Inventory, error) {
 	return v, c.do(ctx, http.MethodGet, "/v1/inventory", nil, &v)
 }
 
+// InventoryAfter waits (a bounded long-poll) for an inventory newer than
+// generation gen and returns it; after the bound, the current one.
+func (c *Client) InventoryAfter(ctx context.Context, gen uint64) (Inventory, error) {
+	var v Inventory
+	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/inventory?after_gen=%d", gen), nil, &v)
+}
+
 // EnsureVMM starts vmm id (once) and ensures its spec.
 func (c *Client) EnsureVMM(ctx context.Context, id string, req EnsureVMM) (VMMStatus, error) {
 	var v VMMStatus

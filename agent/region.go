@@ -81,6 +81,7 @@ func (a *Agent) runRegion(id string) (Region, error) {
 	}
 	r := Region{ID: id, UUID: spec.UUID.String(), Addr: addr}
 	a.regions[id] = &regionProc{region: r, proc: proc}
+	a.changedLocked()
 	a.log.Info("downstairs started", "region", id, "addr", addr)
 	return r, nil
 }
@@ -137,6 +138,7 @@ func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	rp, ok := a.regions[id]
 	delete(a.regions, id)
+	a.changedLocked()
 	a.mu.Unlock()
 	if ok {
 		rp.proc.stop(childWait)

@@ -86,16 +86,25 @@ func (a *Agent) register() {
 	for _, v := range a.cfg.Version.MigrationProtocols {
 		protos = append(protos, uint16(v))
 	}
-	reg := Registration{Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
-		Build: a.cfg.Version.Build, MigrationProtocols: protos}
-	if a.cfg.Plane != nil {
-		reg.Underlay = a.cfg.Underlay.String()
-	}
 	backoff := retryMin
 	for {
+		reg := Registration{Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+			Build: a.cfg.Version.Build, MigrationProtocols: protos, VMMs: []string{}}
+		a.mu.Lock()
+		for id := range a.vmms {
+			reg.VMMs = append(reg.VMMs, id)
+		}
+		a.mu.Unlock()
+		if a.cfg.Plane != nil {
+			reg.Underlay = a.cfg.Underlay.String()
+		}
 		err := a.put(a.ctx, "/v1/hosts/"+url.PathEscape(a.cfg.HostID), reg)
 		if err == nil {
 			a.log.Info("registered with the control plane", "control", a.cfg.Control)
+			a.mu.Lock()
+			a.registered = true
+			a.changedLocked()
+			a.mu.Unlock()
 			return
 		}
 		a.log.Warn("registering with the control plane", "err", err)

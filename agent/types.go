@@ -12,6 +12,12 @@ import (
 type Inventory struct {
 	HostID  string `json:"host_id"`
 	Address string `json:"address"`
+	// Gen counts the inventory's changes since the agent started (GET
+	// /v1/inventory?after_gen=N waits for a newer one).
+	Gen uint64 `json:"gen"`
+	// Registered is set once the control plane took the host's
+	// registration.
+	Registered bool `json:"registered"`
 	// CPUs and MemoryMiB are the capacity offered to vmms; Allocated*
 	// what the live vmms reserve of it.
 	CPUs               int         `json:"cpus"`
@@ -96,4 +102,8 @@ type Registration struct {
 	MigrationProtocols []uint16 `json:"migration_protocols"`
 	// Underlay is the host's data-plane IPv4 (agent --dataplane), if any.
 	Underlay string `json:"underlay,omitempty"`
+	// VMMs are the vmms the agent runs as it registers: a vmm the
+	// control plane has on this host and the agent does not run is gone
+	// (a restarted agent runs none; its children died with it).
+	VMMs []string `json:"vmms"`
 }

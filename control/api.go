@@ -30,6 +30,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/migrations/{id}", s.getMigration)
 	m.HandleFunc("POST /v1/reports", s.postReport)
 	m.HandleFunc("GET /v1/v2p", s.listV2P)
+	m.HandleFunc("GET /v1/leader", s.getLeader)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
 	})
@@ -106,6 +107,10 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("host registered", "host", id, "address", reg.Address)
+	if err := s.goneUnlessRunning(r.Context(), id, reg.VMMs); err != nil {
+		writeErr(w, err)
+		return
+	}
 	go s.pushV2P(s.ctx)
 	writeJSON(w, http.StatusOK, h)
 }
@@ -222,4 +227,70 @@ func waitQuery(r *http.Request) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	return n, err == nil && n >= 0
+}
+
+// LeaderView is GET /v1/leader: this process's URL, whether it leads,
+// and the leader's URL as it last saw it ("" when none is known).
+type LeaderView struct {
+	URL       string `json:"url"`
+	Leading   bool   `json:"leading"`
+	LeaderURL string `json:"leader_url"`
+}
+
+// leaderWait bounds GET /v1/leader?wait=leading.
+const leaderWait = 30 * time.Second
+
+// getLeader answers who leads; with ?wait=leading it first waits (up to
+// leaderWait) for this process to lead, with ?wait=known for any leader.
+func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) {
+	wait := r.URL.Query().Get("wait")
+	if wait != "" && wait != "leading" && wait != "known" {
+		writeErr(w, badRequest("wait %q: want leading or known", wait))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), leaderWait)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		v := LeaderView{URL: s.cfg.URL, Leading: s.leader, LeaderURL: s.leaderURL}
+		changed := s.leaderChanged
+		s.mu.Unlock()
+		if wait == "" || wait == "leading" && v.Leading || wait == "known" && v.LeaderURL != "" {
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			writeJSON(w, http.StatusOK, v)
+			return
+		}
+	}
+}
+
+// goneUnlessRunning records as gone every vmm of host that reported
+// (its agent had it) and that the agent, registering, no longer runs:
+// the agent restarted and its children died with it. A vmm that never
+// reported is left to its saga.
+func (s *Server) goneUnlessRunning(ctx context.Context, host string, running []string) error {
+	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, id := range running {
+		live[id] = true
+	}
+	for _, v := range vmms {
+		vm := v.Value
+		if vm.HostID != host || !vm.processLive() || vm.Gen == 0 || live[vm.ID] {
+			continue
+		}
+		s.log.Warn("vmm gone with its agent", "vmm", vm.ID, "host", host)
+		if _, err := s.ApplyReport(ctx, agent.Report{HostID: host, VMMID: vm.ID, InstanceID: vm.InstanceID,
+			Gen: vm.Gen + 1, State: vm.State, Gone: true}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

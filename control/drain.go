@@ -114,18 +114,19 @@ func (s *Server) StartDrain(ctx context.Context, host string) (Drain, error) {
 func (s *Server) goDrain(host string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running["drain/"+host] {
-		return
+	if s.running["drain/"+host] || !s.leader {
+		return // a next term resumes it
 	}
 	s.running["drain/"+host] = true
+	ctx := s.term
 	s.wg.Go(func() {
 		defer func() { s.mu.Lock(); delete(s.running, "drain/"+host); s.mu.Unlock() }()
-		err := s.runDrain(s.ctx, host)
-		if s.ctx.Err() != nil {
+		err := s.runDrain(ctx, host)
+		if ctx.Err() != nil {
 			return // resumed by the next leader
 		}
 		now := time.Now().UTC()
-		Update(s.ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error {
+		Update(ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error {
 			d.Finished = &now
 			if err != nil {
 				d.State, d.Error = drainFailed, err.Error()
@@ -135,7 +136,7 @@ func (s *Server) goDrain(host string) {
 			return nil
 		})
 		if err == nil {
-			Update(s.ctx, s.store, kindHost, host, func(h *Host, exists bool) error { h.State = HostDrained; return nil })
+			Update(ctx, s.store, kindHost, host, func(h *Host, exists bool) error { h.State = HostDrained; return nil })
 		}
 	})
 }

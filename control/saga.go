@@ -132,8 +132,9 @@ func (s *Server) runSaga(ctx context.Context, id string) error {
 
 // resume drives every saga and drain in flight (at leadership).
 func (s *Server) resume() {
-	sagas, err := List[MigrateSaga](s.ctx, s.store, kindSaga)
-	if err != nil {
+	ctx := s.termCtx()
+	sagas, err := List[MigrateSaga](ctx, s.store, kindSaga)
+	if err != nil && ctx.Err() == nil {
 		s.log.Error("listing sagas to resume", "err", err)
 	}
 	for _, sg := range sagas {
@@ -143,11 +144,11 @@ func (s *Server) resume() {
 		}
 	}
 	// Settle every instance: reports may have landed while no one led.
-	insts, _ := List[Instance](s.ctx, s.store, kindInstance)
+	insts, _ := List[Instance](ctx, s.store, kindInstance)
 	for _, in := range insts {
-		s.settle(s.ctx, in.Value.ID)
+		s.settle(ctx, in.Value.ID)
 	}
-	drains, _ := List[Drain](s.ctx, s.store, kindDrain)
+	drains, _ := List[Drain](ctx, s.store, kindDrain)
 	for _, d := range drains {
 		if d.Value.State == drainRunning {
 			s.goDrain(d.Value.HostID)
@@ -159,13 +160,14 @@ func (s *Server) resume() {
 func (s *Server) goSaga(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running["saga/"+id] {
-		return
+	if s.running["saga/"+id] || !s.leader {
+		return // a next term resumes it
 	}
 	s.running["saga/"+id] = true
+	ctx := s.term
 	s.wg.Go(func() {
 		defer func() { s.mu.Lock(); delete(s.running, "saga/"+id); s.mu.Unlock() }()
-		if err := s.runSaga(s.ctx, id); err != nil && s.ctx.Err() == nil {
+		if err := s.runSaga(ctx, id); err != nil && ctx.Err() == nil {
 			s.log.Warn("saga ended", "saga", id, "err", err)
 		}
 	})

@@ -58,6 +58,13 @@ type Server struct {
 	// (guarded by mu).
 	leader    bool
 	leaderURL string
+	// term is the context of this process's current leadership: sagas
+	// and drains run under it and stop when leadership is lost (guarded
+	// by mu; a cancelled context while not leading).
+	term context.Context
+	// leaderChanged is closed and replaced whenever leader or leaderURL
+	// changes (guarded by mu), for GET /v1/leader's waits.
+	leaderChanged chan struct{}
 	// running holds the sagas and drains this process drives, so a
 	// resume never starts one twice (guarded by mu).
 	running map[string]bool
@@ -78,37 +85,109 @@ func NewServer(cfg Config) *Server {
 		cfg.MaxParallelDrain = 2
 	}
 	ctx, stop := context.WithCancel(context.Background())
+	notLeading, cancel := context.WithCancel(ctx)
+	cancel()
 	s := &Server{cfg: cfg, store: NewStore(cfg.Etcd, cfg.Root), log: cfg.Logger.With("component", "control"),
-		ctx: ctx, stop: stop, running: map[string]bool{}}
+		ctx: ctx, stop: stop, running: map[string]bool{}, term: notLeading, leaderChanged: make(chan struct{})}
 	s.routes()
 	return s
 }
 
-// Run campaigns for leadership until ctx ends; once leader it resumes
-// every saga and drain in flight. It returns when ctx ends or the
-// session to etcd is lost.
+// sessionTTL is the leadership lease's time to live, in seconds: how
+// long a dead leader's lease outlives it before another process leads.
+const sessionTTL = 5
+
+// campaignRetry bounds the pause before campaigning again after the
+// session to etcd was lost or could not be opened.
+const campaignRetry = time.Second
+
+// Run campaigns for leadership until ctx ends: once leader it resumes
+// every saga and drain in flight and leads until its etcd session is
+// lost (etcd lost its quorum, or this process could not reach it for
+// the lease's TTL); then it stops what it drove and campaigns again.
 func (s *Server) Run(ctx context.Context) error {
-	sess, err := concurrency.NewSession(s.cfg.Etcd, concurrency.WithTTL(5))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		// Close ends the server's context; leadership ends with it.
+		select {
+		case <-s.ctx.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		err := s.leadOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("not leading the control plane", "err", err)
+		select {
+		case <-time.After(campaignRetry):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// leadOnce opens a session, campaigns, and leads until the session ends.
+func (s *Server) leadOnce(ctx context.Context) error {
+	sess, err := concurrency.NewSession(s.cfg.Etcd, concurrency.WithTTL(sessionTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("opening an etcd session: %w", err)
 	}
 	defer sess.Close()
 	el := concurrency.NewElection(sess, s.cfg.Root+"leader")
-	go s.followLeader(ctx, el)
-	if err := el.Campaign(ctx, s.cfg.URL); err != nil {
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	go s.followLeader(octx, el)
+	cctx, stopCampaign := context.WithCancel(ctx)
+	defer stopCampaign()
+	go func() {
+		select {
+		case <-sess.Done():
+			stopCampaign()
+		case <-cctx.Done():
+		}
+	}()
+	if err := el.Campaign(cctx, s.cfg.URL); err != nil {
 		return fmt.Errorf("campaigning for leadership: %w", err)
 	}
-	s.mu.Lock()
-	s.leader, s.leaderURL = true, s.cfg.URL
-	s.mu.Unlock()
+	term, endTerm := context.WithCancel(ctx)
+	s.store.fence(el.Key(), el.Rev())
+	s.setLeader(true, s.cfg.URL, term)
 	s.log.Info("leading the control plane", "url", s.cfg.URL)
 	s.resume()
 	select {
 	case <-ctx.Done():
-		return nil
+		err = nil
 	case <-sess.Done():
-		return errors.New("lost the etcd session: no longer leader")
+		err = errors.New("lost the etcd session: no longer leader")
 	}
+	endTerm()
+	s.store.fence("", 0)
+	s.setLeader(false, "", term)
+	// What this term started stops before another campaign: a next term
+	// resumes it from the records.
+	s.wg.Wait()
+	return err
+}
+
+// setLeader records who leads and wakes the waiters of GET /v1/leader.
+func (s *Server) setLeader(leader bool, url string, term context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leader, s.leaderURL, s.term = leader, url, term
+	close(s.leaderChanged)
+	s.leaderChanged = make(chan struct{})
+}
+
+// termCtx is the context of the current leadership term (cancelled when
+// not leading).
+func (s *Server) termCtx() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.term
 }
 
 // followLeader keeps leaderURL current for forwarding.
@@ -116,7 +195,11 @@ func (s *Server) followLeader(ctx context.Context, el *concurrency.Election) {
 	for resp := range el.Observe(ctx) {
 		if len(resp.Kvs) > 0 {
 			s.mu.Lock()
-			s.leaderURL = string(resp.Kvs[0].Value)
+			if !s.leader {
+				s.leaderURL = string(resp.Kvs[0].Value)
+				close(s.leaderChanged)
+				s.leaderChanged = make(chan struct{})
+			}
 			s.mu.Unlock()
 		}
 	}
@@ -133,12 +216,11 @@ func (s *Server) Close() {
 // when another process leads).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		s.mu.Lock()
-		leader, to := s.leader, s.leaderURL
-		s.mu.Unlock()
+		leader, to := s.awaitLeader(r.Context())
 		if !leader {
 			if to == "" || to == s.cfg.URL {
-				writeError(w, http.StatusServiceUnavailable, "no_leader", "no control process leads yet: retry")
+				writeError(w, http.StatusServiceUnavailable, "no_leader",
+					"no control process leads: none has won the election in etcd yet (is a quorum of its members up?); retry")
 				return
 			}
 			u, err := url.Parse(to)
@@ -151,6 +233,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// forwardWait bounds how long a write waits for some process to lead
+// (an election in progress, or this process not yet having seen its
+// winner) before it is refused with no_leader.
+const forwardWait = 15 * time.Second
+
+// awaitLeader returns whether this process leads and, if not, the
+// leader's URL, waiting up to forwardWait for one to be known.
+func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, forwardWait)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		leader, to, changed := s.leader, s.leaderURL, s.leaderChanged
+		s.mu.Unlock()
+		if leader || to != "" && to != s.cfg.URL {
+			return leader, to
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return leader, to
+		}
+	}
 }
 
 // crashPoint SIGKILLs the process when CrashAt names this point.
@@ -296,6 +403,10 @@ func writeErr(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "no_capacity", err.Error())
 	case errors.Is(err, ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, ErrEtcdUnavailable):
+		writeError(w, http.StatusServiceUnavailable, "etcd_unavailable", err.Error())
+	case errors.Is(err, ErrNotLeader):
+		writeError(w, http.StatusServiceUnavailable, "no_leader", err.Error()+": retry")
 	default:
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
 	}

@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrNotFound is a record that does not exist.
@@ -29,15 +34,87 @@ const (
 	kindDrain     = "drains"
 )
 
+// ErrEtcdUnavailable is etcd not answering within storeOpWait: its
+// cluster has no quorum, or none of its members is reachable.
+var ErrEtcdUnavailable = errors.New("etcd did not answer: is a quorum of its members up and reachable?")
+
+// ErrNotLeader is a write by a control process whose leadership ended
+// (its election key is gone): the new leader redoes it from the records.
+var ErrNotLeader = errors.New("this control process no longer leads")
+
+// storeOpWait bounds every etcd read and write: without a quorum etcd
+// never answers, and a caller must hear so.
+const storeOpWait = 10 * time.Second
+
 // Store keeps records as JSON values in etcd under root.
 type Store struct {
 	cli  *clientv3.Client
 	root string
+	// opWait bounds each etcd call (storeOpWait; tests shorten it).
+	opWait time.Duration
+
+	mu sync.Mutex
+	// fenceKey and fenceRev are the leader's election key and its
+	// create revision (guarded by mu): while set, every Commit also
+	// requires the key to exist still at that revision, so a deposed
+	// leader's write changes nothing.
+	fenceKey string
+	fenceRev int64
 }
 
 // NewStore returns a store of records under root ("/tern/") in cli.
 func NewStore(cli *clientv3.Client, root string) *Store {
-	return &Store{cli: cli, root: strings.TrimRight(root, "/") + "/"}
+	return &Store{cli: cli, root: strings.TrimRight(root, "/") + "/", opWait: storeOpWait}
+}
+
+// fence conditions every later Commit on the election key key still
+// having create revision rev ("" lifts it).
+func (s *Store) fence(key string, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fenceKey, s.fenceRev = key, rev
+}
+
+// opContext bounds one etcd call by the store's opWait.
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.opWait)
+}
+
+// retryUnavailable calls txn until it returns anything but etcd having
+// no leader or no reachable member (a member died, an election runs), or
+// ctx ends. A transaction retried after it did apply fails its revision
+// condition the second time: ErrConflict, never a double write.
+func retryUnavailable(ctx context.Context, txn func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := txn()
+		if err == nil || !(status.Code(err) == codes.Unavailable || errors.Is(err, rpctypes.ErrNoLeader)) {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// etcdErr names etcd's unavailability in err when the call ran out of
+// its own time (not the caller's) or found no member to talk to.
+func (s *Store) etcdErr(ctx, opCtx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	code := status.Code(err)
+	switch {
+	case ctx.Err() != nil:
+		return err
+	case opCtx.Err() != nil, errors.Is(err, context.DeadlineExceeded), code == codes.Unavailable, code == codes.DeadlineExceeded,
+		errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail):
+		return fmt.Errorf("%w (within %v: %v)", ErrEtcdUnavailable, s.opWait, err)
+	}
+	return err
 }
 
 func (s *Store) key(kind, id string) string { return s.root + kind + "/" + id }
@@ -52,8 +129,10 @@ type Versioned[T any] struct {
 // Get reads one record.
 func Get[T any](ctx context.Context, s *Store, kind, id string) (Versioned[T], error) {
 	var out Versioned[T]
-	resp, err := s.cli.Get(ctx, s.key(kind, id))
-	if err != nil {
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.key(kind, id))
+	if err = s.etcdErr(ctx, octx, err); err != nil {
 		return out, fmt.Errorf("reading %s/%s: %w", kind, id, err)
 	}
 	if len(resp.Kvs) == 0 {
@@ -68,8 +147,10 @@ func Get[T any](ctx context.Context, s *Store, kind, id string) (Versioned[T], e
 
 // List reads every record of kind, in key order.
 func List[T any](ctx context.Context, s *Store, kind string) ([]Versioned[T], error) {
-	resp, err := s.cli.Get(ctx, s.root+kind+"/", clientv3.WithPrefix())
-	if err != nil {
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(octx, s.root+kind+"/", clientv3.WithPrefix())
+	if err = s.etcdErr(ctx, octx, err); err != nil {
 		return nil, fmt.Errorf("listing %s: %w", kind, err)
 	}
 	out := make([]Versioned[T], 0, len(resp.Kvs))
@@ -120,11 +201,41 @@ func (s *Store) Commit(ctx context.Context, writes ...Write) error {
 		}
 		ops = append(ops, clientv3.OpPut(k, string(b)))
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	if err != nil {
+	s.mu.Lock()
+	fenceKey, fenceRev := s.fenceKey, s.fenceRev
+	s.mu.Unlock()
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	if fenceKey == "" {
+		var resp *clientv3.TxnResponse
+		err := retryUnavailable(octx, func() (err error) {
+			resp, err = s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+			return err
+		})
+		if err = s.etcdErr(ctx, octx, err); err != nil {
+			return fmt.Errorf("committing records: %w", err)
+		}
+		if !resp.Succeeded {
+			return ErrConflict
+		}
+		return nil
+	}
+	// The records' transaction nested in the leadership's: the outer
+	// condition says whether this process still leads, the inner one
+	// whether the records are as read.
+	var resp *clientv3.TxnResponse
+	err := retryUnavailable(octx, func() (err error) {
+		resp, err = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(fenceKey), "=", fenceRev)).
+			Then(clientv3.OpTxn(cmps, ops, nil)).Commit()
+		return err
+	})
+	if err = s.etcdErr(ctx, octx, err); err != nil {
 		return fmt.Errorf("committing records: %w", err)
 	}
 	if !resp.Succeeded {
+		return ErrNotLeader
+	}
+	if !resp.Responses[0].GetResponseTxn().Succeeded {
 		return ErrConflict
 	}
 	return nil

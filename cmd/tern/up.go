@@ -51,8 +51,9 @@ const upKVMHostEnv = "TERN_KVMHOST"
 
 func newUpCmd() *cobra.Command {
 	var dataDir string
+	var hosts int
 	cmd := &cobra.Command{
-		Use:   "up [--data-dir DIR]",
+		Use:   "up [--data-dir DIR] [--hosts N]",
 		Short: "Run three downstairs, a vmm and a demo guest on a volume, all on loopback",
 		Long: `Create certificates and three regions under --data-dir (default: a new
 temporary directory, removed on exit), start three downstairs and a vmm on
@@ -64,13 +65,25 @@ or SIGTERM stops every child and exits within 10 s.
 
 Without a usable /dev/kvm (or with TERN_KVMHOST=always) the vmm runs
 inside the emulated KVM test host (QEMU, software emulation: slow), with
-its API port forwarded to the host's loopback.`,
+its API port forwarded to the host's loopback.
+
+With --hosts N (3 to 8) it runs a control plane instead: tern control
+and N agents on the loopback addresses 127.0.0.2 on, and the demo
+instance created through it on a volume across three hosts. It prints
+the control plane's URL first ("Control: http://127.0.0.1:PORT"), then
+tern ctl commands to try (a drain of the demo's host among them), then
+streams the demo's console, following it across migrations. This mode
+needs a usable /dev/kvm.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("hosts") {
+				return runUpHosts(cmd.Context(), dataDir, hosts, cmd.OutOrStdout())
+			}
 			return runUp(cmd.Context(), dataDir, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for certificates, regions and logs (default: a temporary directory, removed on exit)")
+	cmd.Flags().IntVar(&hosts, "hosts", 0, "run a control plane and this many host agents on loopback addresses (3 to 8) instead of one vmm")
 	return cmd
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -125,19 +124,25 @@ func startUpDownstairs(self, name, dir, certs, logPath string, wait time.Duratio
 // startUpVMM runs `tern vmm serve` on a free loopback port, logging to
 // logPath, and returns once it printed its URL.
 func startUpVMM(self, certs, logPath string, wait time.Duration) (*upChild, string, error) {
+	return startUpListener(self, "vmm", logPath, wait, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
+}
+
+// startUpListener runs tern args as child name, logging to logPath, and
+// returns once it printed "listening on URL", with the URL.
+func startUpListener(self, name, logPath string, wait time.Duration, args ...string) (*upChild, string, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, "", fmt.Errorf("opening vmm log: %w", err)
+		return nil, "", fmt.Errorf("opening %s log: %w", name, err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	cmd := exec.Command(self, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
+	cmd := exec.Command(self, args...)
 	cmd.Stderr = logFile
 	stdout, w, err := os.Pipe()
 	if err != nil {
-		return nil, "", fmt.Errorf("starting vmm: %w", err)
+		return nil, "", fmt.Errorf("starting %s: %w", name, err)
 	}
 	cmd.Stdout = w
-	c, err := startUpChild("vmm", cmd)
+	c, err := startUpChild(name, cmd)
 	w.Close()
 	if err != nil {
 		stdout.Close()
@@ -158,9 +163,9 @@ func startUpVMM(self, certs, logPath string, wait time.Duration) (*upChild, stri
 	case u := <-url:
 		return c, u, nil
 	case <-c.exited:
-		return nil, "", fmt.Errorf("starting vmm: it exited before listening (%v); see %s", c.err, logPath)
+		return nil, "", fmt.Errorf("starting %s: it exited before listening (%v); see %s", name, c.err, logPath)
 	case <-time.After(wait):
 		c.stop(time.Second)
-		return nil, "", errors.New("starting vmm: it printed no URL in time; see " + logPath)
+		return nil, "", fmt.Errorf("starting %s: it printed no URL in time; see %s", name, logPath)
 	}
 }

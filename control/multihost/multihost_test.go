@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +27,12 @@ import (
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithTern()) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(memberEnv); spec != "" {
+		os.Exit(runMember(spec))
+	}
+	kvmtest.Main(m, kvmtest.WithTern())
+}
 
 // generous bounds every wait; nothing asserts on time.
 const generous = 3 * time.Minute
@@ -51,10 +58,26 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // start runs tern args with env and waits for its "listening on URL".
-func start(t *testing.T, name string, env []string, args ...string) *proc {
+func start(t testing.TB, name string, env []string, args ...string) *proc {
+	t.Helper()
+	return startIn(t, "", name, env, args...)
+}
+
+// startIn is start inside network namespace ns ("": this one), by `ip
+// netns exec`, which execs tern in place: the process is tern's own.
+func startIn(t testing.TB, ns, name string, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(kvmtest.Tern(t), args...)
+	if ns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, kvmtest.Tern(t)}, args...)...)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{name: name, cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = &lockedBuffer{b: p.stderr}
@@ -108,39 +131,124 @@ func (p *proc) stop() {
 	})
 }
 
-// cluster is a control plane and three agents.
-type cluster struct {
-	t       *testing.T
-	dir     string
-	certs   string
-	control *proc
-	agents  map[string]*proc
+// kill SIGKILLs the process and waits for it to exit.
+func (p *proc) kill() {
+	p.once.Do(func() {
+		p.cmd.Process.Kill()
+		<-p.exited
+	})
 }
 
-var hostIPs = map[string]string{"h2": "127.0.0.2", "h3": "127.0.0.3", "h4": "127.0.0.4"}
+// hostSpec is one host of a cluster: its id, the IP its agent listens
+// on, and its network namespace ("" for this one).
+type hostSpec struct {
+	id, ip, ns string
+}
 
-func newCluster(t *testing.T, controlEnv ...string) *cluster {
+// cluster is a control plane and three agents.
+type cluster struct {
+	t         testing.TB
+	dir       string
+	certs     string
+	controlIP string
+	hosts     map[string]hostSpec
+	control   *proc
+	// agentControl is the URL the agents reach the control plane by.
+	agentControl string
+	// mu guards agents: a restarted agent replaces its proc.
+	mu     sync.Mutex
+	agents map[string]*proc
+	watch  *agentWatch
+}
+
+// loopbackHosts are three hosts on distinct loopback addresses.
+var loopbackHosts = []hostSpec{{"h2", "127.0.0.2", ""}, {"h3", "127.0.0.3", ""}, {"h4", "127.0.0.4", ""}}
+
+func newCluster(t testing.TB, controlEnv ...string) *cluster {
+	t.Helper()
+	return newClusterWith(t, clusterOptions{controlIP: "127.0.0.1", hosts: loopbackHosts, controlEnv: controlEnv})
+}
+
+// clusterOptions say where a cluster's processes run.
+type clusterOptions struct {
+	// controlIP is where tern control listens; hosts the agents.
+	controlIP string
+	hosts     []hostSpec
+	// controlEnv is tern control's extra environment.
+	controlEnv []string
+	// relay, when set, is given the control plane's URL and returns
+	// the URL the agents are to reach it by.
+	relay func(controlURL string) string
+}
+
+// newClusterWith starts tern control and an agent per host, and waits
+// for every agent to have registered.
+func newClusterWith(t testing.TB, o clusterOptions) *cluster {
 	t.Helper()
 	kvmtest.Require(t)
-	c := &cluster{t: t, dir: t.TempDir(), agents: map[string]*proc{}}
+	controlIP, hosts, controlEnv := o.controlIP, o.hosts, o.controlEnv
+	c := &cluster{t: t, dir: t.TempDir(), controlIP: controlIP, hosts: map[string]hostSpec{}, agents: map[string]*proc{}}
+	ips := []string{"127.0.0.1", controlIP}
+	for _, h := range hosts {
+		c.hosts[h.id] = h
+		ips = append(ips, h.ip)
+	}
 	c.certs = filepath.Join(c.dir, "certs")
-	if err := tlsconf.Generate(c.certs, []string{"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"}, false); err != nil {
+	if err := tlsconf.Generate(c.certs, ips, false); err != nil {
 		t.Fatal(err)
 	}
 	c.startControl(controlEnv...)
-	for id, ip := range hostIPs {
-		c.agents[id] = start(t, "agent "+id, nil, "agent", "--listen", ip+":0", "--data-dir", filepath.Join(c.dir, id),
-			"--certs", c.certs, "--control", c.control.url, "--id", id, "--cpus", "8", "--memory", "2GiB")
+	c.agentControl = c.control.url
+	if o.relay != nil {
+		c.agentControl = o.relay(c.control.url)
 	}
-	// Registration is asynchronous: wait for every host's record.
-	c.waitHosts(len(hostIPs))
+	for _, h := range hosts {
+		c.startAgent(h.id, h.ip+":0")
+	}
+	c.watch = watchAgents(t, c)
+	// Registration is asynchronous: wait for every agent to say it was
+	// taken.
+	c.waitAgents("every agent registered", func(inv map[string]agent.Inventory) bool {
+		n := 0
+		for _, i := range inv {
+			if i.Registered {
+				n++
+			}
+		}
+		return n == len(hosts)
+	})
 	return c
+}
+
+// startAgent (re)starts host id's agent listening on listen.
+func (c *cluster) startAgent(id, listen string) {
+	h := c.hosts[id]
+	p := startIn(c.t, h.ns, "agent "+id, nil, "agent", "--listen", listen, "--data-dir", filepath.Join(c.dir, id),
+		"--certs", c.certs, "--control", c.agentControl, "--id", id, "--cpus", "8", "--memory", "2GiB")
+	c.mu.Lock()
+	c.agents[id] = p
+	c.mu.Unlock()
+}
+
+func (c *cluster) agent(id string) *proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.agents[id]
+}
+
+// restartAgent SIGKILLs host id's agent (its vmms die with it) and starts
+// it again on the same address and data directory.
+func (c *cluster) restartAgent(id string) {
+	old := c.agent(id)
+	old.kill()
+	c.watch.forget(id)
+	c.startAgent(id, strings.TrimPrefix(old.url, "http://"))
 }
 
 // startControl (re)starts tern control on the cluster's data dir at a
 // fixed port, so agents keep reaching it across restarts.
 func (c *cluster) startControl(env ...string) {
-	addr := "127.0.0.1:0"
+	addr := c.controlIP + ":0"
 	if c.control != nil {
 		addr = strings.TrimPrefix(c.control.url, "http://")
 	}
@@ -170,44 +278,162 @@ func (c *cluster) mustCtl(out any, args ...string) {
 	}
 }
 
-func (c *cluster) waitHosts(n int) {
+// agentWatch follows every agent's inventory by its long-poll and keeps
+// the latest of each; on every change it checks, from the agents' own
+// reports, that no instance runs on two vmms at once.
+type agentWatch struct {
+	mu sync.Mutex
+	// inv is each reachable agent's latest inventory; changed is closed
+	// and replaced at every change; violations lists each time an
+	// instance ran on two vmms (all guarded by mu).
+	inv        map[string]agent.Inventory
+	changed    chan struct{}
+	violations []string
+}
+
+// watchAgents follows c's agents until t ends.
+func watchAgents(t testing.TB, c *cluster) *agentWatch {
+	w := &agentWatch{inv: map[string]agent.Inventory{}, changed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for id := range c.hosts {
+		wg.Go(func() { w.follow(ctx, c, id) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return w
+}
+
+// follow long-polls host id's agent (whichever process it is now).
+func (w *agentWatch) follow(ctx context.Context, c *cluster, id string) {
+	var gen uint64
+	var from *proc
+	for ctx.Err() == nil {
+		p := c.agent(id)
+		if p != from {
+			from, gen = p, 0
+		}
+		inv, err := agent.NewClient(p.url, nil).InventoryAfter(ctx, gen)
+		if err != nil {
+			w.forget(id)
+			// The agent is down or restarting: ask again shortly.
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if inv.Gen == gen && gen != 0 {
+			continue // the long-poll's bound passed with no change
+		}
+		gen = inv.Gen
+		w.update(id, &inv)
+	}
+}
+
+// forget drops host id's inventory: its agent is not there.
+func (w *agentWatch) forget(id string) { w.update(id, nil) }
+
+func (w *agentWatch) update(id string, inv *agent.Inventory) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if inv == nil {
+		delete(w.inv, id)
+	} else {
+		w.inv[id] = *inv
+	}
+	running := map[string][]string{}
+	for h, i := range w.inv {
+		for _, v := range i.VMMs {
+			if !v.Gone && v.State == instance.Running {
+				running[v.InstanceID] = append(running[v.InstanceID], h+"/"+v.ID)
+			}
+		}
+	}
+	for inst, vs := range running {
+		if len(vs) > 1 {
+			w.violations = append(w.violations, fmt.Sprintf("instance %s ran on %v at once", inst, vs))
+		}
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// waitAgents waits until done accepts the agents' latest inventories.
+func (c *cluster) waitAgents(what string, done func(map[string]agent.Inventory) bool) map[string]agent.Inventory {
 	c.t.Helper()
-	deadline := time.Now().Add(generous)
+	deadline := time.After(generous)
 	for {
-		var hosts []map[string]any
-		if c.ctl(&hosts, "host", "list") == nil && len(hosts) == n {
-			return
+		w := c.watch
+		w.mu.Lock()
+		snap := maps.Clone(w.inv)
+		changed := w.changed
+		w.mu.Unlock()
+		if done(snap) {
+			return snap
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the control plane has %d hosts, want %d", len(hosts), n)
+		select {
+		case <-changed:
+		case <-deadline:
+			c.t.Fatalf("waiting for %s: the agents report %+v", what, snap)
 		}
-		// Agents register within a few retries of their backoff; ask
-		// again once the next registration could have landed.
-		<-time.After(50 * time.Millisecond)
 	}
 }
 
-func (c *cluster) inventory(host string) agent.Inventory {
+// neverTwoRunning fails t if any instance ever ran on two vmms at once,
+// by the agents' reports.
+func (c *cluster) neverTwoRunning() {
 	c.t.Helper()
-	inv, err := agent.NewClient(c.agents[host].url, nil).Inventory(context.Background())
-	if err != nil {
-		c.t.Fatal(err)
+	c.watch.mu.Lock()
+	defer c.watch.mu.Unlock()
+	if len(c.watch.violations) > 0 {
+		c.t.Fatalf("by the agents' reports: %v", c.watch.violations)
 	}
-	return inv
 }
 
-// runningVMMs returns, from the agents' own reports, every vmm of
-// instance id that runs, by host.
-func (c *cluster) runningVMMs(id string) map[string]agent.VMMStatus {
+// runningIn returns, from inventories, every vmm of instance id that
+// runs, by host.
+func runningIn(inv map[string]agent.Inventory, id string) map[string]agent.VMMStatus {
 	out := map[string]agent.VMMStatus{}
-	for h := range c.agents {
-		for _, v := range c.inventory(h).VMMs {
+	for h, i := range inv {
+		for _, v := range i.VMMs {
 			if v.InstanceID == id && !v.Gone && v.State == instance.Running {
 				out[h] = v
 			}
 		}
 	}
 	return out
+}
+
+// vmmsOf returns every vmm of instance id the agents have, running or not.
+func vmmsOf(inv map[string]agent.Inventory, id string) map[string]agent.VMMStatus {
+	out := map[string]agent.VMMStatus{}
+	for h, i := range inv {
+		for _, v := range i.VMMs {
+			if v.InstanceID == id {
+				out[h+"/"+v.ID] = v
+			}
+		}
+	}
+	return out
+}
+
+func (c *cluster) inventory(host string) agent.Inventory {
+	c.t.Helper()
+	inv, err := agent.NewClient(c.agent(host).url, nil).Inventory(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return inv
+}
+
+// runningVMMs returns, from the agents' own current reports, every vmm
+// of instance id that runs, by host.
+func (c *cluster) runningVMMs(id string) map[string]agent.VMMStatus {
+	inv := map[string]agent.Inventory{}
+	for h := range c.hosts {
+		inv[h] = c.inventory(h)
+	}
+	return runningIn(inv, id)
 }
 
 // dirtySize is the dirty guest's memory and working set here.
@@ -226,7 +452,7 @@ func (c *cluster) createDirty(name string) control.InstanceView {
 
 // waitVerifyPass waits for the dirty guest on vmm url to verify once
 // more, which must pass.
-func waitVerifyPass(t *testing.T, url, what string) {
+func waitVerifyPass(t testing.TB, url, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), generous)
 	defer cancel()
@@ -267,135 +493,99 @@ func waitVerifyPass(t *testing.T, url, what string) {
 	}
 }
 
-// waitRunning waits for instance name to run on its vmm, from the
-// agent's report, and returns the host and the vmm's URL.
+// waitRunning waits for instance name to run on one vmm, by the agents'
+// reports, and returns the host and the vmm's URL.
 func (c *cluster) waitRunning(name string) (string, string) {
 	c.t.Helper()
 	var v control.InstanceView
 	c.mustCtl(&v, "instance", "get", name)
+	inv := c.waitAgents("instance "+name+" running", func(inv map[string]agent.Inventory) bool {
+		return len(runningIn(inv, v.ID)) == 1
+	})
+	for h, s := range runningIn(inv, v.ID) {
+		return h, s.URL
+	}
+	panic("unreachable")
+}
+
+// waitMigrationEnd follows migration id's record (a long-poll on its
+// revision) until it is completed or failed.
+func (c *cluster) waitMigrationEnd(id string) control.Migration {
+	c.t.Helper()
 	deadline := time.Now().Add(generous)
-	for {
-		if vm := c.runningVMMs(v.ID); len(vm) == 1 {
-			for h, s := range vm {
-				return h, s.URL
-			}
-		}
+	var m control.Migration
+	for m.State != control.MigrationCompleted && m.State != control.MigrationFailed {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("instance %s never ran", name)
+			c.t.Fatalf("migration %s never ended: %+v", id, m)
 		}
-		<-time.After(50 * time.Millisecond)
+		resp, err := http.Get(fmt.Sprintf("%s/v1/migrations/%s?after_rev=%d", c.control.url, id, m.Rev))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if err != nil {
+			c.t.Fatal(err)
+		}
 	}
+	return m
 }
 
-// TestDrainMovesEveryInstanceAndItsGuestKeepsVerifying creates four
-// dirty guests on volumes across three hosts, drains one host, and checks
-// every guest verifies on its new host, the drained host runs no vmm,
-// and the records agree with the agents.
-func TestDrainMovesEveryInstanceAndItsGuestKeepsVerifying(t *testing.T) {
-	c := newCluster(t)
-	names := []string{"d1", "d2", "d3", "d4"}
-	for _, n := range names {
-		c.createDirty(n)
-	}
-	where := map[string]string{}
-	for _, n := range names {
-		h, url := c.waitRunning(n)
-		where[n] = h
-		waitVerifyPass(t, url, n+" before the drain")
-	}
-	drained := where["d1"]
-	var d map[string]any
-	c.mustCtl(&d, "host", "drain", drained)
-	if d["state"] != "done" {
-		t.Fatalf("drain ended %v", d)
-	}
-	if inv := c.inventory(drained); len(inv.VMMs) != 0 {
-		t.Fatalf("the drained host %s still runs vmms %+v", drained, inv.VMMs)
-	}
-	var hosts []control.HostView
-	c.mustCtl(&hosts, "host", "list")
-	for _, h := range hosts {
-		if h.ID == drained && (h.State != control.HostDrained || h.VMMs != 0) {
-			t.Fatalf("the drained host's record: %+v", h)
+// migrationsOf lists instance id's migrations.
+func (c *cluster) migrationsOf(id string) []control.Migration {
+	c.t.Helper()
+	var all, out []control.Migration
+	c.mustCtl(&all, "migration", "list")
+	for _, m := range all {
+		if m.InstanceID == id {
+			out = append(out, m)
 		}
 	}
-	var list []control.InstanceView
-	c.mustCtl(&list, "instance", "list")
-	for _, v := range list {
-		running := c.runningVMMs(v.ID)
-		if len(running) != 1 {
-			t.Fatalf("instance %s runs %d vmms by the agents' reports: %+v", v.Name, len(running), running)
+	return out
+}
+
+// settled waits until every vmm the agents have of instance id runs
+// (the other side of its migration was destroyed), and checks the
+// records agree with the agents: the instance is on the one vmm that
+// runs, or failed on none when none does. It returns that vmm's host
+// and URL ("" for none).
+func (c *cluster) settled(id string) (string, string) {
+	c.t.Helper()
+	inv := c.waitAgents("instance "+id+"'s vmms all running or gone", func(inv map[string]agent.Inventory) bool {
+		for _, v := range vmmsOf(inv, id) {
+			if v.State != instance.Running {
+				return false
+			}
 		}
+		return true
+	})
+	running := runningIn(inv, id)
+	var got control.InstanceView
+	c.mustCtl(&got, "instance", "get", id)
+	switch len(running) {
+	case 0:
+		if got.State != "failed" || got.VMM != "" {
+			c.t.Fatalf("no vmm of instance %s runs by the agents, but its record is %+v", id, got)
+		}
+		return "", ""
+	case 1:
 		for h, s := range running {
-			if v.State != "running" || v.Host != h || v.VMM != s.ID || h == drained {
-				t.Fatalf("instance %s's record %+v disagrees with the agents (%s runs vmm %s) or is on the drained host", v.Name, v, h, s.ID)
+			if got.State != "running" || got.Host != h || got.VMM != s.ID {
+				c.t.Fatalf("instance %s's record %+v disagrees with the agents (%s runs vmm %s)", id, got, h, s.ID)
 			}
-			waitVerifyPass(t, s.URL, v.Name+" after the drain")
+			return h, s.URL
 		}
 	}
+	c.t.Fatalf("instance %s runs on %d vmms by the agents: %+v", id, len(running), running)
+	return "", ""
 }
 
-// TestSIGKILLOfControlAtEachSagaStepEndsConsistent kills tern control
-// right after each migration saga step acted (before it was recorded
-// done), restarts it, and checks the migration ends completed or failed
-// with the instance on exactly one running vmm, from the agents' reports.
-func TestSIGKILLOfControlAtEachSagaStepEndsConsistent(t *testing.T) {
-	for _, step := range control.StepNames() {
-		t.Run(step, func(t *testing.T) {
-			c := newCluster(t, "TERN_CONTROL_CRASH_AT=after:"+step)
-			v := c.createDirty("k1")
-			from, _ := c.waitRunning("k1")
-			var to string
-			for h := range hostIPs {
-				if h != from {
-					to = h
-					break
-				}
-			}
-			// The migrate call dies with the control process.
-			c.ctl(nil, "instance", "migrate", "k1", "--to", to)
-			select {
-			case <-c.control.exited:
-			case <-time.After(generous):
-				t.Fatal("tern control did not die at the crash point")
-			}
-			c.control.once.Do(func() {})
-			c.startControl()
-			var migs []control.Migration
-			c.mustCtl(&migs, "migration", "list")
-			for _, m := range migs {
-				var end control.Migration
-				ctx, cancel := context.WithTimeout(context.Background(), generous)
-				rev := int64(0)
-				for end.State != control.MigrationCompleted && end.State != control.MigrationFailed {
-					if ctx.Err() != nil {
-						t.Fatalf("migration %s never ended: %+v", m.ID, end)
-					}
-					c.mustCtl(&end, "migration", "get", m.ID)
-					if end.Rev == rev {
-						<-time.After(50 * time.Millisecond)
-					}
-					rev = end.Rev
-				}
-				cancel()
-			}
-			host, url := c.waitRunning("k1")
-			var got control.InstanceView
-			deadline := time.Now().Add(generous)
-			for {
-				c.mustCtl(&got, "instance", "get", "k1")
-				if got.State == "running" && got.Host == host || time.Now().After(deadline) {
-					break
-				}
-				<-time.After(50 * time.Millisecond)
-			}
-			if got.State != "running" || got.Host != host {
-				t.Fatalf("record %+v; the agents say it runs on %s", got, host)
-			}
-			if n := len(c.runningVMMs(v.ID)); n != 1 {
-				t.Fatalf("%d running vmms", n)
-			}
-			waitVerifyPass(t, url, "after the crash at "+step)
-		})
+// otherHost is a host of c that is not h.
+func (c *cluster) otherHost(h string) string {
+	for id := range c.hosts {
+		if id != h {
+			return id
+		}
 	}
+	panic("one host")
 }
