@@ -32,11 +32,11 @@ func TestSIGKILLOfControlAtEachSagaStepEndsConsistent(t *testing.T) {
 			// The migrate call dies with the control process.
 			c.ctl(nil, "instance", "migrate", "k1", "--to", c.otherHost(from))
 			select {
-			case <-c.control.exited:
+			case <-c.control.Exited:
 			case <-time.After(generous):
 				t.Fatal("tern control did not die at the crash point")
 			}
-			c.control.once.Do(func() {})
+			c.control.Reaped()
 			c.startControl()
 			for _, m := range c.migrationsOf(v.ID) {
 				c.waitMigrationEnd(m.ID)
@@ -127,7 +127,7 @@ func TestSIGKILLMidMigrationEndsByTheRules(t *testing.T) {
 			if tc.wholeHost {
 				c.restartAgent(host)
 			} else {
-				pids := vmmPIDs(c.agent(host).cmd.Process.Pid)
+				pids := vmmPIDs(c.agent(host).Cmd.Process.Pid)
 				if len(pids) != 1 {
 					t.Fatalf("host %s's agent runs vmms %v, want the migration's one", host, pids)
 				}

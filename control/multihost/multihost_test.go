@@ -1,25 +1,22 @@
 package multihost
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"tern/agent"
 	"tern/control"
+	"tern/control/internal/proctest"
 	"tern/internal/tlsconf"
 	"tern/vmm/client"
 	"tern/vmm/guests"
@@ -28,115 +25,16 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(memberEnv); spec != "" {
-		os.Exit(runMember(spec))
-	}
 	kvmtest.Main(m, kvmtest.WithTern())
 }
 
 // generous bounds every wait; nothing asserts on time.
 const generous = 3 * time.Minute
 
-// proc is one tern process of a test.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	url    string
-	stderr *bytes.Buffer
-	exited chan error
-	once   sync.Once
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // start runs tern args with env and waits for its "listening on URL".
-func start(t testing.TB, name string, env []string, args ...string) *proc {
+func start(t testing.TB, name string, env []string, args ...string) *proctest.Proc {
 	t.Helper()
-	return startIn(t, "", name, env, args...)
-}
-
-// startIn is start inside network namespace ns ("": this one), by `ip
-// netns exec`, which execs tern in place: the process is tern's own.
-func startIn(t testing.TB, ns, name string, env []string, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(kvmtest.Tern(t), args...)
-	if ns != "" {
-		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, kvmtest.Tern(t)}, args...)...)
-	}
-	cmd.Env = append(os.Environ(), env...)
-	p := &proc{name: name, cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = &lockedBuffer{b: p.stderr}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		cmd.Process.Kill()
-		t.Fatalf("%s printed nothing: %v\n%s", name, cmd.Wait(), p.stderr)
-	}
-	go func() {
-		io.Copy(io.Discard, stdout)
-		p.exited <- cmd.Wait()
-	}()
-	url, ok := strings.CutPrefix(sc.Text(), "listening on ")
-	if !ok {
-		t.Fatalf("%s: first line %q", name, sc.Text())
-	}
-	p.url = url
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("%s stderr (tail):\n%s", name, tail(p.stderr.String(), 4000))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
-// stop sends SIGTERM and waits (SIGKILL after a bound).
-func (p *proc) stop() {
-	p.once.Do(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(generous):
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-}
-
-// kill SIGKILLs the process and waits for it to exit.
-func (p *proc) kill() {
-	p.once.Do(func() {
-		p.cmd.Process.Kill()
-		<-p.exited
-	})
+	return proctest.Start(t, kvmtest.Tern(t), "", name, env, args...)
 }
 
 // hostSpec is one host of a cluster: its id, the IP its agent listens
@@ -152,12 +50,12 @@ type cluster struct {
 	certs     string
 	controlIP string
 	hosts     map[string]hostSpec
-	control   *proc
+	control   *proctest.Proc
 	// agentControl is the URL the agents reach the control plane by.
 	agentControl string
 	// mu guards agents: a restarted agent replaces its proc.
 	mu     sync.Mutex
-	agents map[string]*proc
+	agents map[string]*proctest.Proc
 	watch  *agentWatch
 }
 
@@ -187,7 +85,7 @@ func newClusterWith(t testing.TB, o clusterOptions) *cluster {
 	t.Helper()
 	kvmtest.Require(t)
 	controlIP, hosts, controlEnv := o.controlIP, o.hosts, o.controlEnv
-	c := &cluster{t: t, dir: t.TempDir(), controlIP: controlIP, hosts: map[string]hostSpec{}, agents: map[string]*proc{}}
+	c := &cluster{t: t, dir: t.TempDir(), controlIP: controlIP, hosts: map[string]hostSpec{}, agents: map[string]*proctest.Proc{}}
 	ips := []string{"127.0.0.1", controlIP}
 	for _, h := range hosts {
 		c.hosts[h.id] = h
@@ -198,9 +96,9 @@ func newClusterWith(t testing.TB, o clusterOptions) *cluster {
 		t.Fatal(err)
 	}
 	c.startControl(controlEnv...)
-	c.agentControl = c.control.url
+	c.agentControl = c.control.URL
 	if o.relay != nil {
-		c.agentControl = o.relay(c.control.url)
+		c.agentControl = o.relay(c.control.URL)
 	}
 	for _, h := range hosts {
 		c.startAgent(h.id, h.ip+":0")
@@ -223,14 +121,14 @@ func newClusterWith(t testing.TB, o clusterOptions) *cluster {
 // startAgent (re)starts host id's agent listening on listen.
 func (c *cluster) startAgent(id, listen string) {
 	h := c.hosts[id]
-	p := startIn(c.t, h.ns, "agent "+id, nil, "agent", "--listen", listen, "--data-dir", filepath.Join(c.dir, id),
+	p := proctest.Start(c.t, kvmtest.Tern(c.t), h.ns, "agent "+id, nil, "agent", "--listen", listen, "--data-dir", filepath.Join(c.dir, id),
 		"--certs", c.certs, "--control", c.agentControl, "--id", id, "--cpus", "8", "--memory", "2GiB")
 	c.mu.Lock()
 	c.agents[id] = p
 	c.mu.Unlock()
 }
 
-func (c *cluster) agent(id string) *proc {
+func (c *cluster) agent(id string) *proctest.Proc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.agents[id]
@@ -240,9 +138,9 @@ func (c *cluster) agent(id string) *proc {
 // it again on the same address and data directory.
 func (c *cluster) restartAgent(id string) {
 	old := c.agent(id)
-	old.kill()
+	old.Kill()
 	c.watch.forget(id)
-	c.startAgent(id, strings.TrimPrefix(old.url, "http://"))
+	c.startAgent(id, strings.TrimPrefix(old.URL, "http://"))
 }
 
 // startControl (re)starts tern control on the cluster's data dir at a
@@ -250,14 +148,14 @@ func (c *cluster) restartAgent(id string) {
 func (c *cluster) startControl(env ...string) {
 	addr := c.controlIP + ":0"
 	if c.control != nil {
-		addr = strings.TrimPrefix(c.control.url, "http://")
+		addr = strings.TrimPrefix(c.control.URL, "http://")
 	}
 	c.control = start(c.t, "control", env, "control", "--listen", addr, "--data-dir", filepath.Join(c.dir, "control"), "--certs", c.certs)
 }
 
 // ctl runs tern ctl and decodes its --json output into out.
 func (c *cluster) ctl(out any, args ...string) error {
-	cmd := exec.Command(kvmtest.Tern(c.t), append([]string{"ctl", "--control", c.control.url, "--json"}, args...)...)
+	cmd := exec.Command(kvmtest.Tern(c.t), append([]string{"ctl", "--control", c.control.URL, "--json"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -306,13 +204,13 @@ func watchAgents(t testing.TB, c *cluster) *agentWatch {
 // follow long-polls host id's agent (whichever process it is now).
 func (w *agentWatch) follow(ctx context.Context, c *cluster, id string) {
 	var gen uint64
-	var from *proc
+	var from *proctest.Proc
 	for ctx.Err() == nil {
 		p := c.agent(id)
 		if p != from {
 			from, gen = p, 0
 		}
-		inv, err := agent.NewClient(p.url, nil).InventoryAfter(ctx, gen)
+		inv, err := agent.NewClient(p.URL, nil).InventoryAfter(ctx, gen)
 		if err != nil {
 			w.forget(id)
 			// The agent is down or restarting: ask again shortly.
@@ -419,7 +317,7 @@ func vmmsOf(inv map[string]agent.Inventory, id string) map[string]agent.VMMStatu
 
 func (c *cluster) inventory(host string) agent.Inventory {
 	c.t.Helper()
-	inv, err := agent.NewClient(c.agent(host).url, nil).Inventory(context.Background())
+	inv, err := agent.NewClient(c.agent(host).URL, nil).Inventory(context.Background())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -518,7 +416,7 @@ func (c *cluster) waitMigrationEnd(id string) control.Migration {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("migration %s never ended: %+v", id, m)
 		}
-		resp, err := http.Get(fmt.Sprintf("%s/v1/migrations/%s?after_rev=%d", c.control.url, id, m.Rev))
+		resp, err := http.Get(fmt.Sprintf("%s/v1/migrations/%s?after_rev=%d", c.control.URL, id, m.Rev))
 		if err != nil {
 			c.t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package multihost
+package quorum
 
 import (
 	"bufio"
@@ -20,8 +20,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"tern/control"
+	"tern/control/internal/proctest"
 	"tern/internal/tlsconf"
-	"tern/vmm/kvm/kvmtest"
 )
 
 // memberEnv makes the test binary run one etcd member (its JSON
@@ -64,7 +64,7 @@ func runMember(spec string) int {
 type member struct {
 	cfg    memberConfig
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *proctest.LockedBuffer
 	exited chan struct{}
 }
 
@@ -104,7 +104,7 @@ func (m *member) start(t *testing.T) {
 	spec, _ := json.Marshal(m.cfg)
 	m.cmd = exec.Command(os.Args[0])
 	m.cmd.Env = append(os.Environ(), memberEnv+"="+string(spec))
-	m.stderr = &lockedBuffer{b: &bytes.Buffer{}}
+	m.stderr = &proctest.LockedBuffer{}
 	m.cmd.Stderr = m.stderr
 	stdout, err := m.cmd.StdoutPipe()
 	if err != nil {
@@ -120,12 +120,12 @@ func (m *member) start(t *testing.T) {
 		cmd.Process.Kill()
 		<-exited
 		if t.Failed() {
-			t.Logf("etcd %s stderr (tail):\n%s", m.cfg.Name, tail(stderr.String(), 2000))
+			t.Logf("etcd %s stderr (tail):\n%s", m.cfg.Name, proctest.Tail(stderr.String(), 2000))
 		}
 	})
 	sc := bufio.NewScanner(stdout)
 	if !sc.Scan() || sc.Text() != "started" {
-		t.Fatalf("etcd member %s did not start: %s", m.cfg.Name, tail(m.stderr.String(), 2000))
+		t.Fatalf("etcd member %s did not start: %s", m.cfg.Name, proctest.Tail(m.stderr.String(), 2000))
 	}
 }
 
@@ -142,7 +142,7 @@ func ctlAt(t *testing.T, url string, out any, args ...string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), generous)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kvmtest.Tern(t), append([]string{"ctl", "--control", url, "--json"}, args...)...)
+	cmd := exec.CommandContext(ctx, ternBin, append([]string{"ctl", "--control", url, "--json"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -210,11 +210,11 @@ func TestControlPlaneOnThreeMemberEtcd(t *testing.T) {
 	for _, m := range ms {
 		eps = append(eps, m.cfg.ClientURL)
 	}
-	procs := map[string]*proc{}
+	procs := map[string]*proctest.Proc{}
 	for _, name := range []string{"a", "b"} {
-		p := start(t, "control "+name, nil, "control", "--listen", "127.0.0.1:0", "--certs", certs,
+		p := proctest.Start(t, ternBin, "", "control "+name, nil, "control", "--listen", "127.0.0.1:0", "--certs", certs,
 			"--etcd-endpoints", strings.Join(eps, ","))
-		procs[p.url] = p
+		procs[p.URL] = p
 	}
 	var any string
 	for u := range procs {
@@ -244,9 +244,7 @@ func TestControlPlaneOnThreeMemberEtcd(t *testing.T) {
 	}
 
 	// SIGKILL the leader: the follower takes over once its lease expires.
-	procs[lead].cmd.Process.Kill()
-	<-procs[lead].exited
-	procs[lead].once.Do(func() {})
+	procs[lead].Kill()
 	leader(t, follower, "leading")
 	if err := createStopped(t, follower, "i2"); err != nil {
 		t.Fatal(err)
