@@ -130,7 +130,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 	var targets []string
 	for i, dir := range dirs {
 		name := fmt.Sprintf("downstairs %d", i+1)
-		c, addr, err := startUpDownstairs(self, name, dir, certs, filepath.Join(dataDir, fmt.Sprintf("r%d.log", i+1)), upStartWait)
+		c, addr, err := startUpDownstairs(self, name, dir, certs, filepath.Join(dataDir, fmt.Sprintf("r%d.log", i+1)), upStartWait, out)
 		if err != nil {
 			return err
 		}
@@ -148,7 +148,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"))
 	} else {
 		var c *upChild
-		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait)
+		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait, out)
 		if err == nil {
 			s.vmm = childVMM{c}
 		}
