@@ -3,8 +3,8 @@ package chaos
 import (
 	"context"
 	"errors"
-	"os"
 	"net"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
