@@ -54,9 +54,9 @@ type badDownstairs struct {
 	// acceptedCh is closed (and replaced) as each session is accepted.
 	acceptedMu sync.Mutex
 	acceptedCh chan struct{}
-	did      atomic.Bool
-	healed   chan struct{}
-	heal     func()
+	did        atomic.Bool
+	healed     chan struct{}
+	heal       func()
 }
 
 // badSession is one relayed session.
