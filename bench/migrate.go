@@ -44,9 +44,11 @@ type MigrateOptions struct {
 // qemu_ keys are QEMU's live migration of the same guest at the same size
 // and rate at QEMU's default settings (query-migrate's total-time and
 // downtime, and the guest's own longest gap read as for tern), and the
-// qemu_lifted_ keys the same with QEMU's bandwidth limit (max-bandwidth,
-// 128 MiB/s by default) lifted to the rate tern's QUIC migration of that
-// row reached; all null without QEMU.
+// qemu_at_tern_bw_ keys the same with QEMU's bandwidth limit
+// (max-bandwidth, 128 MiB/s by default) set to the rate tern's QUIC
+// migration of that row reached (lifted, when tern went faster than the
+// default), so total and downtime compare at the same bandwidth; all
+// null without QEMU.
 type MigrateScenario struct {
 	MemoryMiB       uint64   `json:"memory_mib"`
 	DirtyMiBPerSec  uint64   `json:"dirty_mib_per_sec"`
@@ -60,11 +62,11 @@ type MigrateScenario struct {
 	Scenario        string   `json:"scenario"`
 	SameHost        bool     `json:"same_host"`
 
-	QEMUDowntimeGuestMs       *float64 `json:"qemu_downtime_guest_ms"`
-	QEMULiftedBytesPerSec     *float64 `json:"qemu_lifted_max_bandwidth_bytes_per_sec"`
-	QEMULiftedTotalMs         *float64 `json:"qemu_lifted_total_ms"`
-	QEMULiftedDowntimeMs      *float64 `json:"qemu_lifted_downtime_ms"`
-	QEMULiftedDowntimeGuestMs *float64 `json:"qemu_lifted_downtime_guest_ms"`
+	QEMUDowntimeGuestMs         *float64 `json:"qemu_downtime_guest_ms"`
+	QEMUAtTernBWBytesPerSec     *float64 `json:"qemu_at_tern_bw_bytes_per_sec"`
+	QEMUAtTernBWTotalMs         *float64 `json:"qemu_at_tern_bw_total_ms"`
+	QEMUAtTernBWDowntimeMs      *float64 `json:"qemu_at_tern_bw_downtime_ms"`
+	QEMUAtTernBWDowntimeGuestMs *float64 `json:"qemu_at_tern_bw_downtime_guest_ms"`
 }
 
 // MigrateReport is every scenario of one run, and why QEMU was skipped.
@@ -154,8 +156,8 @@ func RunMigrate(ctx context.Context, opts MigrateOptions) (*MigrateReport, error
 				if err != nil {
 					return nil, fmt.Errorf("%d MiB at %d MiB/s, QEMU: %w", size, rate, err)
 				}
-				// The rate tern's QUIC path reached: QEMU's limit lifted to
-				// it, so "total ≤ QEMU's" is not QEMU's default cap.
+				// The rate tern's QUIC path reached: QEMU's limit set to it,
+				// so "total ≤ QEMU's" is not QEMU's default cap.
 				bw := float64(rows[0].BytesSent) / (rows[0].TotalMs / 1000)
 				say("%d MiB at %d MiB/s: QEMU with max-bandwidth %.0f MiB/s", size, rate, bw/(1<<20))
 				ql, err := runQEMUMigration(ctx, qemu, dir, size, rate, khz, uint64(bw))
@@ -164,8 +166,8 @@ func RunMigrate(ctx context.Context, opts MigrateOptions) (*MigrateReport, error
 				}
 				for i := range rows {
 					rows[i].QEMUTotalMs, rows[i].QEMUDowntimeMs, rows[i].QEMUDowntimeGuestMs = &q.totalMs, &q.downtimeMs, &q.guestGapMs
-					rows[i].QEMULiftedBytesPerSec = &bw
-					rows[i].QEMULiftedTotalMs, rows[i].QEMULiftedDowntimeMs, rows[i].QEMULiftedDowntimeGuestMs = &ql.totalMs, &ql.downtimeMs, &ql.guestGapMs
+					rows[i].QEMUAtTernBWBytesPerSec = &bw
+					rows[i].QEMUAtTernBWTotalMs, rows[i].QEMUAtTernBWDowntimeMs, rows[i].QEMUAtTernBWDowntimeGuestMs = &ql.totalMs, &ql.downtimeMs, &ql.guestGapMs
 				}
 			}
 			rep.Scenarios = append(rep.Scenarios, rows...)
@@ -361,7 +363,7 @@ func lookQEMU() (string, error) {
 func (r *MigrateReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "%-10s %6s %6s %10s %10s %10s %10s %6s | %10s %10s %10s | %10s %10s %10s %10s\n", "path", "MiB", "MiB/s",
 		"total ms", "guest ms", "vmm ms", "MiB sent", "rounds", "qemu tot", "qemu down", "qemu guest",
-		"lift MiB/s", "lift tot", "lift down", "lift guest")
+		"bw MiB/s", "bw tot", "bw down", "bw guest")
 	opt := func(p *float64, format string) string {
 		if p == nil {
 			return "-"
@@ -369,17 +371,17 @@ func (r *MigrateReport) WriteTable(w io.Writer) {
 		return fmt.Sprintf(format, *p)
 	}
 	for _, s := range r.Scenarios {
-		var liftMiB *float64
-		if s.QEMULiftedBytesPerSec != nil {
-			v := *s.QEMULiftedBytesPerSec / (1 << 20)
-			liftMiB = &v
+		var bwMiB *float64
+		if s.QEMUAtTernBWBytesPerSec != nil {
+			v := *s.QEMUAtTernBWBytesPerSec / (1 << 20)
+			bwMiB = &v
 		}
 		fmt.Fprintf(w, "%-10s %6d %6d %10.1f %10.3f %10.1f %10.1f %6d | %10s %10s %10s | %10s %10s %10s %10s\n", s.Scenario, s.MemoryMiB, s.DirtyMiBPerSec,
 			s.TotalMs, s.DowntimeGuestMs, s.DowntimeVMMMs, float64(s.BytesSent)/(1<<20), s.Rounds,
 			opt(s.QEMUTotalMs, "%.1f"), opt(s.QEMUDowntimeMs, "%.1f"), opt(s.QEMUDowntimeGuestMs, "%.3f"),
-			opt(liftMiB, "%.0f"), opt(s.QEMULiftedTotalMs, "%.1f"), opt(s.QEMULiftedDowntimeMs, "%.1f"), opt(s.QEMULiftedDowntimeGuestMs, "%.3f"))
+			opt(bwMiB, "%.0f"), opt(s.QEMUAtTernBWTotalMs, "%.1f"), opt(s.QEMUAtTernBWDowntimeMs, "%.1f"), opt(s.QEMUAtTernBWDowntimeGuestMs, "%.3f"))
 	}
-	fmt.Fprintln(w, "guest ms: the dirty guest's longest progress gap from the migration's start to its first verification after; qemu: QEMU at its defaults (query-migrate's total and downtime, and the guest's gap read the same way); lift: QEMU with max-bandwidth set to the rate tern's QUIC migration reached")
+	fmt.Fprintln(w, "guest ms: the dirty guest's longest progress gap from the migration's start to its first verification after; qemu: QEMU at its defaults (query-migrate's total and downtime, and the guest's gap read the same way); bw: QEMU with max-bandwidth set to the rate tern's QUIC migration reached")
 	if r.QEMUSkipped != "" {
 		fmt.Fprintf(w, "QEMU: %s\n", r.QEMUSkipped)
 	}
@@ -391,11 +393,11 @@ func (r *MigrateReport) WriteTable(w io.Writer) {
 		case s.SameHost:
 			fmt.Fprintf(w, "%d MiB at %d MiB/s, same host: guest downtime %.3f ms (target ≤ %.0f ms %s)\n", s.MemoryMiB, s.DirtyMiBPerSec,
 				s.DowntimeGuestMs, TargetSameHostDowntimeMs, met(s.DowntimeGuestMs <= TargetSameHostDowntimeMs))
-		case s.QEMULiftedTotalMs != nil:
+		case s.QEMUAtTernBWTotalMs != nil:
 			line := fmt.Sprintf("%d MiB at %d MiB/s: total / QEMU's at the same bandwidth = %.2f (target ≤ 1 %s; / QEMU's at its defaults %.2f)",
-				s.MemoryMiB, s.DirtyMiBPerSec, s.TotalMs / *s.QEMULiftedTotalMs, met(s.TotalMs <= *s.QEMULiftedTotalMs), s.TotalMs / *s.QEMUTotalMs)
+				s.MemoryMiB, s.DirtyMiBPerSec, s.TotalMs / *s.QEMUAtTernBWTotalMs, met(s.TotalMs <= *s.QEMUAtTernBWTotalMs), s.TotalMs / *s.QEMUTotalMs)
 			if s.DirtyMiBPerSec == TargetRateMiBPerSec {
-				line += "; " + guestDowntimeRatio(s.DowntimeGuestMs, *s.QEMULiftedDowntimeGuestMs, *s.QEMUDowntimeGuestMs)
+				line += "; " + guestDowntimeRatio(s.DowntimeGuestMs, *s.QEMUAtTernBWDowntimeGuestMs, *s.QEMUDowntimeGuestMs)
 			}
 			fmt.Fprintln(w, line)
 		}

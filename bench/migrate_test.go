@@ -72,8 +72,8 @@ func TestRunMigrateFillsEveryRow(t *testing.T) {
 		}
 		for name, p := range map[string]*float64{
 			"qemu_total_ms": s.QEMUTotalMs, "qemu_downtime_ms": s.QEMUDowntimeMs, "qemu_downtime_guest_ms": s.QEMUDowntimeGuestMs,
-			"qemu_lifted_max_bandwidth_bytes_per_sec": s.QEMULiftedBytesPerSec, "qemu_lifted_total_ms": s.QEMULiftedTotalMs,
-			"qemu_lifted_downtime_ms": s.QEMULiftedDowntimeMs, "qemu_lifted_downtime_guest_ms": s.QEMULiftedDowntimeGuestMs,
+			"qemu_at_tern_bw_bytes_per_sec": s.QEMUAtTernBWBytesPerSec, "qemu_at_tern_bw_total_ms": s.QEMUAtTernBWTotalMs,
+			"qemu_at_tern_bw_downtime_ms": s.QEMUAtTernBWDowntimeMs, "qemu_at_tern_bw_downtime_guest_ms": s.QEMUAtTernBWDowntimeGuestMs,
 		} {
 			if p == nil || *p <= 0 {
 				t.Errorf("%s %d MiB/s: %s is %v; want a value", s.Scenario, s.DirtyMiBPerSec, name, p)

@@ -26,14 +26,13 @@ with its value however short) and the VMM's, bytes sent and rounds; and,
 in the same run, QEMU's live migration of the same ELF guest between two
 qemu-system-x86_64 -enable-kvm processes (-incoming on loopback, QMP
 migrate), once at QEMU's default settings and once with its max-bandwidth
-lifted to the rate tern's QUIC migration reached, each with the
-downtime the guest measured under QEMU (qemu_downtime_guest_ms). Targets
-compare guest gap with guest gap and total with total at the same
-bandwidth. Rate
-0 is the idle dirty guest: it fills its memory once and then dirties
-nothing, but still measures its gaps. The guest verifies its whole
-memory after each migration. Needs /dev/kvm;
-refuses to run inside the emulated test host.`,
+set to the rate tern's QUIC migration reached (qemu_at_tern_bw_*), each
+with the downtime the guest measured under QEMU (qemu_downtime_guest_ms).
+Targets compare guest gap with guest gap, and total with total at the
+same bandwidth. Rate 0 is the idle dirty guest: it fills its memory once
+and then dirties nothing, but still measures its gaps. The guest
+verifies its whole memory after each migration. Needs /dev/kvm; refuses
+to run inside the emulated test host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tern, err := os.Executable()
