@@ -59,8 +59,10 @@ temporary directory, removed on exit), start three downstairs and a vmm on
 loopback as child processes, and ensure an instance running the demo
 guest on a replicated volume. It prints the API's URL first
 ("API: http://127.0.0.1:PORT"), then commands to try, then streams the
-guest's serial console; lines typed on a terminal go to the guest. SIGINT
-or SIGTERM stops every child and exits within 10 s.
+guest's serial console; lines typed on a terminal go to the guest. A
+child that ends on its own gets one line naming it and how it ended
+("tern up: downstairs 2 (pid N) ended: signal: killed"); the rest carry
+on. SIGINT or SIGTERM stops every child and exits within 10 s.
 
 Without a usable /dev/kvm (or with TERN_KVMHOST=always) the vmm runs
 inside the emulated KVM test host (QEMU, software emulation: slow), with
