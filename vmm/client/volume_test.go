@@ -212,9 +212,10 @@ func TestAFileDiskAndAVolumeDiskEachGetTheirOwnDevice(t *testing.T) {
 // extents still to do, the same progress object activation reports) and
 // done once the replica is active again, the others with none.
 func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
-	// 512 extents: a live repair visits each (versions and hashes from
-	// two replicas), long enough to be seen running.
-	spec := extent.Spec{UUID: uuid.New(), BlockSize: 512, ExtentBlocks: 64, ExtentCount: 512, FormatVersion: extent.FormatVersion1}
+	// 2048 extents: a live repair visits each (versions and hashes from
+	// two replicas), about a second here, long beside the few
+	// milliseconds between two reads of the disk's status.
+	spec := extent.Spec{UUID: uuid.New(), BlockSize: 512, ExtentBlocks: 64, ExtentCount: 2048, FormatVersion: extent.FormatVersion1}
 	cluster, err := volumetest.NewCluster(t.TempDir(), spec)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
 	is := instance.Spec{ID: "demo", VCPUs: 1, MemoryMiB: 64,
 		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
 		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: cluster.Targets(),
-			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 64, ExtentCount: 512}, Gen: 1, QuorumWaitMs: &wait}}},
+			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 64, ExtentCount: 2048}, Gen: 1, QuorumWaitMs: &wait}}},
 		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
 	if _, err := c.Ensure(ctx, is); err != nil {
 		t.Fatal(err)
@@ -280,9 +281,11 @@ func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
 	done := waitDisk(t, ctx, c, "the repaired replica active", func(d instance.DiskStatus) bool {
 		return d.Replicas[back].State == "active" && d.Replicas[back].Repair != nil && d.Replicas[back].Repair.Phase.Terminal()
 	})
-	if rp := done.Replicas[back].Repair; rp.Phase != reconcile.PhaseDone || rp.ExtentsDone != rp.ExtentsTotal || rp.EtaSeconds != 0 {
+	rp := done.Replicas[back].Repair
+	if rp.Phase != reconcile.PhaseDone || rp.ExtentsDone != rp.ExtentsTotal || rp.EtaSeconds != 0 {
 		t.Fatalf("the finished live repair shows %+v; want done with every extent visited", *rp)
 	}
+	t.Logf("live repair of %d extents took %v", rp.ExtentsTotal, rp.UpdatedAt.Sub(rp.StartedAt))
 	for i, rep := range done.Replicas {
 		if i != back && rep.Repair != nil {
 			t.Errorf("replica %d, never repaired, shows a repair %+v", i, *rep.Repair)
