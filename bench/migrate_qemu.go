@@ -128,11 +128,12 @@ func (p *qemuProc) stop() {
 
 // runQEMUMigration boots the same dirty guest under QEMU (the TSC
 // frequency tern reported, so the same rate; idle at rate 0), migrates
-// it with QMP migrate at QEMU's default settings to a second QEMU
+// it with QMP migrate at QEMU's default settings (or, when
+// maxBytesPerSec is not 0, with max-bandwidth set to it) to a second QEMU
 // started with -incoming on loopback, and reads query-migrate's times
 // and the guest's gaps (the source's after migrate, the target's up to
 // its first verification, which must pass).
-func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz uint64) (qemuResult, error) {
+func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz, maxBytesPerSec uint64) (qemuResult, error) {
 	elfBytes, err := guests.ELF("dirty")
 	if err != nil {
 		return qemuResult{}, err
@@ -173,6 +174,11 @@ func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz uin
 	}); err != nil {
 		return qemuResult{}, err
 	}
+	if maxBytesPerSec > 0 {
+		if err := src.qmp.execute("migrate-set-parameters", map[string]any{"max-bandwidth": maxBytesPerSec}, nil); err != nil {
+			return qemuResult{}, fmt.Errorf("setting QEMU's max-bandwidth: %w", err)
+		}
+	}
 	if err := src.qmp.execute("migrate", map[string]any{"uri": fmt.Sprintf("tcp:127.0.0.1:%d", port)}, nil); err != nil {
 		return qemuResult{}, err
 	}
@@ -201,7 +207,7 @@ func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz uin
 	for drained := false; !drained; {
 		select {
 		case l := <-src.lines:
-			if g, ok := guests.ParseDirtyGap(l); ok {
+			if g, ok := dirtyGap(l); ok {
 				gap = max(gap, g)
 			}
 		default:
@@ -210,7 +216,7 @@ func runQEMUMigration(ctx context.Context, qemu, dir string, size, rate, khz uin
 	}
 	var verify guests.DirtyVerify
 	if _, err := dst.waitLine(afterMigrateWait, "the QEMU guest's first verification after the migration", func(l string) bool {
-		if g, ok := guests.ParseDirtyGap(l); ok {
+		if g, ok := dirtyGap(l); ok {
 			gap = max(gap, g)
 		}
 		v, ok := guests.ParseDirtyVerify(l)

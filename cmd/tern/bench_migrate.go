@@ -21,14 +21,18 @@ func newBenchMigrateCmd() *cobra.Command {
 		Long: `For each memory size and dirtying rate, boot the dirty guest in one tern vmm
 serve on loopback and migrate it to a second with what tern migrate runs:
 over QUIC, then on the same host (memory handed over as memfds). Report
-total time, the downtime the guest measured (its longest progress gap) and
-the VMM's, bytes sent and rounds; and, in the same run, QEMU's live
-migration of the same ELF guest between two qemu-system-x86_64 -enable-kvm
-processes (-incoming on loopback, QMP migrate at default settings). Rate
-0 is the idle dirty guest: it fills its memory once and then dirties
-nothing, but still measures its gaps. The guest verifies its whole
-memory after each migration. Needs /dev/kvm;
-refuses to run inside the emulated test host.`,
+total time, the downtime the guest measured (its longest progress gap,
+with its value however short) and the VMM's, bytes sent and rounds; and,
+in the same run, QEMU's live migration of the same ELF guest between two
+qemu-system-x86_64 -enable-kvm processes (-incoming on loopback, QMP
+migrate), once at QEMU's default settings and once with its max-bandwidth
+set to the rate tern's QUIC migration reached (qemu_at_tern_bw_*), each
+with the downtime the guest measured under QEMU (qemu_downtime_guest_ms).
+Targets compare guest gap with guest gap, and total with total at the
+same bandwidth. Rate 0 is the idle dirty guest: it fills its memory once
+and then dirties nothing, but still measures its gaps. The guest
+verifies its whole memory after each migration. Needs /dev/kvm; refuses
+to run inside the emulated test host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tern, err := os.Executable()

@@ -60,8 +60,10 @@ temporary directory, removed on exit), start three downstairs and a vmm on
 loopback as child processes, and ensure an instance running the demo
 guest on a replicated volume. It prints the API's URL first
 ("API: http://127.0.0.1:PORT"), then commands to try, then streams the
-guest's serial console; lines typed on a terminal go to the guest. SIGINT
-or SIGTERM stops every child and exits within 10 s.
+guest's serial console; lines typed on a terminal go to the guest. A
+child that ends on its own gets one line naming it and how it ended
+("tern up: downstairs 2 (pid N) ended: signal: killed"); the rest carry
+on. SIGINT or SIGTERM stops every child and exits within 10 s.
 
 Without a usable /dev/kvm (or with TERN_KVMHOST=always) the vmm runs
 inside the emulated KVM test host (QEMU, software emulation: slow), with
@@ -143,7 +145,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 	var targets []string
 	for i, dir := range dirs {
 		name := fmt.Sprintf("downstairs %d", i+1)
-		c, addr, err := startUpDownstairs(self, name, dir, certs, filepath.Join(dataDir, fmt.Sprintf("r%d.log", i+1)), upStartWait)
+		c, addr, err := startUpDownstairs(self, name, dir, certs, filepath.Join(dataDir, fmt.Sprintf("r%d.log", i+1)), upStartWait, out)
 		if err != nil {
 			return err
 		}
@@ -161,7 +163,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"))
 	} else {
 		var c *upChild
-		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait)
+		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait, out)
 		if err == nil {
 			s.vmm = childVMM{c}
 		}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -19,6 +20,9 @@ import (
 type upChild struct {
 	name string
 	cmd  *exec.Cmd
+	// stopping is set once tern up asked the child to end: its exit is
+	// then expected, and not reported.
+	stopping atomic.Bool
 	// exited is closed once the child was reaped; err is then its
 	// Wait result.
 	exited chan struct{}
@@ -27,8 +31,9 @@ type upChild struct {
 
 // startUpChild starts a child in its own process group (a terminal's ^C
 // reaches tern up alone, which then stops the children in order) that is
-// killed if tern up dies.
-func startUpChild(name string, cmd *exec.Cmd) (*upChild, error) {
+// killed if tern up dies. If it ends before tern up stops it, one line on
+// out names it and says how it ended.
+func startUpChild(name string, cmd *exec.Cmd, out io.Writer) (*upChild, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	c := &upChild{name: name, cmd: cmd, exited: make(chan struct{})}
 	started := make(chan error, 1)
@@ -40,6 +45,9 @@ func startUpChild(name string, cmd *exec.Cmd) (*upChild, error) {
 		}
 		started <- nil
 		c.err = cmd.Wait()
+		if !c.stopping.Load() {
+			fmt.Fprintf(out, "tern up: %s (pid %d) ended: %s\n", name, cmd.Process.Pid, exitDescription(cmd.ProcessState))
+		}
 		close(c.exited)
 	}()
 	if err := <-started; err != nil {
@@ -51,6 +59,7 @@ func startUpChild(name string, cmd *exec.Cmd) (*upChild, error) {
 // stop sends SIGTERM, waits up to grace, then kills; it returns once the
 // child was reaped.
 func (c *upChild) stop(grace time.Duration) {
+	c.stopping.Store(true)
 	select {
 	case <-c.exited:
 		return
@@ -65,9 +74,18 @@ func (c *upChild) stop(grace time.Duration) {
 	}
 }
 
+// exitDescription says how a process ended: "exit status 1", "signal:
+// killed".
+func exitDescription(ps *os.ProcessState) string {
+	if ps == nil {
+		return "not reaped"
+	}
+	return ps.String()
+}
+
 // startUpDownstairs runs `tern downstairs run` on dir, logging to logPath,
 // and returns once it logged "listening", with the address it serves.
-func startUpDownstairs(self, name, dir, certs, logPath string, wait time.Duration) (*upChild, string, error) {
+func startUpDownstairs(self, name, dir, certs, logPath string, wait time.Duration, out io.Writer) (*upChild, string, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening %s log: %w", name, err)
@@ -81,7 +99,7 @@ func startUpDownstairs(self, name, dir, certs, logPath string, wait time.Duratio
 		return nil, "", fmt.Errorf("starting %s: %w", name, err)
 	}
 	cmd.Stderr = w
-	c, err := startUpChild(name, cmd)
+	c, err := startUpChild(name, cmd, out)
 	w.Close()
 	if err != nil {
 		stderr.Close()
@@ -123,13 +141,14 @@ func startUpDownstairs(self, name, dir, certs, logPath string, wait time.Duratio
 
 // startUpVMM runs `tern vmm serve` on a free loopback port, logging to
 // logPath, and returns once it printed its URL.
-func startUpVMM(self, certs, logPath string, wait time.Duration) (*upChild, string, error) {
-	return startUpListener(self, "vmm", logPath, wait, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
+func startUpVMM(self, certs, logPath string, wait time.Duration, out io.Writer) (*upChild, string, error) {
+	return startUpListener(self, "vmm", logPath, wait, out, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
 }
 
 // startUpListener runs tern args as child name, logging to logPath, and
-// returns once it printed "listening on URL", with the URL.
-func startUpListener(self, name, logPath string, wait time.Duration, args ...string) (*upChild, string, error) {
+// returns once it printed "listening on URL", with the URL. If the child
+// ends before tern up stops it, one line on out says so.
+func startUpListener(self, name, logPath string, wait time.Duration, out io.Writer, args ...string) (*upChild, string, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening %s log: %w", name, err)
@@ -142,7 +161,7 @@ func startUpListener(self, name, logPath string, wait time.Duration, args ...str
 		return nil, "", fmt.Errorf("starting %s: %w", name, err)
 	}
 	cmd.Stdout = w
-	c, err := startUpChild(name, cmd)
+	c, err := startUpChild(name, cmd, out)
 	w.Close()
 	if err != nil {
 		stdout.Close()

@@ -88,7 +88,7 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 
 	u := &upCluster{}
 	defer u.stop()
-	u.control, u.controlURL, err = startUpListener(self, "control", filepath.Join(dataDir, "control.log"), upStartWait,
+	u.control, u.controlURL, err = startUpListener(self, "control", filepath.Join(dataDir, "control.log"), upStartWait, out,
 		"control", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dataDir, "control"), "--certs", certs)
 	if err != nil {
 		return err
@@ -96,7 +96,7 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 	var agentURLs []string
 	for i := range n {
 		id := fmt.Sprintf("h%d", i+2)
-		c, url, err := startUpListener(self, "agent "+id, filepath.Join(dataDir, id+".log"), upStartWait,
+		c, url, err := startUpListener(self, "agent "+id, filepath.Join(dataDir, id+".log"), upStartWait, out,
 			"agent", "--listen", fmt.Sprintf("127.0.0.%d:0", i+2), "--data-dir", filepath.Join(dataDir, id), "--certs", certs,
 			"--control", u.controlURL, "--id", id, "--cpus", "4", "--memory", "1GiB")
 		if err != nil {

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,7 +105,20 @@ func TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM(t *testing.T) {
 	}
 }
 
-func testUp(t *testing.T, env string, children int) {
+// upRun is a running `tern up`.
+type upRun struct {
+	cmd    *exec.Cmd
+	lines  *upLines
+	exited chan error // its Wait result, once its output ended
+	client *client.Client
+	tmp    string // its TMPDIR
+}
+
+// startUp starts `tern up` with env added, stdin not a terminal, and
+// returns once its instance runs; the test's end kills it if it still
+// runs, and logs its stderr if the test failed.
+func startUp(t *testing.T, env string, deadline <-chan time.Time) *upRun {
+	t.Helper()
 	tmp := t.TempDir()
 	cmd := exec.Command(ternBin, "up")
 	cmd.Env = append(os.Environ(), env, "TMPDIR="+tmp)
@@ -117,51 +132,62 @@ func testUp(t *testing.T, env string, children int) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	u := &upLines{lines: make(chan string, 4096)}
+	r := &upRun{cmd: cmd, lines: &upLines{lines: make(chan string, 4096)}, exited: make(chan error, 1), tmp: tmp}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			u.lines <- sc.Text()
+			r.lines.lines <- sc.Text()
 		}
-		close(u.lines)
-		exited <- cmd.Wait()
+		close(r.lines.lines)
+		r.exited <- cmd.Wait()
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
 		}
 		if t.Failed() {
 			t.Logf("tern up stderr:\n%s", stderr.String())
 		}
-	}()
-	deadline := time.After(5 * time.Minute)
-
-	apiLine := u.next(t, "URL", deadline, func(l string) bool { return strings.Contains(l, "://") })
+	})
+	apiLine := r.lines.next(t, "URL", deadline, func(l string) bool { return strings.Contains(l, "://") })
 	url, ok := strings.CutPrefix(apiLine, "API: ")
 	if !ok || !strings.HasPrefix(url, "http://127.0.0.1:") {
 		t.Fatalf("the first URL is on %q; want API: http://127.0.0.1:PORT", apiLine)
 	}
-	c, err := client.New(url, nil)
-	if err != nil {
+	if r.client, err = client.New(url, nil); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := r.client.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
 		t.Fatalf("waiting for running: %v", err)
 	}
+	return r
+}
+
+// verifiedRound waits for the demo guest's next verified round.
+func (r *upRun) verifiedRound(t *testing.T, deadline <-chan time.Time) {
+	t.Helper()
+	r.lines.next(t, "verified demo round", deadline, func(l string) bool {
+		d, ok := guests.ParseDemoRound(l)
+		if ok && !d.OK {
+			t.Fatalf("demo round failed: %q", l)
+		}
+		return ok && d.OK
+	})
+}
+
+func testUp(t *testing.T, env string, children int) {
+	deadline := time.After(5 * time.Minute)
+	r := startUp(t, env, deadline)
+	cmd, u, c, exited, tmp := r.cmd, r.lines, r.client, r.exited, r.tmp
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	if v, err := c.Get(ctx); err != nil || v.State != instance.Running {
 		t.Fatalf("GET /v1/instance: %+v, %v; want running", v, err)
 	}
 	for range 2 {
-		u.next(t, "verified demo round", deadline, func(l string) bool {
-			r, ok := guests.ParseDemoRound(l)
-			if ok && !r.OK {
-				t.Fatalf("demo round failed: %q", l)
-			}
-			return ok && r.OK
-		})
+		r.verifiedRound(t, deadline)
 	}
 	conn, err := c.Serial(ctx, 0)
 	if err != nil {
@@ -195,5 +221,55 @@ func testUp(t *testing.T, env string, children int) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("tern up left %v in its temporary directory", left)
+	}
+}
+
+// TestUpSaysWhichChildDiedAndHow SIGKILLs one downstairs of a running
+// `tern up`: it prints one line naming that downstairs and the signal,
+// and the demo carries on with the other two replicas.
+func TestUpSaysWhichChildDiedAndHow(t *testing.T) {
+	if err := kvm.Probe(); err != nil {
+		t.Skipf("no usable /dev/kvm: %v", err)
+	}
+	deadline := time.After(5 * time.Minute)
+	r := startUp(t, "TERN_KVMHOST=never", deadline)
+	r.verifiedRound(t, deadline)
+	victim := 0
+	for _, pid := range childrenOf(t, r.cmd.Process.Pid) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), "downstairs\x00run") {
+			victim = pid
+			break
+		}
+	}
+	if victim == 0 {
+		t.Fatalf("tern up has no downstairs child among %v", childrenOf(t, r.cmd.Process.Pid))
+	}
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	line := r.lines.next(t, "a line saying the downstairs died", deadline, func(l string) bool { return strings.HasPrefix(l, "tern up: downstairs") })
+	want := regexp.MustCompile(`^tern up: downstairs [123] \(pid ` + strconv.Itoa(victim) + `\) ended: signal: killed$`)
+	if !want.MatchString(line) {
+		t.Fatalf("tern up printed %q; want it to match %s", line, want)
+	}
+	for range 2 {
+		r.verifiedRound(t, deadline)
+	}
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-r.exited:
+		if err != nil {
+			t.Fatalf("tern up after SIGTERM: %v; want exit 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("tern up did not exit within 10 s of SIGTERM")
+	}
+	for l := range r.lines.lines { // the rest, to its end
+		r.lines.all = append(r.lines.all, l)
+	}
+	for _, l := range r.lines.all {
+		if strings.HasPrefix(l, "tern up: ") && strings.Contains(l, " ended: ") && l != line {
+			t.Errorf("tern up reported %q as well; only the killed child ended on its own", l)
+		}
 	}
 }

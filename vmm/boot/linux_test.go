@@ -2,14 +2,16 @@ package boot
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"tern/internal/kvmhost"
 	"tern/vmm/memory"
 )
 
@@ -161,28 +163,29 @@ func TestLoadLinuxRejectsWhatCannotBoot(t *testing.T) {
 	}
 }
 
-// debianKernel returns a kernel unpacked from Debian's linux-image package
-// into the cache directory named by TERN_KERNEL_DIR (or
-// $XDG_CACHE_HOME/tern/kernel), e.g. with
-// `apt-get download linux-image-amd64`'s dependency and `dpkg-deb -x`.
+// debianKernel returns the bzImage of the Debian kernel the emulated
+// test host boots, from kvmhost's cache (fetched with apt on first use,
+// as the KVM tests fetch it): the test runs wherever they do.
 func debianKernel(t *testing.T) []byte {
-	dir := os.Getenv("TERN_KERNEL_DIR")
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			t.Skip("no cache directory for a Debian kernel")
-		}
-		dir = filepath.Join(cache, "tern", "kernel")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	path, err := kvmhost.EnsureBzImage(ctx, testLogWriter{t})
+	if err != nil {
+		t.Fatalf("fetching the Debian kernel: %v", err)
 	}
-	matches, _ := filepath.Glob(filepath.Join(dir, "boot", "vmlinuz-*"))
-	if len(matches) == 0 {
-		t.Skipf("no Debian kernel unpacked under %s (set TERN_KERNEL_DIR)", dir)
-	}
-	b, err := os.ReadFile(matches[0])
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// testLogWriter sends kvmhost's progress lines to the test log.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 func TestLoadLinuxAcceptsDebiansKernel(t *testing.T) {

@@ -2,18 +2,22 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
+	"tern/vmm/client"
 	"tern/vmm/guests"
 	"tern/vmm/instance"
 	"tern/volume/extent"
 	"tern/volume/ids"
+	"tern/volume/reconcile"
 	"tern/volume/volumetest"
 )
 
@@ -196,6 +200,120 @@ func TestAFileDiskAndAVolumeDiskEachGetTheirOwnDevice(t *testing.T) {
 		r.Close()
 		if err != nil || !bytes.Equal(buf, guests.DiskPattern(9, 3)) {
 			t.Fatalf("replica %d sector 3: %v; want the guest's pattern", i, err)
+		}
+	}
+}
+
+// TestDiskShowsEachReplicasLiveRepairWhileItRuns runs the demo guest on a
+// volume of three downstairs; one of them stops and comes back with an
+// unflushed write, as after a crash (it may have lost writes, so it is
+// live-repaired, not replayed). GET /v1/instance/disks/{name} shows that
+// replica's repair progress while the repair runs (phase live_repair,
+// extents still to do, the same progress object activation reports) and
+// done once the replica is active again, the others with none.
+func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
+	// 2048 extents: a live repair visits each (versions and hashes from
+	// two replicas), about a second here, long beside the few
+	// milliseconds between two reads of the disk's status.
+	spec := extent.Spec{UUID: uuid.New(), BlockSize: 512, ExtentBlocks: 64, ExtentCount: 2048, FormatVersion: extent.FormatVersion1}
+	cluster, err := volumetest.NewCluster(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Close() })
+	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
+	c, ctx := p.client, ctx(t)
+	wait := uint64(60_000)
+	is := instance.Spec{ID: "demo", VCPUs: 1, MemoryMiB: 64,
+		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
+		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: cluster.Targets(),
+			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 64, ExtentCount: 2048}, Gen: 1, QuorumWaitMs: &wait}}},
+		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	if _, err := c.Ensure(ctx, is); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RequestState(ctx, instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+		t.Fatal(err)
+	}
+	const back = 2
+	waitDisk(t, ctx, c, "every replica active", func(d instance.DiskStatus) bool {
+		return len(d.Replicas) == 3 && d.Replicas[0].State == "active" && d.Replicas[1].State == "active" && d.Replicas[back].State == "active"
+	})
+	if err := cluster.Stop(back); err != nil {
+		t.Fatal(err)
+	}
+	waitDisk(t, ctx, c, "the stopped replica out of service", func(d instance.DiskStatus) bool {
+		return d.Replicas[back].State != "active"
+	})
+	// A write its downstairs never flushed, as a crash leaves it: the
+	// region opens saying it may have lost writes, so the upstairs
+	// repairs the replica rather than replaying its backlog.
+	r0, err := extent.Open(cluster.RegionDir(back))
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := bytes.Repeat([]byte{0xee}, int(spec.BlockSize))
+	if err := r0.WriteBlocks(7, torn, []uint64{xxhash.Sum64(torn)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r0.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Start(back); err != nil {
+		t.Fatal(err)
+	}
+	running := waitDisk(t, ctx, c, "the live repair seen running", func(d instance.DiskStatus) bool {
+		r := d.Replicas[back].Repair
+		return r != nil && r.Phase == reconcile.PhaseLiveRepair && r.ExtentsDone < r.ExtentsTotal
+	})
+	r := running.Replicas[back]
+	if r.State != "repairing" || r.Repair.ExtentsTotal != uint64(spec.ExtentCount) || r.Repair.StartedAt.IsZero() {
+		t.Fatalf("replica %d during its live repair: %+v, progress %+v; want repairing, %d extents to visit, a start time",
+			back, r, *r.Repair, spec.ExtentCount)
+	}
+	t.Logf("live repair running: %+v", *r.Repair)
+	done := waitDisk(t, ctx, c, "the repaired replica active", func(d instance.DiskStatus) bool {
+		return d.Replicas[back].State == "active" && d.Replicas[back].Repair != nil && d.Replicas[back].Repair.Phase.Terminal()
+	})
+	rp := done.Replicas[back].Repair
+	if rp.Phase != reconcile.PhaseDone || rp.ExtentsDone != rp.ExtentsTotal || rp.EtaSeconds != 0 {
+		t.Fatalf("the finished live repair shows %+v; want done with every extent visited", *rp)
+	}
+	t.Logf("live repair of %d extents took %v", rp.ExtentsTotal, rp.UpdatedAt.Sub(rp.StartedAt))
+	for i, rep := range done.Replicas {
+		if i != back && rep.Repair != nil {
+			t.Errorf("replica %d, never repaired, shows a repair %+v", i, *rep.Repair)
+		}
+	}
+}
+
+// waitDisk reads GET /v1/instance/disks/vol until cond holds (the API has
+// no watch for a disk: each read is a fresh snapshot, and the pause
+// between reads is short beside a live repair of hundreds of extents).
+func waitDisk(t *testing.T, ctx context.Context, c *client.Client, what string, cond func(instance.DiskStatus) bool) instance.DiskStatus {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	var last instance.DiskStatus
+	for {
+		d, err := c.Disk(ctx, "vol")
+		if err != nil {
+			t.Fatalf("waiting for %s: %v (last %+v)", what, err, last)
+		}
+		if cond(d) {
+			return d
+		}
+		last = d
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s: last %+v", what, last)
 		}
 	}
 }

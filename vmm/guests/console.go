@@ -67,10 +67,27 @@ const DirtyGapReportAbove = time.Millisecond
 // ParseDirtyGap returns N of "dirty: progress gap N us", which a
 // continuous dirty guest prints for every stretch of over
 // DirtyGapReportAbove in which it did not run (a migration's downtime,
-// or the host not scheduling its vCPU); its own verifications do not
-// count. ok is false for any other line.
+// or the host not scheduling its vCPU, also while the guest prints or
+// verifies). ok is false for any other line.
 func ParseDirtyGap(line string) (gap time.Duration, ok bool) {
 	n, found := cutAround(line, "dirty: progress gap ", " us")
+	if !found {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(n, 10, 64)
+	if err != nil || v > uint64(math.MaxInt64/int64(time.Microsecond)) {
+		return 0, false
+	}
+	return time.Duration(v) * time.Microsecond, true
+}
+
+// ParseDirtyLargestGap returns N of "dirty: largest gap N us", which a
+// continuous dirty guest prints before each verification: the longest
+// gap since its previous such line, however short (a migration's pause
+// under DirtyGapReportAbove is seen with its value). ok is false for any
+// other line.
+func ParseDirtyLargestGap(line string) (gap time.Duration, ok bool) {
+	n, found := cutAround(line, "dirty: largest gap ", " us")
 	if !found {
 		return 0, false
 	}

@@ -63,6 +63,25 @@ func TestParseDirtyGap(t *testing.T) {
 	}
 }
 
+func TestParseDirtyLargestGap(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want time.Duration
+		ok   bool
+	}{
+		{"dirty: largest gap 412 us", 412 * time.Microsecond, true},
+		{"dirty: largest gap 0 us", 0, true},
+		{"dirty: largest gap -5 us", 0, false},
+		{"dirty: largest gap 99999999999999999 us", 0, false},
+		{"dirty: progress gap 412 us", 0, false},
+	} {
+		got, ok := ParseDirtyLargestGap(c.line)
+		if got != c.want || ok != c.ok {
+			t.Errorf("ParseDirtyLargestGap(%q) = %v, %v; want %v, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
 func TestParseDemoReady(t *testing.T) {
 	for _, c := range []struct {
 		line string

@@ -76,13 +76,17 @@
 //     the end of a bounded run the longest TSC gap in its own progress
 //     (the guest-visible downtime of a migration). passes = ~0
 //     ([PassesForever]) runs until the VM is stopped and prints
-//     "dirty: progress gap N us" for every gap over 1 ms as it happens.
+//     "dirty: progress gap N us" for every gap over 1 ms as it happens,
+//     and before each verification "dirty: largest gap N us", the
+//     longest since the previous one however short; its gap clock ticks
+//     through its own printing, so a stall while it prints is a gap too.
 //     With idle ([Params.Idle]; the API's idle param) it fills once and
 //     then dirties nothing, printing "dirty: idle, dirtying nothing": it
 //     still watches the clock (so it reports its gaps), verifies
 //     generation 0 every verify_every_sec (after "dirty: rate 0 MiB/s")
 //     and on request; a bounded run ends after passes such intervals.
-//     [ParseDirtyRate], [ParseDirtyVerify] and [ParseDirtyGap] read those
+//     [ParseDirtyRate], [ParseDirtyVerify], [ParseDirtyGap] and
+//     [ParseDirtyLargestGap] read those
 //     lines for a host. See src/dirty.c.
 //   - disk drives the first virtio-mmio virtio-blk device (modern, virtio
 //     1.x) from CPL3: it writes a seeded pattern, flushes, reads back,

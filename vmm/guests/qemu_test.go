@@ -320,7 +320,17 @@ func TestQEMUDirtyForeverVerifiesPeriodicallyAndPrintsItsRate(t *testing.T) {
 	g := startQEMU(t, tcg, "dirty", &p)
 	for i := 0; i < 2; i++ {
 		g.waitFor(func(line string) bool { _, ok := ParseDirtyRate(line); return ok })
-		line := g.waitFor(func(line string) bool { _, ok := ParseDirtyVerify(line); return ok })
+		// Before each verification, the interval's largest gap, however
+		// short.
+		line := g.waitFor(func(line string) bool {
+			_, gap := ParseDirtyLargestGap(line)
+			_, verify := ParseDirtyVerify(line)
+			return gap || verify
+		})
+		if _, ok := ParseDirtyLargestGap(line); !ok {
+			t.Fatalf("interval %d: %q before its largest gap", i, line)
+		}
+		line = g.waitFor(func(line string) bool { _, ok := ParseDirtyVerify(line); return ok })
 		if v, _ := ParseDirtyVerify(line); !v.Pass {
 			t.Fatalf("periodic verification %d: %q", i, line)
 		}

@@ -29,6 +29,10 @@ func (u *Upstairs) stepLocked() {
 		u.drainCh = make(chan struct{})
 		u.drainWaiters = 0
 	}
+	if u.stepCh != nil {
+		close(u.stepCh)
+		u.stepCh = nil
+	}
 }
 
 func (u *Upstairs) applyLocked(a engine.Action) {

@@ -51,9 +51,12 @@ type badDownstairs struct {
 
 	armed    atomic.Bool
 	sessions atomic.Uint64 // sessions accepted; the latest may misbehave
-	did      atomic.Bool
-	healed   chan struct{}
-	heal     func()
+	// acceptedCh is closed (and replaced) as each session is accepted.
+	acceptedMu sync.Mutex
+	acceptedCh chan struct{}
+	did        atomic.Bool
+	healed     chan struct{}
+	heal       func()
 }
 
 // badSession is one relayed session.
@@ -78,7 +81,7 @@ func newBadDownstairs(t *testing.T, target string, bad misbehaviour) *badDownsta
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &badDownstairs{t: t, ln: ln, target: target, bad: bad, ctx: ctx, cancel: cancel, healed: make(chan struct{})}
+	p := &badDownstairs{t: t, ln: ln, target: target, bad: bad, ctx: ctx, cancel: cancel, healed: make(chan struct{}), acceptedCh: make(chan struct{})}
 	p.heal = sync.OnceFunc(func() { close(p.healed) })
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
@@ -86,6 +89,26 @@ func newBadDownstairs(t *testing.T, target string, bad misbehaviour) *badDownsta
 }
 
 func (p *badDownstairs) addr() string { return p.ln.Addr().String() }
+
+// waitSessions waits until the bad downstairs accepted n sessions in all.
+func (p *badDownstairs) waitSessions(t *testing.T, n uint64) {
+	t.Helper()
+	deadline := time.NewTimer(testTimeout)
+	defer deadline.Stop()
+	for {
+		p.acceptedMu.Lock()
+		ch := p.acceptedCh
+		p.acceptedMu.Unlock()
+		if p.sessions.Load() >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for session %d of the bad downstairs (%d so far)", n, p.sessions.Load())
+		}
+	}
+}
 
 // arm lets the misbehaviour act on the replies that follow.
 func (p *badDownstairs) arm() { p.armed.Store(true) }
@@ -109,6 +132,10 @@ func (p *badDownstairs) accept() {
 func (p *badDownstairs) serve(conn *quic.Conn) {
 	defer conn.CloseWithError(0, "bad downstairs done")
 	seq := p.sessions.Add(1)
+	p.acceptedMu.Lock()
+	close(p.acceptedCh)
+	p.acceptedCh = make(chan struct{})
+	p.acceptedMu.Unlock()
 	if p.did.Load() {
 		select {
 		case <-p.healed:
@@ -409,8 +436,8 @@ func misbehave(t *testing.T, u *Upstairs, p *badDownstairs, m *model, rng *rand.
 		if p.did.Load() {
 			return
 		}
-		waitFor(t, "the bad replica to owe nothing", func() bool {
-			st := u.Status().Replicas[badTestReplica]
+		waitStatus(t, u, "the bad replica to owe nothing", func(s Status) bool {
+			st := s.Replicas[badTestReplica]
 			return p.did.Load() || st.State == engine.ReplicaActive && st.OutstandingJobs == 0
 		})
 	}
@@ -583,11 +610,18 @@ func TestFaultReasonOutlivesFailedReconnects(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	p.arm()
 	workload(t, u, m, rng, 8)
-	waitFor(t, "a reconnect of the dropped replica to fail", func() bool {
-		st := u.Status().Replicas[badTestReplica]
-		return st.State == engine.ReplicaOffline && strings.Contains(st.LastError, "hello")
+	// The session that sent garbage was the latest; the next is held
+	// until heal, and fails at the hello. The upstairs records that
+	// failure before it dials again, so once the session after it is
+	// accepted, LastError says why the held one failed.
+	waitReplica(t, u, badTestReplica, "the bad replica to be dropped", func(st ReplicaStatus) bool {
+		return st.State == engine.ReplicaOffline || st.State == engine.ReplicaFaulted
 	})
+	p.waitSessions(t, p.sessions.Load()+2)
 	st := u.Status().Replicas[badTestReplica]
+	if st.State != engine.ReplicaOffline || !strings.Contains(st.LastError, "hello") {
+		t.Fatalf("bad replica %v with last error %q after a held reconnect; want it out of service, failing at the hello", st.State, st.LastError)
+	}
 	if !strings.Contains(st.FaultReason, "bad frame magic") || st.FaultedAt.IsZero() {
 		t.Fatalf("fault reason %q (at %v) after a failed reconnect (%q): want the bad frame",
 			st.FaultReason, st.FaultedAt, st.LastError)

@@ -227,23 +227,45 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitFor waits until cond holds, checking whenever the upstairs may have
-// changed (each poll is cheap); it fails after testTimeout.
-func waitFor(t testing.TB, what string, cond func() bool) {
+// waitStatus waits until the upstairs' Status satisfies cond, reading it
+// again at each of the upstairs' steps (Upstairs.StatusChanged: a reply,
+// a job, a state change), and returns it; it fails after testTimeout.
+func waitStatus(t testing.TB, u *Upstairs, what string, cond func(Status) bool) Status {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	deadline := time.NewTimer(testTimeout)
+	defer deadline.Stop()
+	for {
+		changed := u.StatusChanged() // before Status: no step is missed
+		st := u.Status()
+		if cond(st) {
+			return st
 		}
-		<-tick.C
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s: %+v", what, st)
+		}
 	}
 }
 
-func replicaIs(u *Upstairs, r int, s engine.ReplicaState) func() bool {
-	return func() bool { return u.Status().Replicas[r].State == s }
+// waitState waits, on Upstairs.ReplicaStateChanged, until replica r is
+// in state s.
+func waitState(t testing.TB, u *Upstairs, r int, s engine.ReplicaState) {
+	t.Helper()
+	deadline := time.NewTimer(testTimeout)
+	defer deadline.Stop()
+	for {
+		changed := u.ReplicaStateChanged() // before Status: no change is missed
+		st := u.Status().Replicas[r]
+		if st.State == s {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for replica %d to be %v: %+v", r, s, st)
+		}
+	}
 }
 
 // ownGoroutines lists goroutines running upstairs or dial code.

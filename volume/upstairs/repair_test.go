@@ -185,7 +185,7 @@ func TestActivationRepairsEveryDivergenceShape(t *testing.T) {
 				if last := waitFinal(t, ch); last[len(last)-1].Phase != reconcile.PhaseDone {
 					t.Fatalf("live repair ended %+v", last[len(last)-1])
 				}
-				waitFor(t, "caught-up replica active", replicaIs(u, tc.missing, engine.ReplicaActive))
+				waitState(t, u, tc.missing, engine.ReplicaActive)
 			}
 			if err := u.Close(); err != nil {
 				t.Fatal(err)
@@ -364,7 +364,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 	for i := range 30 {
 		write(uint64(2*i), 2)
 	}
-	waitFor(t, "replica 1 faulted", replicaIs(u, 1, engine.ReplicaFaulted))
+	waitState(t, u, 1, engine.ReplicaFaulted)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -401,7 +401,7 @@ func TestLiveRepairUnderConcurrentWrites(t *testing.T) {
 	if got[0].Phase != reconcile.PhaseNegotiating && got[0].Phase != reconcile.PhaseLiveRepair {
 		t.Fatalf("first live-repair value %+v", got[0])
 	}
-	waitFor(t, "replica 1 active", replicaIs(u, 1, engine.ReplicaActive))
+	waitState(t, u, 1, engine.ReplicaActive)
 	if hookWrites.Load() == 0 {
 		t.Fatal("no write raced the repair")
 	}
@@ -452,14 +452,14 @@ func TestLiveRepairAbortedIsRetried(t *testing.T) {
 		t.Fatalf("interrupted live repair ended %+v", got[len(got)-1])
 	}
 	<-stopped
-	waitFor(t, "replica 2 faulted", replicaIs(u, 2, engine.ReplicaFaulted))
+	waitState(t, u, 2, engine.ReplicaFaulted)
 	second, cancel2 := u.SubscribeLiveRepair(2, 4)
 	defer cancel2()
 	c.ds[2].start()
 	if got := waitFinal(t, second); got[len(got)-1].Phase != reconcile.PhaseDone {
 		t.Fatalf("retried live repair ended %+v", got[len(got)-1])
 	}
-	waitFor(t, "replica 2 active", replicaIs(u, 2, engine.ReplicaActive))
+	waitState(t, u, 2, engine.ReplicaActive)
 	u.Close()
 	c.requireSameReplicas(want)
 }

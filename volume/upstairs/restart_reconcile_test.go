@@ -58,15 +58,9 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every replica offline", func() bool {
-		st := u.Status()
-		for _, r := range st.Replicas {
-			if r.State != engine.ReplicaOffline {
-				return false
-			}
-		}
-		return true
-	})
+	for r := range engine.ReplicaCount { // none comes back: each stays offline
+		waitState(t, u, r, engine.ReplicaOffline)
+	}
 	// The crash cost replica 2 the unflushed write to block 140 (its
 	// older data is back, the extent dirty), and tore block 200 on
 	// replica 1, which it was writing for a caller never answered.
@@ -94,7 +88,7 @@ func TestEveryReplicaRestartingAfterUnflushedWritesReconcilesAndResumes(t *testi
 		t.Fatalf("write issued while every replica was down: %v", err)
 	}
 	for r := range engine.ReplicaCount {
-		waitFor(t, "every replica active", replicaIs(u, r, engine.ReplicaActive))
+		waitState(t, u, r, engine.ReplicaActive)
 	}
 	u.mu.Lock()
 	done, tracker := u.restart.done, u.restart.tracker

@@ -59,7 +59,7 @@ func TestScrubRewritesABitFlippedOnDisk(t *testing.T) {
 	if err := cl.Start(1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "replica 1 active again", replicaIs(u, 1, engine.ReplicaActive))
+	waitState(t, u, 1, engine.ReplicaActive)
 
 	rep, err := u.Scrub(ctxT(t))
 	if err != nil {

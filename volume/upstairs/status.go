@@ -65,6 +65,21 @@ func (u *Upstairs) ReplicaStateChanged() <-chan struct{} {
 	return u.stateCh
 }
 
+// StatusChanged returns a channel closed at the end of the upstairs' next
+// step: a reply applied, a job submitted, sent or retired, a replica's
+// state changed, IO stopped. Take it, read Status, and wait on it if
+// Status does not show what you wait for yet. (A replica's LastError is
+// set between sessions, outside a step.) Until someone asks, no channel
+// is made, so the IO path pays nothing for it.
+func (u *Upstairs) StatusChanged() <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stepCh == nil {
+		u.stepCh = make(chan struct{})
+	}
+	return u.stepCh
+}
+
 // Status returns a snapshot of the upstairs.
 func (u *Upstairs) Status() Status {
 	u.mu.Lock()

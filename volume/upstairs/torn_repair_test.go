@@ -294,11 +294,13 @@ func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 	if err := cl.Start(0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "replica 0 active again", replicaIs(u, 0, engine.ReplicaActive))
-	waitFor(t, "replica 0's live repair done", func() bool {
-		p, ok := u.LiveRepairProgress(0)
-		return ok && p.Phase == reconcile.PhaseDone
-	})
+	waitState(t, u, 0, engine.ReplicaActive)
+	// Replica 0 is Active: its ended attempt delivers its final value.
+	ch0, cancel0 := u.SubscribeLiveRepair(0, 64)
+	if ps := waitFinal(t, ch0); ps[len(ps)-1].Phase != reconcile.PhaseDone {
+		t.Fatalf("live repair of replica 0 ended %+v; want phase done", ps[len(ps)-1])
+	}
+	cancel0()
 
 	ch, cancel := u.SubscribeLiveRepair(2, 64)
 	defer cancel()
@@ -309,7 +311,7 @@ func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 	if last := ps[len(ps)-1]; last.Phase != reconcile.PhaseDone {
 		t.Fatalf("live repair of replica 2 ended %+v; want phase done", last)
 	}
-	waitFor(t, "replica 2 active", replicaIs(u, 2, engine.ReplicaActive))
+	waitState(t, u, 2, engine.ReplicaActive)
 	if got := readVolume(t, u); !bytes.Equal(got, want) {
 		t.Error("volume reads differ from the expected data")
 	}

@@ -71,6 +71,9 @@ type Upstairs struct {
 	targets [engine.ReplicaCount]string
 	// stateCh is closed (and replaced) whenever a replica changes state.
 	stateCh chan struct{}
+	// stepCh, once StatusChanged made it, is closed (and dropped) at the
+	// end of the next step.
+	stepCh chan struct{}
 	// live is each replica's live-repair bookkeeping.
 	live [engine.ReplicaCount]liveRepairSlot
 	// restart is the restart reconciliation's (restart_reconcile.go).

@@ -156,7 +156,7 @@ func TestReplicaLostMidWorkloadIsReplayed(t *testing.T) {
 		}
 		m.write(p, off)
 	}
-	waitFor(t, "replica 2 offline", replicaIs(u, 2, engine.ReplicaOffline))
+	waitState(t, u, 2, engine.ReplicaOffline)
 	if n := u.Status().Replicas[2].OutstandingJobs; n == 0 {
 		t.Fatal("offline replica has no backlog")
 	}
@@ -167,8 +167,8 @@ func TestReplicaLostMidWorkloadIsReplayed(t *testing.T) {
 	m.check(t, all, 0)
 
 	c.ds[2].start() // back on the same address within the backlog
-	waitFor(t, "replica 2 active with backlog replayed", func() bool {
-		r := u.Status().Replicas[2]
+	waitStatus(t, u, "replica 2 active with backlog replayed", func(s Status) bool {
+		r := s.Replicas[2]
 		if r.State == engine.ReplicaFaulted {
 			t.Fatalf("replica 2 faulted instead of replaying: %s", r.LastError)
 		}
@@ -196,7 +196,7 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	waitFor(t, "replica 1 faulted", replicaIs(u, 1, engine.ReplicaFaulted))
+	waitState(t, u, 1, engine.ReplicaFaulted)
 	st := u.Status().Replicas[1]
 	if st.OutstandingJobs != 0 {
 		t.Fatalf("faulted replica keeps %d jobs", st.OutstandingJobs)
@@ -217,7 +217,7 @@ func TestBacklogOverflowFaultsReplica(t *testing.T) {
 		t.Fatalf("faulted replica = %+v, want faulted with no jobs", st)
 	}
 	c.ds[1].start()
-	waitFor(t, "replica 1 repaired", replicaIs(u, 1, engine.ReplicaActive))
+	waitState(t, u, 1, engine.ReplicaActive)
 	if st := u.Status().Replicas[1]; st.FaultReason != "" || !st.FaultedAt.IsZero() {
 		t.Fatalf("active replica keeps fault reason %q (at %v)", st.FaultReason, st.FaultedAt)
 	}
@@ -237,7 +237,7 @@ func TestHigherGenerationFencesOlderUpstairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	newer := c.open(c.config(), 2)
-	waitFor(t, "old upstairs fenced", func() bool { return errors.Is(old.Status().Err, ErrFenced) })
+	waitStatus(t, old, "old upstairs fenced", func(s Status) bool { return errors.Is(s.Err, ErrFenced) })
 	if _, err := old.WriteAt(ctx, p, 0); !errors.Is(err, ErrFenced) {
 		t.Fatalf("old WriteAt = %v, want ErrFenced", err)
 	}
@@ -359,7 +359,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "replica 1 offline", replicaIs(u, 1, engine.ReplicaOffline))
+	waitState(t, u, 1, engine.ReplicaOffline)
 	if err := u.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func TestActivationGoesAheadWithTwoAfterQuorumWait(t *testing.T) {
 	}
 	// The late replica rejoins by live repair, and holds what was written.
 	c.ds[1].start()
-	waitFor(t, "late replica active", replicaIs(u, 1, engine.ReplicaActive))
+	waitState(t, u, 1, engine.ReplicaActive)
 	u.Close()
 	c.requireSameReplicas(want)
 }
@@ -499,10 +499,8 @@ func TestWriteWithoutQuorumHonoursContext(t *testing.T) {
 	u := c.open(c.config(), 1)
 	c.ds[1].stop()
 	c.ds[2].stop()
-	waitFor(t, "two replicas offline", func() bool {
-		s := u.Status()
-		return s.Replicas[1].State == engine.ReplicaOffline && s.Replicas[2].State == engine.ReplicaOffline
-	})
+	waitState(t, u, 1, engine.ReplicaOffline) // their downstairs stay down
+	waitState(t, u, 2, engine.ReplicaOffline)
 	// Offline replicas still take the write into their backlog, so it
 	// waits for them rather than failing; the caller's deadline ends it.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

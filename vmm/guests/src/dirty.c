@@ -28,10 +28,12 @@
  * did not run (between two page writes or looks at the clock while it
  * waits between pages, or every few pages it verifies: the guest-visible
  * downtime of a migration). A continuous run instead prints "dirty:
- * progress gap N us" for every gap over 1 ms, as it happens (the time its
- * own printing takes is not a gap, but a stall in the middle of a
- * verification is), so a host reads a migration's downtime from the
- * console whenever the migration pauses it.
+ * progress gap N us" for every gap over 1 ms, as it happens, and before
+ * each verification "dirty: largest gap N us", the longest gap since the
+ * previous one however short, so a host reads a migration's downtime from
+ * the console whenever the migration pauses it, under 1 ms too. The gap
+ * clock never stops: printing ticks it after every byte, so a stall while
+ * the guest prints (or verifies) is a gap, and its own printing is not.
  * With idle = 1 it fills once and then dirties nothing: it only watches
  * the clock (gaps are reported as above), verifies every verify_every_sec
  * seconds (after "dirty: rate 0 MiB/s") and on request, and a bounded run
@@ -82,38 +84,101 @@ static int page_ok(const u64 *p, u64 page, u64 gen)
 }
 
 static u64 max_gap, last_tsc;
+/* interval_gap: the longest gap since the last "largest gap" line. */
+static u64 interval_gap;
 /* report_ticks: in continuous mode, a gap longer than this is printed. */
 static u64 report_ticks;
+/* pending_gap: the longest gap over report_ticks not printed yet. */
+static u64 pending_gap;
 
 /*
- * progress records that the guest ran (a page written, a look at the
- * clock while it waits between pages, or a few pages verified) and
- * returns the TSC. A gap longer
- * than report_ticks is printed as "dirty: progress gap N us"; the time
- * printing takes is not counted as a gap.
+ * tick records that the guest ran and returns the TSC: the time since the
+ * previous tick is a gap. The clock is never reset: printing ticks it
+ * after every byte (out), so a pause while the guest prints is a gap like
+ * any other, and its own printing (a few port writes per byte) is not.
  */
-static u64 progress(void)
+static u64 tick(void)
 {
 	u64 now = rdtsc();
-	u64 gap = last_tsc ? now - last_tsc : 0;
-	if (gap > max_gap)
-		max_gap = gap;
-	if (report_ticks && gap > report_ticks) {
-		puts("dirty: progress gap ");
-		putdec(gap * 1000 / tsc_khz());
-		puts(" us\n");
-		now = rdtsc();
+	if (last_tsc) {
+		u64 gap = now - last_tsc;
+		if (gap > max_gap)
+			max_gap = gap;
+		if (gap > interval_gap)
+			interval_gap = gap;
+		if (report_ticks && gap > report_ticks && gap > pending_gap)
+			pending_gap = gap;
 	}
 	last_tsc = now;
 	return now;
 }
 
+/* out prints s one byte at a time, ticking the gap clock after each. */
+static void out(const char *s)
+{
+	char one[2] = {0, 0};
+	for (; *s; s++) {
+		one[0] = *s;
+		puts(one);
+		tick();
+	}
+}
+
+static void outdec(u64 v)
+{
+	char buf[21];
+	int i = 20;
+	buf[i] = 0;
+	do {
+		buf[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	out(buf + i);
+}
+
+/*
+ * progress records that the guest ran (a page written, a look at the
+ * clock while it waits between pages, or a few pages verified) and
+ * returns the TSC. A gap longer than report_ticks is printed as "dirty:
+ * progress gap N us" (a longer one while that line prints is printed
+ * after it).
+ */
+static u64 progress(void)
+{
+	u64 now = tick();
+	while (pending_gap) {
+		u64 gap = pending_gap;
+		pending_gap = 0;
+		out("dirty: progress gap ");
+		outdec(gap * 1000 / tsc_khz());
+		out(" us\n");
+		now = last_tsc;
+	}
+	return now;
+}
+
+/*
+ * largest_gap prints, in continuous mode, "dirty: largest gap N us": the
+ * longest gap since the previous such line, whatever its length (so a
+ * host sees a migration's pause under 1 ms too, with its value).
+ */
+static void largest_gap(void)
+{
+	if (!report_ticks)
+		return;
+	u64 gap = interval_gap;
+	interval_gap = 0;
+	out("dirty: largest gap ");
+	outdec(gap * 1000 / tsc_khz());
+	out(" us\n");
+}
+
 static void print_mib_rate(const char *what, u64 pages, u64 ticks)
 {
 	u64 us = ticks * 1000 / tsc_khz();
-	puts(what);
-	putdec(us ? pages * 1000000 / (us * (MIB / PAGE)) : 0);
-	puts(" MiB/s\n");
+	out(what);
+	outdec(us ? pages * 1000000 / (us * (MIB / PAGE)) : 0);
+	out(" MiB/s\n");
 }
 
 /*
@@ -123,31 +188,30 @@ static void print_mib_rate(const char *what, u64 pages, u64 ticks)
 static int verify(u64 *base, u64 pages, u64 ws_pages, u64 gen, u64 done)
 {
 	u64 t0 = rdtsc();
-	last_tsc = 0;	/* what was printed before is not a gap */
 	for (u64 i = 0; i < pages; i++) {
 		u64 *p = base + i * WORDS;
 		if (i % VERIFY_CLOCK_PAGES == 0)
 			progress();	/* a stall mid-verification is a gap */
 		u64 want = i < done ? gen : i < ws_pages && gen ? gen - 1 : 0;
 		if (!page_ok(p, i, want)) {
-			puts("dirty: verify FAIL page ");
-			putdec(i);
-			puts(" want generation ");
-			putdec(want);
-			puts(" found ");
-			putdec(p[1]);
-			puts("\n");
+			out("dirty: verify FAIL page ");
+			outdec(i);
+			out(" want generation ");
+			outdec(want);
+			out(" found ");
+			outdec(p[1]);
+			out("\n");
 			return 1;
 		}
 	}
 	u64 ms = ticks_to_ms(rdtsc() - t0);
-	puts("dirty: verify PASS generation ");
-	putdec(gen);
-	puts("\ndirty: verified ");
-	putdec(pages * PAGE / MIB);
-	puts(" MiB in ");
-	putdec(ms);
-	puts(" ms\n");
+	out("dirty: verify PASS generation ");
+	outdec(gen);
+	out("\ndirty: verified ");
+	outdec(pages * PAGE / MIB);
+	out(" MiB in ");
+	outdec(ms);
+	out(" ms\n");
 	return 0;
 }
 
@@ -169,29 +233,29 @@ static int idle(u64 *base, u64 pages, u64 intervals, u64 verify_ticks)
 	u64 elapsed = 0;
 	int failed = 0;
 
-	puts("dirty: idle, dirtying nothing\n");
+	out("dirty: idle, dirtying nothing\n");
 	for (;;) {
 		u64 now = progress();
 		u64 req = *request;
 		if (now < verify_at && req == seen_request)
 			continue;
 		if (now >= verify_at) {
-			puts("dirty: rate 0 MiB/s\n");
+			out("dirty: rate 0 MiB/s\n");
 			if (intervals && ++elapsed == intervals)
 				break;
 		}
+		largest_gap();
 		failed |= verify(base, pages, pages, 0, 0);
 		if (req != seen_request) {
 			seen_request = req;
 			*ack = req;
 		}
-		last_tsc = 0;	/* verification is not a progress gap */
 		verify_at = rdtsc() + verify_ticks;
 	}
 	failed |= verify(base, pages, pages, 0, 0);
-	puts("dirty: max progress gap ");
-	putdec(max_gap);
-	puts(" tsc ticks\n");
+	out("dirty: max progress gap ");
+	outdec(max_gap);
+	out(" tsc ticks\n");
 	return failed;
 }
 
@@ -270,20 +334,20 @@ int main(void)
 			total_ticks += dirty_ticks;
 			written = dirty_ticks = 0;
 		}
+		largest_gap();
 		failed |= verify(base, pages, ws_pages, gen, next);
 		if (req != seen_request) {
 			seen_request = req;
 			*ack = req;
 		}
-		last_tsc = 0;	/* verification is not a progress gap */
 		since = rdtsc();
 		verify_at = since + verify_ticks;
 	}
 	dirty_ticks += rdtsc() - since;
 	failed |= verify(base, pages, ws_pages, gen, ws_pages);
 	print_mib_rate("dirty: rate ", total_written + written, total_ticks + dirty_ticks);
-	puts("dirty: max progress gap ");
-	putdec(max_gap);
-	puts(" tsc ticks\n");
+	out("dirty: max progress gap ");
+	outdec(max_gap);
+	out(" tsc ticks\n");
 	return failed;
 }
