@@ -1,0 +1,262 @@
+package ec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"tern/volume/extent"
+	"tern/volume/ids"
+	"tern/volume/reconcile"
+	"tern/volume/wire"
+)
+
+// ErrActivation: fewer than Layout.Data shards could be activated.
+var ErrActivation = errors.New("too few shards to activate")
+
+// Activate connects to every shard and activates them with gen, which
+// fences every lower generation. It waits for all of them, or after
+// Config.ActivationQuorumWait goes ahead with at least Layout.Data; a
+// shard left out is named in the error or, if the volume activates
+// without it, in Status, and joins later (repaired where it is behind).
+// Before IO starts, every extent whose versions differ between shards or
+// that is dirty on one is reconciled stripe by stripe (Codec.Resolve),
+// with the activation's progress published (SubscribeActivation).
+func (v *Volume) Activate(ctx context.Context, gen ids.Generation) error {
+	if err := v.activate(ctx, gen); err != nil {
+		v.actTracker.Fail(err)
+		return err
+	}
+	v.actTracker.Finish()
+	return nil
+}
+
+func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
+	n, k := v.cfg.Layout.Shards(), v.cfg.Layout.Data
+	v.mu.Lock()
+	if v.started {
+		v.mu.Unlock()
+		return errors.New("activating volume: already activated")
+	}
+	v.started, v.gen = true, gen
+	a := &activation{
+		region: make([]*wire.RegionInfo, n), err: make([]error, n), include: make([]bool, n),
+		proceed: make(chan struct{}), done: make([]*session, n), failed: make([]error, n),
+		changed: make(chan struct{}),
+	}
+	v.act = a
+	v.mu.Unlock()
+	for i := range v.shards {
+		v.wg.Add(1)
+		go v.runShard(i)
+	}
+	quorumAt := time.Now().Add(v.cfg.ActivationQuorumWait)
+	quorumTimer := time.NewTimer(v.cfg.ActivationQuorumWait)
+	defer quorumTimer.Stop()
+
+	// Negotiate: wait for every hello, or Data of them after the wait.
+	v.mu.Lock()
+	for {
+		answered := 0
+		for _, r := range a.region {
+			if r != nil {
+				answered++
+			}
+		}
+		if answered == n || answered >= k && !time.Now().Before(quorumAt) {
+			break
+		}
+		ch := a.changed
+		v.mu.Unlock()
+		select {
+		case <-ch:
+		case <-quorumTimer.C:
+		case <-ctx.Done():
+			v.mu.Lock()
+			why := v.missingLocked(func(i int) bool { return a.region[i] == nil }, a.err)
+			v.mu.Unlock()
+			return fmt.Errorf("activating volume: %w (%d shards needed): %s: %w", ErrActivation, k, why, ctx.Err())
+		}
+		v.mu.Lock()
+	}
+	var region wire.RegionInfo
+	for i, r := range a.region {
+		if r == nil {
+			continue
+		}
+		if region.BlockSize == 0 {
+			region = *r
+		} else if d := regionDiff(region, *r); d != "" {
+			v.mu.Unlock()
+			return fmt.Errorf("activating volume: shard %d: %s: %w", i, d, ErrRegionMismatch)
+		}
+		a.include[i] = true
+	}
+	if err := (extent.Spec{BlockSize: region.BlockSize, ExtentBlocks: region.ExtentBlocks, ExtentCount: region.ExtentCount}).Validate(); err != nil {
+		v.mu.Unlock()
+		return fmt.Errorf("activating volume: shards serve an invalid region: %w", err)
+	}
+	v.region, v.bs, v.stripes = region, int(region.BlockSize), region.Blocks()
+	for _, sh := range v.shards {
+		sh.missed = newStripeSet(v.stripes)
+	}
+	a.decided = true
+	close(a.proceed)
+	a.notifyLocked()
+
+	// Activate the included shards; those that fail are left out.
+	for {
+		pending, ok := 0, 0
+		for i := range n {
+			switch {
+			case !a.include[i]:
+			case a.done[i] != nil:
+				ok++
+			case a.failed[i] != nil:
+			default:
+				pending++
+			}
+		}
+		if pending == 0 {
+			if ok < k {
+				why := v.missingLocked(func(i int) bool { return a.done[i] == nil }, a.failed)
+				v.mu.Unlock()
+				return fmt.Errorf("activating volume: %w: %d of %d activated, %d needed: %s", ErrActivation, ok, n, k, why)
+			}
+			break
+		}
+		for _, e := range a.failed {
+			if errors.Is(e, ErrFenced) || errors.Is(e, ErrGenTooLow) {
+				v.mu.Unlock()
+				return fmt.Errorf("activating volume: %w", e)
+			}
+		}
+		ch := a.changed
+		v.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("activating volume: %w", ctx.Err())
+		}
+		v.mu.Lock()
+	}
+	for i, s := range a.done {
+		if s != nil {
+			v.shards[i].sess, v.shards[i].attachedOnce = s, true
+		}
+	}
+	v.refVersions, v.flushNum = referenceVersions(a.done, int(region.ExtentCount))
+	v.mu.Unlock()
+	_ = v.actTracker.SetPhase(reconcile.PhaseComparing)
+	if err := v.reconcileAtActivation(ctx, a.done); err != nil {
+		return fmt.Errorf("activating volume: %w", err)
+	}
+	v.mu.Lock()
+	v.running = true
+	v.notifyLocked()
+	v.mu.Unlock()
+	return nil
+}
+
+// missingLocked names each shard pick selects with its reason, on one
+// line.
+func (v *Volume) missingLocked(pick func(int) bool, why []error) string {
+	var out []string
+	for i, sh := range v.shards {
+		if !pick(i) {
+			continue
+		}
+		reason := "no answer"
+		if why[i] != nil {
+			reason = why[i].Error()
+		} else if sh.lastErr != "" {
+			reason = sh.lastErr
+		}
+		out = append(out, fmt.Sprintf("shard %d (%s): %s", i, sh.target, reason))
+	}
+	return strings.Join(out, "; ")
+}
+
+// referenceVersions is each extent's greatest version among the
+// activated shards, and the flush number to continue from.
+func referenceVersions(sessions []*session, extents int) ([]wire.ExtentVersion, uint64) {
+	ref := make([]wire.ExtentVersion, extents)
+	var flush uint64
+	for _, s := range sessions {
+		if s == nil {
+			continue
+		}
+		for e, ver := range s.versions {
+			if newer(ver, ref[e]) {
+				ref[e] = ver
+			}
+			flush = max(flush, ver.Flush)
+		}
+	}
+	return ref, flush
+}
+
+// newer reports whether a is a later version than b (generation, then
+// flush number).
+func newer(a, b wire.ExtentVersion) bool {
+	if a.Gen != b.Gen {
+		return a.Gen > b.Gen
+	}
+	return a.Flush > b.Flush
+}
+
+// reconcileAtActivation resolves every stripe of each extent whose
+// versions differ between the activated shards, or that is dirty on one:
+// shards with an older version are suspects (their blocks are
+// reconstructed from the others and rewritten where they differ); a dirty
+// extent with agreeing versions is checked for a torn stripe (an
+// upstairs that stopped in the middle of a write).
+func (v *Volume) reconcileAtActivation(ctx context.Context, sessions []*session) error {
+	v.mu.Lock()
+	eb := uint64(v.region.ExtentBlocks)
+	extents := len(v.refVersions)
+	var todo []int
+	suspects := make([][]bool, extents)
+	for e := range extents {
+		diff := false
+		sus := make([]bool, len(sessions))
+		for i, s := range sessions {
+			if s == nil {
+				continue
+			}
+			ver := s.versions[e]
+			if ver.Dirty || ver != v.refVersions[e] {
+				diff = true
+			}
+			sus[i] = newer(v.refVersions[e], ver)
+		}
+		if diff {
+			todo = append(todo, e)
+			suspects[e] = sus
+		}
+	}
+	v.mu.Unlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	_ = v.actTracker.SetPhase(reconcile.PhaseRepairing)
+	v.actTracker.GrowTotals(uint64(len(todo)), 0)
+	for _, e := range todo {
+		first := StripeIndex(uint64(e) * eb)
+		last := first + StripeIndex(eb) - 1
+		sus := suspects[e]
+		if _, err := v.resolveRange(ctx, first, last, sus, v.actTracker); err != nil {
+			return fmt.Errorf("reconciling extent %d: %w", e, err)
+		}
+		v.actTracker.ExtentDone()
+	}
+	return v.Flush(ctx)
+}
+
+// SubscribeActivation streams the activation's progress; see
+// reconcile.Tracker.Subscribe.
+func (v *Volume) SubscribeActivation(buffer int) (<-chan reconcile.Progress, func()) {
+	return v.actTracker.Subscribe(buffer)
+}

@@ -1,0 +1,298 @@
+package ec
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"tern/volume/ids"
+	"tern/volume/reconcile"
+	"tern/volume/wire"
+)
+
+// repairBatch is how many stripes a repair step locks and reads at once.
+const repairBatch = 64
+
+// repairLoop is session s's repair goroutine: whenever shard sh has
+// stripes marked behind (it missed writes, failed a hash, came back from
+// a crash or joined late), it rebuilds them by reconstruction from the
+// other shards, writing only blocks that differ from what it holds,
+// while IO continues. It ends with the session.
+func (v *Volume) repairLoop(sh *shard, s *session) {
+	defer v.wg.Done()
+	sh.wake()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-v.ctx.Done():
+			return
+		case <-sh.kick:
+		}
+		v.mu.Lock()
+		ready := v.running && sh.sess == s && sh.missed.count > 0
+		v.mu.Unlock()
+		if !ready {
+			continue
+		}
+		if err := v.repairShard(sh, s); err != nil && v.ctx.Err() == nil {
+			v.log.Warn("shard repair stopped; retrying when shards change", "shard", sh.id, "err", err)
+			v.mu.Lock()
+			ch := v.stateCh
+			v.mu.Unlock()
+			select {
+			case <-ch:
+			case <-s.done:
+				return
+			case <-v.ctx.Done():
+				return
+			case <-time.After(v.cfg.ReconnectMax):
+			}
+			sh.wake()
+		}
+	}
+}
+
+// repairShard walks sh's marked stripes once, extent by extent.
+func (v *Volume) repairShard(sh *shard, s *session) error {
+	tr := reconcile.NewTracker(nil)
+	v.mu.Lock()
+	sh.repair = tr
+	eb := StripeIndex(v.region.ExtentBlocks)
+	var extents []StripeIndex
+	for st, ok := sh.missed.next(0); ok; st, ok = sh.missed.next((st/eb + 1) * eb) {
+		extents = append(extents, st/eb)
+	}
+	v.notifyLocked()
+	v.mu.Unlock()
+	_ = tr.SetPhase(reconcile.PhaseLiveRepair)
+	tr.GrowTotals(uint64(len(extents)), 0)
+	v.log.Info("repairing shard", "shard", sh.id, "extents", len(extents))
+	for _, e := range extents {
+		if err := v.repairExtent(sh, s, e, tr); err != nil {
+			tr.Fail(err)
+			return err
+		}
+		tr.ExtentDone()
+	}
+	tr.Finish()
+	v.mu.Lock()
+	v.notifyLocked()
+	v.mu.Unlock()
+	return nil
+}
+
+// repairExtent rebuilds sh's marked stripes of extent e: its recorded
+// hashes are compared with those of the reconstructed blocks, and only
+// blocks that differ are written.
+func (v *Volume) repairExtent(sh *shard, s *session, e StripeIndex, tr *reconcile.Tracker) error {
+	ctx := v.ctx
+	eb := StripeIndex(v.region.ExtentBlocks)
+	rctx, cancel := context.WithTimeout(ctx, v.cfg.ReplyTimeout)
+	m, err := s.call(rctx, &wire.ExtentHashesRequest{Extent: ids.ExtentID(e)}, nil)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading shard %d's hashes of extent %d: %w", sh.id, e, err)
+	}
+	eh, _ := m.(*wire.ExtentHashes)
+	if eh == nil || len(eh.Hashes) != int(eb) {
+		return fmt.Errorf("shard %d answered extent hashes with %v", sh.id, m.Type())
+	}
+	zero := xxhash.Sum64(make([]byte, v.bs))
+	for base := e * eb; base < (e+1)*eb; base += repairBatch {
+		last := min(base+repairBatch, (e+1)*eb) - 1
+		v.mu.Lock()
+		st, any := sh.missed.next(base)
+		v.mu.Unlock()
+		if !any || st > last {
+			continue
+		}
+		recorded := func(st StripeIndex) uint64 {
+			h := eh.Hashes[st-e*eb]
+			if h == 0 {
+				return zero
+			}
+			return h
+		}
+		if err := v.repairStripes(ctx, sh, s, base, last, recorded, tr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// repairStripes rebuilds sh's marked stripes among [first, last] under
+// their locks.
+func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first, last StripeIndex,
+	recorded func(StripeIndex) uint64, tr *reconcile.Tracker) error {
+	unlock, err := v.locks.lock(ctx, first, last, true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	n := v.cfg.Layout.Shards()
+	want := make([]bool, n)
+	for i := range want {
+		want[i] = i != sh.id
+	}
+	rd := v.readStripes(ctx, first, last, want)
+	for st := first; st <= last; st++ {
+		v.mu.Lock()
+		marked := sh.missed.has(st) && sh.sess == s
+		v.mu.Unlock()
+		if !marked {
+			continue
+		}
+		stripe := make([][]byte, n)
+		for i := range stripe {
+			stripe[i] = rd.block(i, st)
+		}
+		if err := v.codec.Reconstruct(stripe); err != nil {
+			return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
+		}
+		tr.AddCompared(1)
+		block := stripe[sh.id]
+		h := xxhash.Sum64(block)
+		if h != recorded(st) {
+			tr.GrowTotals(0, uint64(v.bs))
+			if err := v.writeBlock(ctx, sh, s, st, block, h); err != nil {
+				return err
+			}
+			tr.AddBytes(uint64(v.bs))
+		}
+		v.mu.Lock()
+		sh.missed.remove(st)
+		v.mu.Unlock()
+	}
+	return nil
+}
+
+// writeBlock writes one rebuilt block to shard sh.
+func (v *Volume) writeBlock(ctx context.Context, sh *shard, s *session, st StripeIndex, block []byte, h uint64) error {
+	rctx, cancel := context.WithTimeout(ctx, v.cfg.ReplyTimeout)
+	defer cancel()
+	if _, err := s.call(rctx, &wire.Write{Offset: st, Hashes: []uint64{h}, Data: block}, nil); err != nil {
+		v.writeFailed(sh.id, s, err)
+		return fmt.Errorf("writing stripe %d to shard %d: %w", st, sh.id, err)
+	}
+	return nil
+}
+
+// ScrubReport is what Scrub found.
+type ScrubReport struct {
+	// StripesChecked counts stripes read and resolved.
+	StripesChecked uint64
+	// BlocksRewritten counts shard blocks that were missing, failed their
+	// hash or disagreed with their stripe, and were rewritten.
+	BlocksRewritten uint64
+	// Outliers counts stripes where one block disagreed with the rest.
+	Outliers uint64
+	// ParityRecomputed counts stripes whose parity was recomputed from
+	// their data (the blocks disagreed with no single one to blame).
+	ParityRecomputed uint64
+}
+
+// Scrub reads every stripe from every connected shard, checks every
+// block against its hash and every stripe's parity against its data, and
+// rewrites each block that is wrong (Codec.Resolve), stripe range by
+// stripe range under their locks while IO continues.
+func (v *Volume) Scrub(ctx context.Context) (ScrubReport, error) {
+	v.mu.Lock()
+	stripes, running := v.stripes, v.running
+	v.mu.Unlock()
+	if !running {
+		return ScrubReport{}, ErrNotActive
+	}
+	return v.resolveRange(ctx, 0, StripeIndex(stripes-1), nil, nil)
+}
+
+// resolveRange resolves every stripe of [first, last] (Codec.Resolve)
+// and rewrites each connected shard's block that differs. A shard is a
+// suspect on a stripe where it is marked behind, or where suspect (by
+// shard, may be nil) says so. tr, if set, counts the work.
+func (v *Volume) resolveRange(ctx context.Context, first, last StripeIndex, suspect []bool, tr *reconcile.Tracker) (ScrubReport, error) {
+	var rep ScrubReport
+	n := v.cfg.Layout.Shards()
+	all := make([]bool, n)
+	for i := range all {
+		all[i] = true
+	}
+	for base := first; base <= last; base += repairBatch {
+		end := min(base+repairBatch-1, last)
+		err := v.retry(ctx, func() error {
+			unlock, err := v.locks.lock(ctx, base, end, true)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			rd := v.readStripes(ctx, base, end, all)
+			v.mu.Lock()
+			sessions := make([]*session, n)
+			for i, sh := range v.shards {
+				sessions[i] = sh.sess
+			}
+			v.mu.Unlock()
+			for st := base; st <= end; st++ {
+				blocks := make([][]byte, n)
+				sus := make([]bool, n)
+				v.mu.Lock()
+				for i, sh := range v.shards {
+					blocks[i] = rd.block(i, st)
+					sus[i] = sh.missed.has(st) || suspect != nil && suspect[i]
+					if blocks[i] == nil && rd.intact[i] != nil && sus[i] {
+						// Behind, not corrupt: compare what it holds.
+						j := int(st - base)
+						blocks[i] = rd.data[i][j*v.bs : (j+1)*v.bs]
+					}
+				}
+				v.mu.Unlock()
+				res, err := v.codec.Resolve(blocks, sus)
+				if err != nil {
+					return fmt.Errorf("resolving stripe %d: %w", st, err)
+				}
+				rep.StripesChecked++
+				switch res.How {
+				case Outlier:
+					rep.Outliers++
+				case ParityRecomputed:
+					rep.ParityRecomputed++
+				}
+				if tr != nil {
+					tr.AddCompared(uint64(n))
+				}
+				for i, differs := range res.Differs {
+					s := sessions[i]
+					if s == nil {
+						continue
+					}
+					if differs {
+						if tr != nil {
+							tr.GrowTotals(0, uint64(v.bs))
+						}
+						if err := v.writeBlock(ctx, v.shards[i], s, st, res.Stripe[i], xxhash.Sum64(res.Stripe[i])); err != nil {
+							// Dropped; its repair rebuilds the block.
+							v.mu.Lock()
+							v.shards[i].missed.add(st)
+							v.mu.Unlock()
+							continue
+						}
+						rep.BlocksRewritten++
+						if tr != nil {
+							tr.AddBytes(uint64(v.bs))
+						}
+					}
+					v.mu.Lock()
+					v.shards[i].missed.remove(st)
+					v.mu.Unlock()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
