@@ -94,7 +94,8 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 		}
 		a.include[i] = true
 	}
-	if err := (extent.Spec{BlockSize: region.BlockSize, ExtentBlocks: region.ExtentBlocks, ExtentCount: region.ExtentCount}).Validate(); err != nil {
+	if err := (extent.Spec{UUID: region.UUID, BlockSize: region.BlockSize, ExtentBlocks: region.ExtentBlocks,
+		ExtentCount: region.ExtentCount, FormatVersion: extent.FormatVersion1}).Validate(); err != nil {
 		v.mu.Unlock()
 		return fmt.Errorf("activating volume: shards serve an invalid region: %w", err)
 	}

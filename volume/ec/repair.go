@@ -1,6 +1,7 @@
 package ec
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -135,8 +136,10 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 	n := v.cfg.Layout.Shards()
 	want := make([]bool, n)
 	for i := range want {
-		want[i] = i != sh.id
+		want[i] = true
 	}
+	// Its own blocks too: a block whose data rotted under a correct
+	// recorded hash differs in its data only.
 	rd := v.readStripes(ctx, first, last, want)
 	for st := first; st <= last; st++ {
 		v.mu.Lock()
@@ -147,7 +150,9 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 		}
 		stripe := make([][]byte, n)
 		for i := range stripe {
-			stripe[i] = rd.block(i, st)
+			if i != sh.id {
+				stripe[i] = rd.block(i, st)
+			}
 		}
 		if err := v.codec.Reconstruct(stripe); err != nil {
 			return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
@@ -155,7 +160,12 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 		tr.AddCompared(1)
 		block := stripe[sh.id]
 		h := xxhash.Sum64(block)
-		if h != recorded(st) {
+		var held []byte
+		if rd.intact[sh.id] != nil {
+			j := int(st - first)
+			held = rd.data[sh.id][j*v.bs : (j+1)*v.bs]
+		}
+		if h != recorded(st) || !bytes.Equal(held, block) {
 			tr.GrowTotals(0, uint64(v.bs))
 			if err := v.writeBlock(ctx, sh, s, st, block, h); err != nil {
 				return err
