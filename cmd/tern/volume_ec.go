@@ -37,12 +37,12 @@ func (p *preparedVolume) io() volumeIO {
 // close closes the prepared volume, whichever its layout.
 func (p *preparedVolume) close() error { return p.io().Close() }
 
-// volumeRegion is the geometry the client sees: for an erasure-coded
-// volume, K shards' worth of extents.
+// volumeRegion is the geometry the client sees of an erasure-coded
+// volume: K shards' blocks but each shard's metadata block, as one run
+// (only BlockSize and Blocks() mean anything in it).
 func volumeRegion(shard wire.RegionInfo, l ec.Layout) wire.RegionInfo {
-	r := shard
-	r.ExtentCount *= uint32(l.Data)
-	return r
+	return wire.RegionInfo{UUID: shard.UUID, BlockSize: shard.BlockSize, ExtentBlocks: 1,
+		ExtentCount: uint32(l.VolumeBlocks(shard.Blocks() - 1))}
 }
 
 // newEC builds the erasure-coded volume of a probe that reached

@@ -99,9 +99,10 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 		v.mu.Unlock()
 		return fmt.Errorf("activating volume: shards serve an invalid region: %w", err)
 	}
-	v.region, v.bs, v.stripes = region, int(region.BlockSize), region.Blocks()
+	v.region, v.bs = region, int(region.BlockSize)
+	v.stripes, v.metaBlock = region.Blocks()-1, StripeIndex(region.Blocks()-1)
 	for _, sh := range v.shards {
-		sh.missed = newStripeSet(v.stripes)
+		sh.missed = newStripeSet(region.Blocks())
 	}
 	a.decided = true
 	close(a.proceed)
@@ -151,7 +152,24 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 	v.refVersions, v.flushNum = referenceVersions(a.done, int(region.ExtentCount))
 	v.mu.Unlock()
 	_ = v.actTracker.SetPhase(reconcile.PhaseComparing)
-	if err := v.reconcileAtActivation(ctx, a.done); err != nil {
+	metas := make([]uint64, n)
+	for i, s := range a.done {
+		if s == nil {
+			continue
+		}
+		m, err := v.readMeta(ctx, i, s)
+		if err != nil {
+			return fmt.Errorf("activating volume: %w", err)
+		}
+		metas[i] = m
+	}
+	v.mu.Lock()
+	for _, m := range metas {
+		v.refMeta = max(v.refMeta, m)
+		v.flushNum = max(v.flushNum, m)
+	}
+	v.mu.Unlock()
+	if err := v.reconcileAtActivation(ctx, a.done, metas); err != nil {
 		return fmt.Errorf("activating volume: %w", err)
 	}
 	v.mu.Lock()
@@ -199,22 +217,26 @@ func referenceVersions(sessions []*session, extents int) ([]wire.ExtentVersion, 
 	return ref, flush
 }
 
-// newer reports whether a is a later version than b (generation, then
-// flush number).
+// newer reports whether a is a later version than b. Flush numbers grow
+// across generations (each activation continues from the greatest), so
+// the generation only breaks ties.
 func newer(a, b wire.ExtentVersion) bool {
-	if a.Gen != b.Gen {
-		return a.Gen > b.Gen
+	if a.Flush != b.Flush {
+		return a.Flush > b.Flush
 	}
-	return a.Flush > b.Flush
+	return a.Gen > b.Gen
 }
 
-// reconcileAtActivation resolves every stripe of each extent whose
-// versions differ between the activated shards, or that is dirty on one:
-// shards with an older version are suspects (their blocks are
-// reconstructed from the others and rewritten where they differ); a dirty
-// extent with agreeing versions is checked for a torn stripe (an
-// upstairs that stopped in the middle of a write).
-func (v *Volume) reconcileAtActivation(ctx context.Context, sessions []*session) error {
+// reconcileAtActivation resolves every stripe of each extent that a shard
+// may be behind on, or that is dirty on one. A shard is behind on an
+// extent a peer stamped with a later flush than the last one its
+// metadata names (it missed that flush, and the writes before it): it is
+// a suspect there, its blocks reconstructed from the others and
+// rewritten where they differ. A dirty extent is checked for a torn
+// stripe (an upstairs that stopped in the middle of a write). Extent
+// versions alone say nothing here: a flush stamps only the extents it
+// covers, so shards of one stripe carry different ones.
+func (v *Volume) reconcileAtActivation(ctx context.Context, sessions []*session, metas []uint64) error {
 	v.mu.Lock()
 	eb := uint64(v.region.ExtentBlocks)
 	extents := len(v.refVersions)
@@ -227,11 +249,10 @@ func (v *Volume) reconcileAtActivation(ctx context.Context, sessions []*session)
 			if s == nil {
 				continue
 			}
-			ver := s.versions[e]
-			if ver.Dirty || ver != v.refVersions[e] {
+			sus[i] = v.refVersions[e].Flush > metas[i]
+			if s.versions[e].Dirty || sus[i] {
 				diff = true
 			}
-			sus[i] = newer(v.refVersions[e], ver)
 		}
 		if diff {
 			todo = append(todo, e)
@@ -246,7 +267,7 @@ func (v *Volume) reconcileAtActivation(ctx context.Context, sessions []*session)
 	v.actTracker.GrowTotals(uint64(len(todo)), 0)
 	for _, e := range todo {
 		first := StripeIndex(uint64(e) * eb)
-		last := first + StripeIndex(eb) - 1
+		last := min(first+StripeIndex(eb), StripeIndex(v.stripes)) - 1
 		sus := suspects[e]
 		if _, err := v.resolveRange(ctx, first, last, sus, v.actTracker); err != nil {
 			return fmt.Errorf("reconciling extent %d: %w", e, err)

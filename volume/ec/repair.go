@@ -82,7 +82,10 @@ func (v *Volume) repairShard(sh *shard, s *session) error {
 	v.mu.Lock()
 	v.notifyLocked()
 	v.mu.Unlock()
-	return nil
+	// Make the rebuilt blocks durable and the shard's metadata current.
+	fctx, cancel := context.WithTimeout(v.ctx, v.cfg.ReplyTimeout)
+	defer cancel()
+	return v.Flush(fctx)
 }
 
 // repairExtent rebuilds sh's marked stripes of extent e: its recorded
@@ -102,8 +105,9 @@ func (v *Volume) repairExtent(sh *shard, s *session, e StripeIndex, tr *reconcil
 		return fmt.Errorf("shard %d answered extent hashes with %v", sh.id, m.Type())
 	}
 	zero := xxhash.Sum64(make([]byte, v.bs))
-	for base := e * eb; base < (e+1)*eb; base += repairBatch {
-		last := min(base+repairBatch, (e+1)*eb) - 1
+	end := min((e+1)*eb, StripeIndex(v.stripes))
+	for base := e * eb; base < end; base += repairBatch {
+		last := min(base+repairBatch, end) - 1
 		v.mu.Lock()
 		st, any := sh.missed.next(base)
 		v.mu.Unlock()

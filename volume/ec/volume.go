@@ -44,11 +44,16 @@ type Volume struct {
 	gen     ids.Generation
 	region  wire.RegionInfo // every shard's geometry, once activated
 	bs      int
-	stripes uint64 // blocks per shard = stripes of the volume
+	stripes uint64 // stripes of the volume: a shard's blocks but its last
+	// metaBlock is the shard block holding its metadata (shard_meta.go).
+	metaBlock StripeIndex
 	// refVersions are each extent's greatest version at activation, what a
 	// shard joining later is compared with.
 	refVersions []wire.ExtentVersion
-	flushNum    uint64
+	// refMeta is the newest flush any shard's metadata named at
+	// activation.
+	refMeta  uint64
+	flushNum uint64
 	// stateCh is closed (and replaced) whenever a shard attaches or
 	// detaches, or a repair ends.
 	stateCh chan struct{}
@@ -198,7 +203,17 @@ func (v *Volume) connectShard(sh *shard) error {
 		v.activationFailed(sh, err)
 		return err
 	}
-	if !v.attach(sh, s) {
+	var meta uint64
+	if v.isRunning() {
+		mctx, cancel := context.WithTimeout(v.ctx, v.cfg.ReplyTimeout)
+		meta, err = v.readMeta(mctx, sh.id, s)
+		cancel()
+		if err != nil {
+			s.close("bad metadata")
+			return fmt.Errorf("shard %d (%s): %w", sh.id, sh.target, err)
+		}
+	}
+	if !v.attach(sh, s, meta) {
 		s.close("not needed")
 		return nil
 	}
@@ -263,7 +278,7 @@ func (v *Volume) activationFailed(sh *shard, err error) {
 // attach makes an activated session sh's: during activation it is handed
 // to Activate; later the shard joins, with the stripes it may be wrong
 // on marked for its repair loop. false: the session is not wanted.
-func (v *Volume) attach(sh *shard, s *session) bool {
+func (v *Volume) attach(sh *shard, s *session, meta uint64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.stopErr != nil || v.closing {
@@ -274,7 +289,7 @@ func (v *Volume) attach(sh *shard, s *session) bool {
 		v.act.notifyLocked()
 		return true
 	}
-	v.markSuspectLocked(sh, s)
+	v.markSuspectLocked(sh, s, meta)
 	sh.sess, sh.attachedOnce = s, true
 	sh.lastErr, sh.faultReason = "", ""
 	v.log.Info("shard joined", "shard", sh.id, "target", sh.target, "stripes_to_check", sh.missed.count)
@@ -285,19 +300,61 @@ func (v *Volume) attach(sh *shard, s *session) bool {
 // markSuspectLocked marks the stripes of every extent sh may hold wrong
 // blocks of when it (re)joins a running volume: those written since its
 // last flush when it may have lost writes (a crash), and, the first time
-// it joins (it missed the activation), those whose version differs from
-// the activation's or that are dirty.
-func (v *Volume) markSuspectLocked(sh *shard, s *session) {
-	eb := StripeIndex(v.region.ExtentBlocks)
+// it joins (it missed the activation), those dirty on it or written on a
+// peer after the last flush its metadata (meta) names.
+func (v *Volume) markSuspectLocked(sh *shard, s *session, meta uint64) {
 	for e, ver := range s.versions {
 		suspect := s.lostWrites && ver.Dirty
 		if !sh.attachedOnce {
-			suspect = suspect || ver.Dirty || ver != v.refVersions[e]
+			suspect = suspect || ver.Dirty || v.refVersions[e].Flush > meta
 		}
 		if suspect {
-			sh.missed.addRange(StripeIndex(e)*eb, StripeIndex(e+1)*eb-1)
+			v.markExtentLocked(sh, e)
 		}
 	}
+}
+
+// markExtentLocked marks every stripe of extent e behind on sh.
+func (v *Volume) markExtentLocked(sh *shard, e int) {
+	eb := StripeIndex(v.region.ExtentBlocks)
+	sh.missed.addRange(StripeIndex(e)*eb, min(StripeIndex(e+1)*eb, StripeIndex(v.stripes))-1)
+}
+
+func (v *Volume) isRunning() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.running
+}
+
+// readMeta reads shard i's metadata block and returns the flush it names
+// (0 for a shard that never took one). A record of another layout, shard
+// index or region is refused: the target is not shard i of this volume.
+func (v *Volume) readMeta(ctx context.Context, i int, s *session) (uint64, error) {
+	v.mu.Lock()
+	at, uid := v.metaBlock, v.region.UUID
+	v.mu.Unlock()
+	buf := make([]byte, v.bs)
+	ok, err := v.shardRead(ctx, i, s, at, 1, buf)
+	if err != nil {
+		return 0, fmt.Errorf("reading shard metadata: %w", err)
+	}
+	if !ok[0] {
+		v.log.Warn("shard metadata fails its hash; treating the shard as behind everywhere", "shard", i)
+		return 0, nil
+	}
+	m, present, err := decodeShardMeta(buf)
+	if err != nil {
+		v.log.Warn("shard metadata unreadable; treating the shard as behind everywhere", "shard", i, "err", err)
+		return 0, nil
+	}
+	if !present {
+		return 0, nil
+	}
+	if m.Layout != v.cfg.Layout || m.Shard != i || m.Region != uid {
+		return 0, fmt.Errorf("target %d holds shard %d of a %v volume of region %v, not shard %d of this %v volume: %w",
+			i, m.Shard, m.Layout, m.Region, i, v.cfg.Layout, ErrRegionMismatch)
+	}
+	return m.Flush, nil
 }
 
 // detach records that sh's session s ended.
@@ -348,7 +405,7 @@ func (v *Volume) Close() error {
 	var err error
 	if running {
 		ctx, cancel := context.WithTimeout(v.ctx, v.cfg.DeactivateTimeout)
-		err = v.Flush(ctx)
+		err = v.deactivate(ctx)
 		cancel()
 		if errors.Is(err, ErrFenced) {
 			err = nil

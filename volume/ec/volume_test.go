@@ -16,8 +16,8 @@ func TestWriteReadScrub4Plus2(t *testing.T) {
 	c := newTestCluster(t, DefaultLayout)
 	v := c.open(1)
 	size := int64(v.Size())
-	if want := int64(4 * testBlockSize * testExtentBlocks * testExtentCount); size != want {
-		t.Fatalf("Size = %d, want %d (4 × a shard)", size, want)
+	if want := int64(4 * testBlockSize * (testExtentBlocks*testExtentCount - 1)); size != want {
+		t.Fatalf("Size = %d, want %d (4 × a shard but its metadata block)", size, want)
 	}
 	want := pattern(1, 0, int(size))
 	mustWrite(t, v, want, 0) // full stripes, in 1 MiB chunks

@@ -237,10 +237,27 @@ func (v *Volume) writeFailed(i int, s *session, err error) {
 // shards (every connected one when fewer are, never fewer than Data).
 // Below Data connected shards it waits until enough are back or ctx ends.
 func (v *Volume) Flush(ctx context.Context) error {
-	return v.retry(ctx, func() error { return v.flushOnce(ctx) })
+	return v.retry(ctx, func() error { return v.flushOnce(ctx, false) })
 }
 
-func (v *Volume) flushOnce(ctx context.Context) error {
+// deactivate flushes and waits for every connected shard's answer (not
+// only enough of them), so that a clean close leaves every shard's data
+// and metadata current.
+func (v *Volume) deactivate(ctx context.Context) error {
+	// Twice: a shard still owing a write when the first flush started
+	// has answered it by the end of that flush, and the second records
+	// it current in its metadata.
+	for range 2 {
+		if err := v.retry(ctx, func() error { return v.flushOnce(ctx, true) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushOnce sends one flush to every connected shard and waits for
+// enough acknowledgements, or with all for every shard's answer.
+func (v *Volume) flushOnce(ctx context.Context, all bool) error {
 	k := v.cfg.Layout.Data
 	v.mu.Lock()
 	if !v.started {
@@ -249,10 +266,12 @@ func (v *Volume) flushOnce(ctx context.Context) error {
 	}
 	var sessions []*session
 	var ids []int
+	var current []bool
 	for i, sh := range v.shards {
 		if sh.sess != nil {
 			sessions = append(sessions, sh.sess)
 			ids = append(ids, i)
+			current = append(current, sh.missed.count == 0)
 		}
 	}
 	if len(sessions) < k {
@@ -261,9 +280,23 @@ func (v *Volume) flushOnce(ctx context.Context) error {
 	}
 	v.flushNum++
 	req := wire.Flush{FlushNumber: v.flushNum, Gen: v.gen}
+	meta, at := shardMeta{Layout: v.cfg.Layout, Region: v.region.UUID, Gen: v.gen, Flush: v.flushNum}, v.metaBlock
 	v.mu.Unlock()
 	results := make(chan error, len(sessions))
 	for x, s := range sessions {
+		if current[x] {
+			// A shard behind on nothing records this flush in its
+			// metadata, ahead of the flush that makes it durable.
+			m := meta
+			m.Shard = ids[x]
+			block := make([]byte, v.bs)
+			m.encode(block)
+			if _, err := s.start(&wire.Write{Offset: at, Hashes: []uint64{xxhash.Sum64(block)}, Data: block}, nil); err != nil {
+				v.writeFailed(ids[x], s, err)
+				results <- err
+				continue
+			}
+		}
 		f := req
 		p, err := s.start(&f, nil)
 		if err != nil {
@@ -294,10 +327,13 @@ func (v *Volume) flushOnce(ctx context.Context) error {
 		}
 		if err == nil {
 			acks++
-			if v.enough([]int{acks}) {
+			if !all && v.enough([]int{acks}) {
 				return nil
 			}
 		}
+	}
+	if v.enough([]int{acks}) {
+		return nil
 	}
 	return fmt.Errorf("%w: flush acknowledged by %d shards", errRetry, acks)
 }
