@@ -144,6 +144,7 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 		}
 		v.mu.Lock()
 	}
+	a.collected = true
 	for i, s := range a.done {
 		if s != nil {
 			v.shards[i].sess, v.shards[i].attachedOnce = s, true
@@ -153,15 +154,32 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 	v.mu.Unlock()
 	_ = v.actTracker.SetPhase(reconcile.PhaseComparing)
 	metas := make([]uint64, n)
+	left := 0
 	for i, s := range a.done {
 		if s == nil {
 			continue
 		}
 		m, err := v.readMeta(ctx, i, s)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrRegionMismatch):
 			return fmt.Errorf("activating volume: %w", err)
+		case err != nil:
+			// Lost on the way: the volume goes on without it, and it
+			// joins later like a shard that missed the activation.
+			v.log.Warn("shard lost during activation", "shard", i, "err", err)
+			s.close("lost during activation")
+			v.mu.Lock()
+			v.shards[i].sess, v.shards[i].attachedOnce = nil, false
+			v.shards[i].lastErr = err.Error()
+			v.mu.Unlock()
+			a.done[i] = nil
+			continue
 		}
 		metas[i] = m
+		left++
+	}
+	if left < k {
+		return fmt.Errorf("activating volume: %w: %d shards left after reading their metadata, %d needed", ErrActivation, left, k)
 	}
 	v.mu.Lock()
 	for _, m := range metas {

@@ -80,7 +80,10 @@ type activation struct {
 	region  []*wire.RegionInfo // by shard: hello answered
 	err     []error            // by shard: the last failure
 	decided bool
-	include []bool
+	// collected: Activate took the activated sessions; later ones join
+	// the running volume.
+	collected bool
+	include   []bool
 	proceed chan struct{} // closed when decided
 	done    []*session    // activated sessions of included shards
 	failed  []error
@@ -281,6 +284,19 @@ func (v *Volume) activationFailed(sh *shard, err error) {
 func (v *Volume) attach(sh *shard, s *session, meta uint64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.stopErr != nil || v.closing {
+		return false
+	}
+	for !v.running && v.act.collected && v.stopErr == nil && !v.closing {
+		// Activation took its sessions and is reconciling: join after.
+		ch := v.stateCh
+		v.mu.Unlock()
+		select {
+		case <-ch:
+		case <-v.ctx.Done():
+		}
+		v.mu.Lock()
+	}
 	if v.stopErr != nil || v.closing {
 		return false
 	}
