@@ -81,3 +81,6 @@ func (v *Volume) StateChanged() <-chan struct{} {
 	defer v.mu.Unlock()
 	return v.stateCh
 }
+
+// ActivationProgress is the activation's progress.
+func (v *Volume) ActivationProgress() reconcile.Progress { return v.actTracker.Status() }
