@@ -25,7 +25,7 @@ const (
 
 // testCluster is k+m in-process downstairs over real QUIC with mutual TLS.
 type testCluster struct {
-	t      *testing.T
+	t       *testing.T
 	cl      *volumetest.Cluster
 	layout  Layout
 	targets []string // kept while shards stop and start

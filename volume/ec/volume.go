@@ -84,10 +84,10 @@ type activation struct {
 	// the running volume.
 	collected bool
 	include   []bool
-	proceed chan struct{} // closed when decided
-	done    []*session    // activated sessions of included shards
-	failed  []error
-	changed chan struct{} // closed (and replaced) on any change
+	proceed   chan struct{} // closed when decided
+	done      []*session    // activated sessions of included shards
+	failed    []error
+	changed   chan struct{} // closed (and replaced) on any change
 }
 
 func (a *activation) notifyLocked() {
