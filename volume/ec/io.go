@@ -72,12 +72,16 @@ func (v *Volume) chunked(ctx context.Context, p []byte, off int64, exclusive boo
 		end := min(first+count, (first/k+maxStripes)*k)
 		n := end - first
 		s0, s1 := first/k, (end-1)/k
-		unlock, err := v.locks.lock(ctx, StripeIndex(s0), StripeIndex(s1), exclusive)
-		if err != nil {
-			return done, err
-		}
-		err = v.retry(ctx, func() error { return do(ctx, p[:n*uint64(bs)], first, n) })
-		unlock()
+		// The stripes are locked for each attempt, not while waiting for
+		// shards: the repair that brings them back needs those locks.
+		err := v.retry(ctx, func() error {
+			unlock, err := v.locks.lock(ctx, StripeIndex(s0), StripeIndex(s1), exclusive)
+			if err != nil {
+				return err
+			}
+			defer unlock()
+			return do(ctx, p[:n*uint64(bs)], first, n)
+		})
 		if err != nil {
 			return done, err
 		}
@@ -178,10 +182,23 @@ type stripeRead struct {
 	bs          int
 	data        [][]byte
 	intact      [][]bool
+	// hashOK is whether each block came back matching its recorded hash,
+	// whether or not its shard is behind on the stripe.
+	hashOK [][]bool
 }
 
 func (r *stripeRead) ok(i int, st StripeIndex) bool {
 	return r != nil && st >= r.first && st <= r.last && r.intact[i] != nil && r.intact[i][st-r.first]
+}
+
+// raw is shard i's block of stripe st if it came back matching its hash,
+// trusted or not; nil otherwise.
+func (r *stripeRead) raw(i int, st StripeIndex) []byte {
+	if r == nil || st < r.first || st > r.last || r.hashOK[i] == nil || !r.hashOK[i][st-r.first] {
+		return nil
+	}
+	j := int(st - r.first)
+	return r.data[i][j*r.bs : (j+1)*r.bs]
 }
 
 // block is shard i's block of stripe st, nil unless intact.
@@ -199,7 +216,7 @@ func (r *stripeRead) block(i int, st StripeIndex) []byte {
 // request or does not answer in time is dropped.
 func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want []bool) *stripeRead {
 	n, cnt := len(want), int(last-first+1)
-	r := &stripeRead{first: first, last: last, bs: v.bs, data: make([][]byte, n), intact: make([][]bool, n)}
+	r := &stripeRead{first: first, last: last, bs: v.bs, data: make([][]byte, n), intact: make([][]bool, n), hashOK: make([][]bool, n)}
 	sessions := make([]*session, n)
 	v.mu.Lock()
 	for i, sh := range v.shards {
@@ -227,6 +244,7 @@ func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want 
 				r.intact[i] = nil
 				return
 			}
+			r.hashOK[i] = hashOK
 			var corrupt []StripeIndex
 			for j, ok := range hashOK {
 				if !ok {

@@ -2,6 +2,7 @@ package ec
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"fmt"
 	"time"
@@ -159,7 +160,10 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 			}
 		}
 		if err := v.codec.Reconstruct(stripe); err != nil {
-			return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
+			if !errors.Is(err, ErrTooFewShards) || !v.vouchFor(rd, st) {
+				return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
+			}
+			continue
 		}
 		tr.AddCompared(1)
 		block := stripe[sh.id]
@@ -309,4 +313,37 @@ func (v *Volume) resolveRange(ctx context.Context, first, last StripeIndex, susp
 		}
 	}
 	return rep, nil
+}
+
+// vouchFor handles a stripe with fewer than Data trusted blocks (too
+// many shards are behind on it, say after several crashed with unflushed
+// writes): when more than Data blocks of it, each matching its recorded
+// hash, agree with each other as one stripe, every shard holding one is
+// current on it again. With fewer, or any disagreement, it stays behind
+// (and IO on it waits) until more shards are back.
+func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) bool {
+	n := v.cfg.Layout.Shards()
+	blocks := make([][]byte, n)
+	have := 0
+	for i := range n {
+		if blocks[i] = rd.raw(i, st); blocks[i] != nil {
+			have++
+		}
+	}
+	if have <= v.cfg.Layout.Data {
+		return false
+	}
+	res, err := v.codec.Resolve(blocks, make([]bool, n))
+	if err != nil || res.How != Consistent {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, b := range blocks {
+		if b != nil && !res.Differs[i] {
+			v.shards[i].missed.remove(st)
+		}
+	}
+	v.notifyLocked()
+	return true
 }

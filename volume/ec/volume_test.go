@@ -275,3 +275,49 @@ func TestActivationWithoutAShardThenJoin(t *testing.T) {
 	})
 	mustRead(t, v, want, 0)
 }
+
+// Three shards of a 4+2 volume stop with unflushed writes (they may have
+// lost them, so their dirty extents are not trusted when they return): a
+// write waits; with one back it still waits (four shards, one of them
+// unverified, cannot vouch for a stripe); with two back the stripes
+// check out against each other, the write completes and everything
+// acknowledged reads back.
+func TestThreeShardsLostUnflushedResumeOnceTheyCheckOut(t *testing.T) {
+	c := newTestCluster(t, DefaultLayout)
+	v := c.open(1)
+	want := pattern(1, 0, 64*testBlockSize)
+	mustWrite(t, v, want, 0) // acknowledged, not flushed
+	// Every shard applied it (acknowledged at five, the sixth follows).
+	waitFor(t, v, "every shard current", allActive)
+	for _, i := range []int{0, 2, 5} {
+		if err := c.cl.Stop(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, v, "three shards offline", func(st Status) bool {
+		return st.Shards[0].State == ShardOffline && st.Shards[2].State == ShardOffline && st.Shards[5].State == ShardOffline
+	})
+	later := pattern(9, 8*testBlockSize, 6*testBlockSize)
+	done := make(chan error, 1)
+	go func() {
+		_, err := v.WriteAt(ctxT(t), later, 8*testBlockSize)
+		done <- err
+	}()
+	if err := c.cl.Start(2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, v, "shard 2 back", func(st Status) bool { return st.Shards[2].State != ShardOffline })
+	select {
+	case err := <-done:
+		t.Fatalf("WriteAt returned %v with one unverified shard back", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := c.cl.Start(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("WriteAt after two shards returned: %v", err)
+	}
+	copy(want[8*testBlockSize:], later)
+	mustRead(t, v, want, 0)
+}
