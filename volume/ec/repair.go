@@ -2,8 +2,8 @@ package ec
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
