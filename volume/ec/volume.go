@@ -380,7 +380,11 @@ func (v *Volume) detach(sh *shard, s *session) {
 	if sh.sess == s {
 		sh.sess = nil
 		sh.faultReason = fmt.Sprint(s.err)
-		v.log.Warn("shard dropped", "shard", sh.id, "target", sh.target, "err", s.err)
+		if v.closing || v.ctx.Err() != nil {
+			v.log.Debug("shard session closed", "shard", sh.id, "target", sh.target)
+		} else {
+			v.log.Warn("shard dropped", "shard", sh.id, "target", sh.target, "err", s.err)
+		}
 		v.notifyLocked()
 	}
 }
