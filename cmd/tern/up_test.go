@@ -84,9 +84,11 @@ func TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM(t *testing.T) {
 	}{
 		{"kvm", "TERN_KVMHOST=auto", 4},
 		{"emulated", "TERN_KVMHOST=always", 4},
+		// --layout ec:4+2: six downstairs and the vmm.
+		{"kvm-ec", "TERN_KVMHOST=auto", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "kvm" {
+			if strings.HasPrefix(tc.name, "kvm") {
 				if err := kvm.Probe(); err != nil {
 					t.Skipf("no usable /dev/kvm: %v", err)
 				}
@@ -98,14 +100,18 @@ func TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM(t *testing.T) {
 					t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
 				}
 			}
-			testUp(t, tc.env, tc.children)
+			var args []string
+			if tc.name == "kvm-ec" {
+				args = []string{"--layout", "ec:4+2"}
+			}
+			testUp(t, tc.env, tc.children, args...)
 		})
 	}
 }
 
-func testUp(t *testing.T, env string, children int) {
+func testUp(t *testing.T, env string, children int, args ...string) {
 	tmp := t.TempDir()
-	cmd := exec.Command(ternBin, "up")
+	cmd := exec.Command(ternBin, append([]string{"up"}, args...)...)
 	cmd.Env = append(os.Environ(), env, "TMPDIR="+tmp)
 	cmd.Stdin = nil // /dev/null: not a terminal
 	stdout, err := cmd.StdoutPipe()
