@@ -146,6 +146,8 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 	// Its own blocks too: a block whose data rotted under a correct
 	// recorded hash differs in its data only.
 	rd := v.readStripes(ctx, first, last, want)
+	var rw []rewrite
+	var checked []StripeIndex
 	for st := first; st <= last; st++ {
 		v.mu.Lock()
 		marked := sh.missed.has(st) && sh.sess == s
@@ -175,25 +177,67 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 		}
 		if h != recorded(st) || !bytes.Equal(held, block) {
 			tr.GrowTotals(0, uint64(v.bs))
-			if err := v.writeBlock(ctx, sh, s, st, block, h); err != nil {
-				return err
-			}
-			tr.AddBytes(uint64(v.bs))
+			rw = append(rw, rewrite{st: st, block: block})
+		} else {
+			checked = append(checked, st)
 		}
-		v.mu.Lock()
-		sh.missed.remove(st)
-		v.mu.Unlock()
 	}
+	if len(rw) > 0 {
+		if err := v.sendRewrites(ctx, sh, s, rw); err != nil {
+			return err
+		}
+		tr.AddBytes(uint64(len(rw) * v.bs))
+	}
+	v.mu.Lock()
+	for _, st := range checked {
+		sh.missed.remove(st)
+	}
+	for _, r := range rw {
+		sh.missed.remove(r.st)
+	}
+	v.mu.Unlock()
 	return nil
 }
 
-// writeBlock writes one rebuilt block to shard sh.
-func (v *Volume) writeBlock(ctx context.Context, sh *shard, s *session, st StripeIndex, block []byte, h uint64) error {
+// rewrite is one rebuilt block for one shard.
+type rewrite struct {
+	st    StripeIndex
+	block []byte
+}
+
+// sendRewrites writes rebuilt blocks (in stripe order) to shard sh, one
+// write per contiguous run, all in flight at once. A failure drops the
+// shard (its blocks stay marked behind).
+func (v *Volume) sendRewrites(ctx context.Context, sh *shard, s *session, rw []rewrite) error {
+	var pending []*pendingReq
+	var err error
+	for i := 0; i < len(rw) && err == nil; {
+		j := i + 1
+		for j < len(rw) && rw[j].st == rw[j-1].st+1 && j-i < wire.MaxDataSize/v.bs {
+			j++
+		}
+		data := make([]byte, 0, (j-i)*v.bs)
+		hashes := make([]uint64, 0, j-i)
+		for _, r := range rw[i:j] {
+			data = append(data, r.block...)
+			hashes = append(hashes, xxhash.Sum64(r.block))
+		}
+		var p *pendingReq
+		if p, err = s.start(&wire.Write{Offset: rw[i].st, Hashes: hashes, Data: data}, nil); err == nil {
+			pending = append(pending, p)
+		}
+		i = j
+	}
 	rctx, cancel := context.WithTimeout(ctx, v.cfg.ReplyTimeout)
 	defer cancel()
-	if _, err := s.call(rctx, &wire.Write{Offset: st, Hashes: []uint64{h}, Data: block}, nil); err != nil {
+	for _, p := range pending {
+		if _, werr := s.wait(rctx, p); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
 		v.writeFailed(sh.id, s, err)
-		return fmt.Errorf("writing stripe %d to shard %d: %w", st, sh.id, err)
+		return fmt.Errorf("rewriting %d blocks of shard %d from stripe %d: %w", len(rw), sh.id, rw[0].st, err)
 	}
 	return nil
 }
@@ -252,6 +296,8 @@ func (v *Volume) resolveRange(ctx context.Context, first, last StripeIndex, susp
 				sessions[i] = sh.sess
 			}
 			v.mu.Unlock()
+			rws := make([][]rewrite, n)
+			current := make([][]StripeIndex, n)
 			for st := base; st <= end; st++ {
 				blocks := make([][]byte, n)
 				sus := make([]bool, n)
@@ -281,31 +327,46 @@ func (v *Volume) resolveRange(ctx context.Context, first, last StripeIndex, susp
 					tr.AddCompared(uint64(n))
 				}
 				for i, differs := range res.Differs {
-					s := sessions[i]
-					if s == nil {
-						continue
+					switch {
+					case sessions[i] == nil:
+					case differs:
+						rws[i] = append(rws[i], rewrite{st: st, block: res.Stripe[i]})
+					default:
+						current[i] = append(current[i], st)
 					}
-					if differs {
-						if tr != nil {
-							tr.GrowTotals(0, uint64(v.bs))
-						}
-						if err := v.writeBlock(ctx, v.shards[i], s, st, res.Stripe[i], xxhash.Sum64(res.Stripe[i])); err != nil {
-							// Dropped; its repair rebuilds the block.
-							v.mu.Lock()
-							v.shards[i].missed.add(st)
-							v.mu.Unlock()
-							continue
-						}
-						rep.BlocksRewritten++
-						if tr != nil {
-							tr.AddBytes(uint64(v.bs))
-						}
-					}
-					v.mu.Lock()
-					v.shards[i].missed.remove(st)
-					v.mu.Unlock()
 				}
 			}
+			for i, rw := range rws {
+				if len(rw) == 0 {
+					continue
+				}
+				if tr != nil {
+					tr.GrowTotals(0, uint64(len(rw)*v.bs))
+				}
+				if err := v.sendRewrites(ctx, v.shards[i], sessions[i], rw); err != nil {
+					// Dropped; its repair rebuilds the blocks.
+					v.mu.Lock()
+					for _, r := range rw {
+						v.shards[i].missed.add(r.st)
+					}
+					v.mu.Unlock()
+					continue
+				}
+				rep.BlocksRewritten += uint64(len(rw))
+				if tr != nil {
+					tr.AddBytes(uint64(len(rw) * v.bs))
+				}
+				for _, r := range rw {
+					current[i] = append(current[i], r.st)
+				}
+			}
+			v.mu.Lock()
+			for i, sts := range current {
+				for _, st := range sts {
+					v.shards[i].missed.remove(st)
+				}
+			}
+			v.mu.Unlock()
 			return nil
 		})
 		if err != nil {
