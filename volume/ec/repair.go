@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -15,7 +16,7 @@ import (
 )
 
 // repairBatch is how many stripes a repair step locks and reads at once.
-const repairBatch = 64
+const repairBatch = 256 // 1 MiB a shard at 4 KiB blocks: one frame
 
 // repairLoop is session s's repair goroutine: whenever shard sh has
 // stripes marked behind (it missed writes, failed a hash, came back from
@@ -281,9 +282,58 @@ func (v *Volume) resolveRange(ctx context.Context, first, last StripeIndex, susp
 	for i := range all {
 		all[i] = true
 	}
-	for base := first; base <= last; base += repairBatch {
-		end := min(base+repairBatch-1, last)
+	// Batches lock disjoint stripes, so a few run at once: one's reads
+	// overlap another's rewrites.
+	var (
+		mu      sync.Mutex
+		firstEr error
+		wg      sync.WaitGroup
+		next    = first
+	)
+	batch := func() (StripeIndex, StripeIndex, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if next > last || firstEr != nil {
+			return 0, 0, false
+		}
+		base := next
+		next = min(base+repairBatch-1, last) + 1
+		return base, next - 1, true
+	}
+	for range resolveWorkers {
+		wg.Go(func() {
+			for {
+				base, end, ok := batch()
+				if !ok {
+					return
+				}
+				r, err := v.resolveBatch(ctx, base, end, all, suspect, tr)
+				mu.Lock()
+				rep.StripesChecked += r.StripesChecked
+				rep.BlocksRewritten += r.BlocksRewritten
+				rep.Outliers += r.Outliers
+				rep.ParityRecomputed += r.ParityRecomputed
+				if err != nil && firstEr == nil {
+					firstEr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return rep, firstEr
+}
+
+// resolveWorkers is how many stripe batches resolveRange works on at once.
+const resolveWorkers = 4
+
+// resolveBatch resolves stripes [base, end] under their locks.
+func (v *Volume) resolveBatch(ctx context.Context, base, end StripeIndex, all, suspect []bool, tr *reconcile.Tracker) (ScrubReport, error) {
+	var rep ScrubReport
+	n := v.cfg.Layout.Shards()
+	{
 		err := v.retry(ctx, func() error {
+			rep = ScrubReport{} // counts of this attempt only
 			unlock, err := v.locks.lock(ctx, base, end, true)
 			if err != nil {
 				return err
