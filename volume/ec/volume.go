@@ -26,6 +26,9 @@ type Volume struct {
 	ctx    context.Context // ends when Close starts
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // shard goroutines
+	// ioWG counts the goroutines an IO leaves waiting for a shard's
+	// answer after it returned (see goIO).
+	ioWG sync.WaitGroup
 	locks  stripeLocks
 	// actTracker publishes the activation's progress from New on.
 	actTracker *reconcile.Tracker
@@ -39,6 +42,8 @@ type Volume struct {
 	// running: activation finished; IO is served.
 	running bool
 	closing bool
+	// ioDone: Close waits for ioWG; goIO starts nothing more.
+	ioDone bool
 	// stopErr is why IO stopped for good (fenced, closed).
 	stopErr error
 	gen     ids.Generation
@@ -218,6 +223,7 @@ func (v *Volume) connectShard(sh *shard) error {
 	}
 	if !v.attach(sh, s, meta) {
 		s.close("not needed")
+		<-s.done
 		return nil
 	}
 	v.wg.Add(1)
@@ -440,8 +446,28 @@ func (v *Volume) Close() error {
 	v.mu.Unlock()
 	v.cancel()
 	v.wg.Wait()
+	v.mu.Lock()
+	v.ioDone = true
+	v.mu.Unlock()
+	v.ioWG.Wait()
 	if err != nil {
 		return fmt.Errorf("closing volume: %w", err)
 	}
 	return nil
+}
+
+// goIO runs f on a goroutine Close waits for; false (f not run) once
+// Close is past that point.
+func (v *Volume) goIO(f func()) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ioDone {
+		return false
+	}
+	v.ioWG.Add(1)
+	go func() {
+		defer v.ioWG.Done()
+		f()
+	}()
+	return true
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -324,4 +326,46 @@ func TestThreeShardsLostUnflushedResumeOnceTheyCheckOut(t *testing.T) {
 	}
 	copy(want[8*testBlockSize:], later)
 	mustRead(t, v, want, 0)
+}
+
+// goroutinesRunning lists the goroutines whose stack mentions code.
+func goroutinesRunning(code string) []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var own []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, code) && !strings.Contains(g, "goroutinesRunning") {
+			own = append(own, g)
+		}
+	}
+	return own
+}
+
+// Close leaves no goroutine of the volume behind: shard owners, session
+// readers, repair loops and writes still waiting for a slow shard's
+// answer all end with it, including after IO with shards lost.
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	c := newTestCluster(t, DefaultLayout)
+	v := c.open(1)
+	mustWrite(t, v, pattern(1, 0, 32*testBlockSize), 0)
+	if err := c.cl.Stop(2); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, v, pattern(2, 0, 32*testBlockSize), 0)
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Close waited for every goroutine of its own.
+	if left := goroutinesRunning("tern/volume/ec.(*"); len(left) > 0 {
+		t.Fatalf("%d goroutines left after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	// What a dial started (quic-go's, the transport's socket reaper)
+	// ends with its connection, which Close closed.
+	deadline := time.Now().Add(10 * time.Second)
+	for g := goroutinesRunning("tern/volume/transport.Dial"); len(g) > 0; g = goroutinesRunning("tern/volume/transport.Dial") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dial goroutines survived Close:\n%s", len(g), strings.Join(g, "\n\n"))
+		}
+		runtime.Gosched()
+	}
 }

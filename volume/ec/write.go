@@ -152,7 +152,7 @@ func (v *Volume) sendWrites(ctx context.Context, s0 StripeIndex, nst int, writes
 			continue
 		}
 		pending++
-		go func() {
+		ok := v.goIO(func() {
 			rctx, cancel := context.WithTimeout(v.ctx, v.cfg.ReplyTimeout)
 			defer cancel()
 			_, err := s.wait(rctx, p)
@@ -166,7 +166,10 @@ func (v *Volume) sendWrites(ctx context.Context, s0 StripeIndex, nst int, writes
 				v.writeFailed(i, s, err)
 			}
 			results <- writeResult{shard: i, err: err}
-		}()
+		})
+		if !ok {
+			results <- writeResult{shard: i, err: ErrClosed}
+		}
 	}
 	acked := make([]int, nst)
 	copy(acked, holders)
@@ -304,7 +307,7 @@ func (v *Volume) flushOnce(ctx context.Context, all bool) error {
 			results <- err
 			continue
 		}
-		go func() {
+		if !v.goIO(func() {
 			rctx, cancel := context.WithTimeout(v.ctx, v.cfg.ReplyTimeout)
 			defer cancel()
 			_, err := s.wait(rctx, p)
@@ -312,7 +315,9 @@ func (v *Volume) flushOnce(ctx context.Context, all bool) error {
 				v.writeFailed(ids[x], s, err)
 			}
 			results <- err
-		}()
+		}) {
+			results <- ErrClosed
+		}
 	}
 	acks := 0
 	for range sessions {
