@@ -28,8 +28,8 @@ type Volume struct {
 	wg     sync.WaitGroup // shard goroutines
 	// ioWG counts the goroutines an IO leaves waiting for a shard's
 	// answer after it returned (see goIO).
-	ioWG sync.WaitGroup
-	locks  stripeLocks
+	ioWG  sync.WaitGroup
+	locks stripeLocks
 	// actTracker publishes the activation's progress from New on.
 	actTracker *reconcile.Tracker
 
