@@ -36,8 +36,16 @@
 //     fails a write is dropped with its blocks still marked; a block that
 //     fails its hash is marked; a shard that rejoins after a crash with
 //     unflushed writes has its dirty extents marked, and one that joins
-//     after the activation those whose version differs. No read, write
-//     count or reconstruction trusts a behind block.
+//     after the activation those a peer flushed after the last flush its
+//     metadata names. No read, write count or reconstruction trusts a
+//     behind block, except that a stripe with fewer than k trusted blocks
+//     is trusted again once more than k hash-intact blocks of it agree.
+//  7. The last block of each shard's region is its metadata (layout,
+//     shard index, region, the last flush it took while current;
+//     shard_meta.go), written ahead of each flush on every shard behind
+//     on nothing. Activation reads it: a shard behind a peer's flush is a
+//     suspect on the extents flushed since, and a shard of another
+//     layout or index is refused (targets in the wrong order).
 //  3. A write is acknowledged once every stripe it touches is held by
 //     k+1 shards (the shards written that acknowledged it, plus the
 //     untouched ones not behind on the stripe), or by every connected
@@ -63,16 +71,21 @@
 // Writes are not replayed: a shard that misses one is rebuilt by
 // reconstruction, so a shard back after a blip costs a read of k blocks
 // per stripe it missed. The behind sets live in memory; across an
-// upstairs restart, activation resolves every stripe of each extent
-// whose versions differ or that is dirty (Codec.Resolve), so a torn
+// upstairs restart, activation resolves every stripe of each extent a
+// shard's metadata says it is behind on, or that is dirty
+// (Codec.Resolve), so a torn
 // partial-stripe write left by an upstairs crash is settled there: a
 // single disagreeing block is blamed when m ≥ 2, otherwise the data
 // blocks decide and parity is recomputed (the RAID "write hole": if a
 // data shard is also missing then, such a stripe cannot be decided and
-// activation fails naming it). Because a downstairs stamps only the
-// extents a flush covers, shards of one stripe legitimately carry
-// different extent versions, so that activation pass re-reads more than
-// a replicated one would. Data blocks are copied between the client
+// activation fails naming it). A downstairs stamps only the extents a
+// flush covers, so shards of one stripe legitimately carry different
+// extent versions: versions alone cannot tell a shard that missed
+// writes, which is what the metadata block is for. A shard still owing
+// a write when a flush starts is not recorded current by it (a clean
+// Close flushes twice), so after a crash it may be re-read where it
+// need not be. The client volume is k × (region blocks − 1) blocks.
+// Data blocks are copied between the client
 // buffer and per-shard buffers (the replicated volume's zero-copy path
 // does not apply to interleaved stripes).
 package ec
