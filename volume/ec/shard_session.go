@@ -40,6 +40,10 @@ type session struct {
 	sendMu sync.Mutex // serializes encodes: the send order is the call order
 	enc    *wire.Encoder
 
+	// dropped is why the volume ended this session, if it did; guarded
+	// by Volume.mu.
+	dropped error
+
 	mu      sync.Mutex
 	next    wire.JobID
 	pending map[wire.JobID]*pendingReq

@@ -386,6 +386,9 @@ func (v *Volume) detach(sh *shard, s *session) {
 	if sh.sess == s {
 		sh.sess = nil
 		sh.faultReason = fmt.Sprint(s.err)
+		if s.dropped != nil {
+			sh.faultReason = s.dropped.Error()
+		}
 		if v.closing || v.ctx.Err() != nil {
 			v.log.Debug("shard session closed", "shard", sh.id, "target", sh.target)
 		} else {
@@ -400,8 +403,8 @@ func (v *Volume) detach(sh *shard, s *session) {
 // caller.
 func (v *Volume) dropShard(sh *shard, s *session, why error) {
 	v.mu.Lock()
-	if sh.sess == s {
-		sh.faultReason = why.Error()
+	if s.dropped == nil {
+		s.dropped = why
 	}
 	v.mu.Unlock()
 	s.close("request failed")
