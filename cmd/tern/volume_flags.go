@@ -81,9 +81,9 @@ func (f *volumeFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.certs, "certs", "", "certificate directory (ca.pem, node.pem, node-key.pem)")
 	fs.Uint64Var(&f.gen, "gen", 0, "activation generation, from 1; must exceed every earlier one")
 	fs.DurationVar(&f.quorumWait, "activation-quorum-wait", upstairs.DefaultActivationQuorumWait,
-		"how long to wait for all three downstairs before activating with two")
+		"how long to wait for every downstairs before activating without the missing ones (with two of three replicas, or K of K+M shards)")
 	fs.DurationVar(&f.activateTimeout, "activate-timeout", defaultActivateTimeout,
-		"how long to keep trying to reach two replicas before giving up")
+		"how long to keep trying to reach two replicas (K shards) before giving up")
 	for _, name := range []string{"targets", "certs", "gen"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
