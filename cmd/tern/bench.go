@@ -20,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure tern beside the limits of this machine (volume IO, repair)",
 	}
-	cmd.AddCommand(newBenchVolumeCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd(),
+	cmd.AddCommand(newBenchVolumeCmd(), newBenchECCmd(), newBenchRepairCmd(), newBenchSimCmd(), newBenchSoakCmd(), newBenchCrashCmd(),
 		newBenchBootCmd(), newBenchStartCmd(), newBenchMigrateCmd(), newBenchNBDCmd(), newBenchDataplaneCmd())
 	return cmd
 }

@@ -22,6 +22,7 @@ import (
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
 	"tern/volume/downstairs"
+	"tern/volume/ec"
 	"tern/volume/extent"
 )
 
@@ -50,15 +51,16 @@ const (
 const upKVMHostEnv = "TERN_KVMHOST"
 
 func newUpCmd() *cobra.Command {
-	var dataDir string
+	var dataDir, layout string
 	var hosts int
 	cmd := &cobra.Command{
-		Use:   "up [--data-dir DIR] [--hosts N]",
+		Use:   "up [--data-dir DIR] [--layout ec:K+M] [--hosts N]",
 		Short: "Run three downstairs, a vmm and a demo guest on a volume, all on loopback",
 		Long: `Create certificates and three regions under --data-dir (default: a new
 temporary directory, removed on exit), start three downstairs and a vmm on
 loopback as child processes, and ensure an instance running the demo
-guest on a replicated volume. It prints the API's URL first
+guest on a replicated volume (with --layout ec:K+M, K+M regions and
+downstairs and an erasure-coded volume). It prints the API's URL first
 ("API: http://127.0.0.1:PORT"), then commands to try, then streams the
 guest's serial console; lines typed on a terminal go to the guest. A
 child that ends on its own gets one line naming it and how it ended
@@ -79,13 +81,25 @@ needs a usable /dev/kvm.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("hosts") {
+				if cmd.Flags().Changed("layout") {
+					return fmt.Errorf("--layout applies to the single-host demo, not --hosts")
+				}
 				return runUpHosts(cmd.Context(), dataDir, hosts, cmd.OutOrStdout())
 			}
-			return runUp(cmd.Context(), dataDir, cmd.OutOrStdout())
+			l, isEC, err := erasureCoded(layout)
+			if err != nil {
+				return err
+			}
+			var lp *ec.Layout
+			if isEC {
+				lp = &l
+			}
+			return runUp(cmd.Context(), dataDir, lp, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for certificates, regions and logs (default: a temporary directory, removed on exit)")
 	cmd.Flags().IntVar(&hosts, "hosts", 0, "run a control plane and this many host agents on loopback addresses (3 to 8) instead of one vmm")
+	cmd.Flags().StringVar(&layout, "layout", layoutReplicated, "the demo volume's layout: replicated (three downstairs) or ec:K+M (K+M downstairs; ec alone is ec:4+2)")
 	return cmd
 }
 
@@ -107,7 +121,9 @@ type vmmRunner interface {
 	describe() string
 }
 
-func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
+// runUp runs the demo on a replicated volume, or an erasure-coded one of
+// layout when it is set.
+func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer) (err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the tern executable: %w", err)
@@ -131,7 +147,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 	if err := tlsconf.Generate(certs, hosts, false); err != nil && !errors.Is(err, tlsconf.ErrExists) {
 		return fmt.Errorf("creating certificates: %w", err)
 	}
-	dirs, err := upRegions(dataDir)
+	dirs, err := upRegions(dataDir, layout)
 	if err != nil {
 		return err
 	}
@@ -175,7 +191,7 @@ func runUp(ctx context.Context, dataDir string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := ensureUpInstance(ctx, c, targets, gen); err != nil {
+	if err := ensureUpInstance(ctx, c, targets, layout, gen); err != nil {
 		return err
 	}
 	// After the ensure, so that whoever reads the URL finds the instance.
@@ -217,14 +233,20 @@ func upNeedsEmulatedHost(out io.Writer) (bool, error) {
 	}
 }
 
-// upRegions creates the three replicas of one region (or keeps those a
-// previous run left in dataDir) and returns their directories.
-func upRegions(dataDir string) ([]string, error) {
+// upRegions creates the three replicas of one region, or the K+M shards
+// of an erasure-coded layout (or keeps those a previous run left in
+// dataDir), and returns their directories.
+func upRegions(dataDir string, layout *ec.Layout) ([]string, error) {
 	spec := extent.NewSpec(upBlockSize, upExtentBlocks, upExtentCount)
 	spec.UUID = uuid.New()
 	var dirs []string
-	for i := range 3 {
-		dir := filepath.Join(dataDir, fmt.Sprintf("r%d", i+1))
+	n, prefix := 3, "r"
+	if layout != nil {
+		// Named for the layout: a data directory can hold both kinds.
+		n, prefix = layout.Shards(), fmt.Sprintf("ec%d+%d-s", layout.Data, layout.Parity)
+	}
+	for i := range n {
+		dir := filepath.Join(dataDir, fmt.Sprintf("%s%d", prefix, i+1))
 		dirs = append(dirs, dir)
 		if _, err := os.Stat(dir); err == nil {
 			continue
@@ -273,14 +295,18 @@ Logs: %[3]s/*.log. Ctrl-C (SIGINT) or SIGTERM stops everything.
 
 // ensureUpInstance ensures the demo instance on a volume across targets
 // and asks it to run.
-func ensureUpInstance(ctx context.Context, c *client.Client, targets []string, gen uint64) error {
+func ensureUpInstance(ctx context.Context, c *client.Client, targets []string, layout *ec.Layout, gen uint64) error {
 	wait := uint64(10_000)
+	backend := instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
+		Region: &instance.RegionSpec{BlockSize: upBlockSize, ExtentBlocks: upExtentBlocks, ExtentCount: upExtentCount},
+		Gen:    gen, QuorumWaitMs: &wait}
+	if layout != nil {
+		backend.Layout = &instance.LayoutSpec{Kind: instance.LayoutEC, Data: layout.Data, Parity: layout.Parity}
+	}
 	spec := instance.Spec{ID: "demo", Name: "tern up demo", VCPUs: 1, MemoryMiB: 64,
 		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
-		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
-			Region: &instance.RegionSpec{BlockSize: upBlockSize, ExtentBlocks: upExtentBlocks, ExtentCount: upExtentCount},
-			Gen:    gen, QuorumWaitMs: &wait}}},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+		Disks: []instance.DiskSpec{{Name: "vol", Backend: backend}},
+		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
 	if _, err := c.Ensure(ctx, spec); err != nil {
 		return fmt.Errorf("ensuring the demo instance: %w", describeAPIError(err))
 	}

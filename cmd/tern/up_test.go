@@ -86,9 +86,11 @@ func TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM(t *testing.T) {
 	}{
 		{"kvm", "TERN_KVMHOST=auto", 4},
 		{"emulated", "TERN_KVMHOST=always", 4},
+		// --layout ec:4+2: six downstairs and the vmm.
+		{"kvm-ec", "TERN_KVMHOST=auto", 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "kvm" {
+			if strings.HasPrefix(tc.name, "kvm") {
 				if err := kvm.Probe(); err != nil {
 					t.Skipf("no usable /dev/kvm: %v", err)
 				}
@@ -100,7 +102,11 @@ func TestUpRunsTheDemoEchoesAndStopsEveryChildOnSIGTERM(t *testing.T) {
 					t.Skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
 				}
 			}
-			testUp(t, tc.env, tc.children)
+			var args []string
+			if tc.name == "kvm-ec" {
+				args = []string{"--layout", "ec:4+2"}
+			}
+			testUp(t, tc.env, tc.children, args...)
 		})
 	}
 }
@@ -117,10 +123,10 @@ type upRun struct {
 // startUp starts `tern up` with env added, stdin not a terminal, and
 // returns once its instance runs; the test's end kills it if it still
 // runs, and logs its stderr if the test failed.
-func startUp(t *testing.T, env string, deadline <-chan time.Time) *upRun {
+func startUp(t *testing.T, env string, deadline <-chan time.Time, args ...string) *upRun {
 	t.Helper()
 	tmp := t.TempDir()
-	cmd := exec.Command(ternBin, "up")
+	cmd := exec.Command(ternBin, append([]string{"up"}, args...)...)
 	cmd.Env = append(os.Environ(), env, "TMPDIR="+tmp)
 	cmd.Stdin = nil // /dev/null: not a terminal
 	stdout, err := cmd.StdoutPipe()
@@ -177,9 +183,9 @@ func (r *upRun) verifiedRound(t *testing.T, deadline <-chan time.Time) {
 	})
 }
 
-func testUp(t *testing.T, env string, children int) {
+func testUp(t *testing.T, env string, children int, args ...string) {
 	deadline := time.After(5 * time.Minute)
-	r := startUp(t, env, deadline)
+	r := startUp(t, env, deadline, args...)
 	cmd, u, c, exited, tmp := r.cmd, r.lines, r.client, r.exited, r.tmp
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

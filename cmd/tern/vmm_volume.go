@@ -23,7 +23,7 @@ func openVolumeDisk(ctx context.Context, f *vmmRunFlags, targets []string, log *
 		return nil, nil, fmt.Errorf("--disk volume: %w", err)
 	}
 	closeVolume := func() {
-		if err := p.up.Close(); err != nil {
+		if err := p.close(); err != nil {
 			log.Warn("closing the volume disk", "err", err)
 		}
 	}
@@ -32,7 +32,7 @@ func openVolumeDisk(ctx context.Context, f *vmmRunFlags, targets []string, log *
 		return nil, nil, fmt.Errorf("--disk volume: %w", err)
 	}
 	bs := int(p.region.BlockSize)
-	disk, err := devices.NewVolumeBackend(p.up, bs, p.region.Blocks()*uint64(bs))
+	disk, err := devices.NewVolumeBackend(p.io(), bs, p.region.Blocks()*uint64(bs))
 	if err != nil {
 		closeVolume()
 		return nil, nil, err

@@ -23,7 +23,7 @@ func init() { rootCmd.AddCommand(newVolumeCmd()) }
 func newVolumeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "volume",
-		Short: "Work with a replicated volume through its three downstairs",
+		Short: "Work with a volume through its downstairs: three replicas, or K+M erasure-coded shards (--layout ec:K+M)",
 	}
 	cmd.AddCommand(newVolumeFillCmd(), newVolumeVerifyCmd(), newVolumeStatusCmd(), newVolumeRepairCmd(), newVolumeScrubCmd(), newVolumeNBDCmd())
 	return cmd
@@ -38,14 +38,14 @@ const (
 
 // chunkFunc handles one chunk of a pattern command: buf holds the blocks
 // starting at block, each bs bytes.
-type chunkFunc func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error
+type chunkFunc func(ctx context.Context, up volumeIO, buf []byte, bs int, block uint64) error
 
 // runOverRange is the body of fill and verify: check the flags and the
 // range against the probed region (before anything is activated),
 // activate, apply each chunk (volumeWorkers at once, each IO bounded by
 // --io-timeout), run finish, report, deactivate. The command's context is
 // cancelled by SIGINT and SIGTERM (see main).
-func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb string, each chunkFunc, finish func(context.Context, *upstairs.Upstairs) error) error {
+func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb string, each chunkFunc, finish func(context.Context, volumeIO) error) error {
 	ctx := cmd.Context()
 	pf.lengthSet = cmd.Flags().Changed("length")
 	if err := pf.check(); err != nil {
@@ -68,7 +68,7 @@ func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb st
 	if err != nil {
 		return err
 	}
-	up := p.up
+	up := p.io()
 	defer up.Close()
 	if err := p.activate(ctx); err != nil {
 		return err
@@ -87,7 +87,7 @@ func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb st
 		ioCtx, cancel := context.WithTimeout(ctx, pf.ioTimeout)
 		defer cancel()
 		err := io(ioCtx)
-		if lost := ioFailed(ctx, up, err, pf.ioTimeout); lost != nil {
+		if lost := p.explainIO(ctx, err, pf.ioTimeout); lost != nil {
 			giveUpOnce.Do(func() {
 				gaveUp = lost
 				_ = up.Close()
@@ -154,14 +154,14 @@ func newVolumeFillCmd() *cobra.Command {
 		Short: "Write deterministic pseudo-random data to a range of the volume, then flush",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			write := func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error {
+			write := func(ctx context.Context, up volumeIO, buf []byte, bs int, block uint64) error {
 				upstairs.FillPattern(buf, bs, block, pf.seed)
 				if _, err := up.WriteAt(ctx, buf, int64(block)*int64(bs)); err != nil {
 					return fmt.Errorf("block %d: %w", block, err)
 				}
 				return nil
 			}
-			flush := func(ctx context.Context, up *upstairs.Upstairs) error { return up.Flush(ctx) }
+			flush := func(ctx context.Context, up volumeIO) error { return up.Flush(ctx) }
 			return runOverRange(cmd, &vf, &pf, "filled", write, flush)
 		},
 	}
@@ -180,7 +180,7 @@ func newVolumeVerifyCmd() *cobra.Command {
 			"writes for the same seed; fails naming the first bad block (\"block N: ...\").",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			check := func(ctx context.Context, up *upstairs.Upstairs, buf []byte, bs int, block uint64) error {
+			check := func(ctx context.Context, up volumeIO, buf []byte, bs int, block uint64) error {
 				if _, err := up.ReadAt(ctx, buf, int64(block)*int64(bs)); err != nil {
 					return fmt.Errorf("block %d: %w", block, err)
 				}

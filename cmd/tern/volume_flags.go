@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tern/internal/units"
+	"tern/volume/ec"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
 )
@@ -37,17 +38,52 @@ type volumeFlags struct {
 	gen             uint64
 	quorumWait      time.Duration
 	activateTimeout time.Duration
+	// layout is --layout: "replicated" or "ec:K+M".
+	layout string
+}
+
+// layoutReplicated is --layout's default: three replicas.
+const layoutReplicated = "replicated"
+
+// erasureCoded returns the layout of an erasure-coded --layout, false for
+// a replicated one, or the problem with the flag.
+func erasureCoded(layout string) (ec.Layout, bool, error) {
+	if layout == "" || layout == layoutReplicated {
+		return ec.Layout{}, false, nil
+	}
+	l, err := ec.ParseLayout(layout)
+	if err != nil {
+		return ec.Layout{}, false, fmt.Errorf("--layout %q: want replicated or ec:K+M (K data shards from %d to %d, M parity from %d to %d)",
+			layout, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
+	}
+	return l, true, nil
+}
+
+// registerLayout adds --layout to fs.
+func registerLayout(fs *pflag.FlagSet, layout *string) {
+	fs.StringVar(layout, "layout", layoutReplicated,
+		"replicated (three downstairs) or ec:K+M (erasure-coded: K data and M parity shards, K+M downstairs; ec alone is ec:4+2)")
+}
+
+// wantTargets is how many --targets the layout needs and what the
+// volume calls each of them; the layout must be valid.
+func wantTargets(layout string) (int, string) {
+	if l, ok, _ := erasureCoded(layout); ok {
+		return l.Shards(), "shard"
+	}
+	return 3, "replica"
 }
 
 func (f *volumeFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringSliceVar(&f.targets, "targets", nil, "the three downstairs addresses, host:port,host:port,host:port")
+	fs.StringSliceVar(&f.targets, "targets", nil, "the downstairs addresses, host:port,…: three replicas, or K+M shards with --layout ec:K+M (data shards first)")
+	registerLayout(fs, &f.layout)
 	fs.StringVar(&f.certs, "certs", "", "certificate directory (ca.pem, node.pem, node-key.pem)")
 	fs.Uint64Var(&f.gen, "gen", 0, "activation generation, from 1; must exceed every earlier one")
 	fs.DurationVar(&f.quorumWait, "activation-quorum-wait", upstairs.DefaultActivationQuorumWait,
-		"how long to wait for all three downstairs before activating with two")
+		"how long to wait for every downstairs before activating without the missing ones (with two of three replicas, or K of K+M shards)")
 	fs.DurationVar(&f.activateTimeout, "activate-timeout", defaultActivateTimeout,
-		"how long to keep trying to reach two replicas before giving up")
+		"how long to keep trying to reach two replicas (K shards) before giving up")
 	for _, name := range []string{"targets", "certs", "gen"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
@@ -56,7 +92,12 @@ func (f *volumeFlags) register(cmd *cobra.Command) {
 // check reports, in one line, every problem of the flags that needs no
 // replica to find.
 func (f *volumeFlags) check() error {
-	problems := checkTargets(f.targets)
+	var problems []string
+	if _, _, err := erasureCoded(f.layout); err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		problems = checkTargets(f.targets, f.layout)
+	}
 	if f.gen == 0 {
 		problems = append(problems, "--gen 0: generations start at 1")
 	}
@@ -69,12 +110,18 @@ func (f *volumeFlags) check() error {
 	return problemsError(problems)
 }
 
-// checkTargets checks that there are three distinct host:port addresses
-// with numeric ports.
-func checkTargets(targets []string) []string {
+// checkTargets checks that there are as many distinct host:port
+// addresses with numeric ports as the layout needs (three replicas, or
+// K+M shards).
+func checkTargets(targets []string, layout string) []string {
 	var problems []string
-	if len(targets) != 3 {
-		problems = append(problems, fmt.Sprintf("--targets: want 3 addresses (host:port,host:port,host:port), got %d", len(targets)))
+	want, what := wantTargets(layout)
+	if len(targets) != want {
+		if what == "replica" {
+			problems = append(problems, fmt.Sprintf("--targets: want 3 addresses (host:port,host:port,host:port), got %d", len(targets)))
+		} else {
+			problems = append(problems, fmt.Sprintf("--targets: --layout %s wants %d addresses (one per shard), got %d", layout, want, len(targets)))
+		}
 	}
 	seen := map[string]int{}
 	for i, t := range targets {
@@ -84,17 +131,17 @@ func checkTargets(targets []string) []string {
 			if ae, ok := err.(*net.AddrError); ok {
 				reason = ae.Err
 			}
-			problems = append(problems, fmt.Sprintf("--targets: replica %d %q: %s", i, t, reason))
+			problems = append(problems, fmt.Sprintf("--targets: %s %d %q: %s", what, i, t, reason))
 			continue
 		}
 		if host == "" {
-			problems = append(problems, fmt.Sprintf("--targets: replica %d %q: missing host", i, t))
+			problems = append(problems, fmt.Sprintf("--targets: %s %d %q: missing host", what, i, t))
 		}
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-			problems = append(problems, fmt.Sprintf("--targets: replica %d %q: port %q is not a number from 1 to 65535", i, t, port))
+			problems = append(problems, fmt.Sprintf("--targets: %s %d %q: port %q is not a number from 1 to 65535", what, i, t, port))
 		}
 		if j, dup := seen[t]; dup {
-			problems = append(problems, fmt.Sprintf("--targets: replica %d %q repeats replica %d", i, t, j))
+			problems = append(problems, fmt.Sprintf("--targets: %s %d %q repeats %s %d", what, i, t, what, j))
 		}
 		seen[t] = i
 	}

@@ -20,7 +20,6 @@ import (
 	"tern/volume/nbd"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
-	"tern/volume/upstairs/engine"
 )
 
 // How `tern volume nbd` spends the 10 s a stop may take: finish the
@@ -190,7 +189,7 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 	if err != nil {
 		return err
 	}
-	up := p.up
+	up := p.io()
 	defer up.Close()
 	if err := activateShowingProgress(ctx, p, stderr); err != nil {
 		return err
@@ -212,17 +211,11 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	active := 0
-	for _, r := range up.Status().Replicas {
-		if r.State == engine.ReplicaActive {
-			active++
-		}
-	}
 	mode := "read-write"
 	if f.readOnly {
 		mode = "read-only"
 	}
-	fmt.Fprintf(stderr, "volume active on %d of 3 replicas: %s in %s blocks\n", active, units.FormatBytes(size), units.FormatBytes(uint64(bs)))
+	fmt.Fprintf(stderr, "volume active on %s: %s in %s blocks\n", p.activeSummary(), units.FormatBytes(size), units.FormatBytes(uint64(bs)))
 	fmt.Fprintf(cmd.OutOrStdout(), "serving %s (%s)\n", nbdURI(ln, f.export, f.tls), mode)
 	log.Info("listening", "component", "nbd", "addr", ln.Addr().String(), "uri", nbdURI(ln, f.export, f.tls))
 
@@ -243,7 +236,7 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 // stopNBD ends the service within nbdDrainTimeout + nbdFlushTimeout +
 // nbdDeactivateTimeout: stop accepting and reading, finish what was
 // read, flush what was acknowledged, deactivate.
-func stopNBD(srv *nbd.Server, up *upstairs.Upstairs, served <-chan error, serveErr error, stderr io.Writer) error {
+func stopNBD(srv *nbd.Server, up volumeIO, served <-chan error, serveErr error, stderr io.Writer) error {
 	fmt.Fprintln(stderr, "stopping: finishing the requests in flight")
 	drain, cancel := context.WithTimeout(context.Background(), nbdDrainTimeout)
 	drainErr := srv.Shutdown(drain)
@@ -275,7 +268,13 @@ func stopNBD(srv *nbd.Server, up *upstairs.Upstairs, served <-chan error, serveE
 // activateShowingProgress activates the volume (the shared path of every
 // volume command) and prints each activation phase on w as it starts.
 func activateShowingProgress(ctx context.Context, p *preparedVolume, w io.Writer) error {
-	updates, unsubscribe := p.up.SubscribeActivation(16)
+	subscribe := func(n int) (<-chan reconcile.Progress, func()) {
+		if p.ev != nil {
+			return p.ev.SubscribeActivation(n)
+		}
+		return p.up.SubscribeActivation(n)
+	}
+	updates, unsubscribe := subscribe(16)
 	shown := make(chan struct{})
 	go func() {
 		defer close(shown)

@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/internal/tlsconf"
+	"tern/volume/ec"
 	"tern/volume/ids"
 	"tern/volume/inspect"
 	"tern/volume/reconcile"
@@ -38,13 +39,17 @@ const (
 // their region, and the caller's checks against that region passed.
 // Nothing has been activated yet, so no generation is used up.
 type preparedVolume struct {
+	// up is the replicated volume's upstairs; nil for an erasure-coded
+	// volume, which is ev.
 	up     *upstairs.Upstairs
+	ev     *ec.Volume
 	log    *slog.Logger      // for the upstairs
 	cliLog *slog.Logger      // for the command's own warnings
 	filter *replicaLogFilter // nil at --log-level debug
 	region wire.RegionInfo
-	// missing holds, for each replica the probe could not reach, why.
-	missing [3]string
+	// missing holds, for each replica (shard) the probe could not reach,
+	// why.
+	missing []string
 	// probeWait is how long the last probe waited for each replica.
 	probeWait time.Duration
 	deadline  time.Time // end of --activate-timeout
@@ -67,7 +72,7 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 	if err != nil {
 		return nil, err
 	}
-	p := &preparedVolume{log: logger, flags: f, deadline: time.Now().Add(f.activateTimeout)}
+	p := &preparedVolume{log: logger, flags: f, deadline: time.Now().Add(f.activateTimeout), missing: make([]string, len(f.targets))}
 	if !logger.Enabled(ctx, slog.LevelDebug) {
 		p.filter = newReplicaLogFilter(logger.Handler())
 		p.log = slog.New(p.filter)
@@ -86,6 +91,9 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 		} else {
 			p.missing[i] = reachReason(r, p.probeWait)
 		}
+	}
+	if layout, isEC, _ := erasureCoded(f.layout); isEC {
+		return p, p.newEC(layout, tlsConf, reached, check)
 	}
 	if check != nil {
 		if err := check(p.region); err != nil {
@@ -126,7 +134,11 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVolume) (*inspect.Report, error) {
 	start := time.Now()
 	quorumAt := start.Add(f.quorumWait)
-	var tlsFails [3]int
+	tlsFails := make([]int, len(f.targets))
+	need, what := 2, "replicas"
+	if l, isEC, _ := erasureCoded(f.layout); isEC {
+		need, what = l.Data, "shards"
+	}
 	warned := false
 	backoff := reachBackoffMin
 	for {
@@ -161,14 +173,14 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 		switch {
 		case reached == len(f.targets):
 			return rep, nil
-		case reached >= 2 && (!now.Before(quorumAt) || reached+hopeless == len(f.targets)):
+		case reached >= need && (!now.Before(quorumAt) || reached+hopeless == len(f.targets)):
 			return rep, nil
-		case len(f.targets)-hopeless < 2:
+		case len(f.targets)-hopeless < need:
 			// Not transient: no retry until --activate-timeout.
-			return nil, fmt.Errorf("%d replicas failed the TLS handshake %d times in a row: %s", hopeless, tlsAttempts, unreachable(rep, perTry))
+			return nil, fmt.Errorf("%d %s failed the TLS handshake %d times in a row: %s", hopeless, what, tlsAttempts, unreachable(rep, perTry))
 		case !now.Before(p.deadline):
-			return nil, fmt.Errorf("%d of %d replicas reachable within --activate-timeout %v: %s",
-				reached, len(f.targets), f.activateTimeout, unreachable(rep, perTry))
+			return nil, fmt.Errorf("%d of %d %s reachable within --activate-timeout %v: %s",
+				reached, len(f.targets), what, f.activateTimeout, unreachable(rep, perTry))
 		}
 		if !warned && !now.Before(quorumAt) {
 			// Below quorum after the quorum wait: say once per replica
@@ -196,6 +208,9 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 // what is left of --activate-timeout; reconciliation, once it begins, is
 // not. It warns once, naming each replica the volume runs without.
 func (p *preparedVolume) activate(ctx context.Context) error {
+	if p.ev != nil {
+		return p.activateEC(ctx)
+	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	progress, unsubscribe := p.up.SubscribeActivation(4)

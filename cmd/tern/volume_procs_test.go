@@ -15,13 +15,14 @@ import (
 	"github.com/google/uuid"
 )
 
-// volumeProcs is three `tern downstairs run` processes serving one volume,
-// set up the way the README tells a newcomer to.
+// volumeProcs is `tern downstairs run` processes serving one volume (three
+// replicas, or the shards of an erasure-coded one), set up the way the
+// README tells a newcomer to.
 type volumeProcs struct {
 	certs   string
-	dirs    [3]string
-	addrs   [3]string
-	running [3]*downstairsProc
+	dirs    []string
+	addrs   []string
+	running []*downstairsProc
 }
 
 type downstairsProc struct {
@@ -43,8 +44,15 @@ func startVolumeProcesses(t *testing.T) *volumeProcs {
 // extentSize (a --extent-size value).
 func startVolumeProcessesSized(t *testing.T, extentSize string) *volumeProcs {
 	t.Helper()
+	return startVolumeProcessesN(t, extentSize, 3)
+}
+
+// startVolumeProcessesN starts n downstairs processes of 4-extent regions
+// of one uuid with extents of extentSize.
+func startVolumeProcessesN(t *testing.T, extentSize string, n int) *volumeProcs {
+	t.Helper()
 	base := t.TempDir()
-	v := &volumeProcs{certs: filepath.Join(base, "certs")}
+	v := &volumeProcs{certs: filepath.Join(base, "certs"), dirs: make([]string, n), addrs: make([]string, n), running: make([]*downstairsProc, n)}
 	if _, stderr, code := runTern(t, "certs", "init", "--dir", v.certs); code != 0 {
 		t.Fatalf("certs init: %s", stderr)
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"tern/internal/units"
+	"tern/volume/ec"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs/engine"
 )
@@ -34,6 +35,9 @@ func newVolumeRepairCmd() *cobra.Command {
 			p, err := vf.prepare(cmd.Context(), nil, nil)
 			if err != nil {
 				return err
+			}
+			if p.ev != nil {
+				return repairEC(cmd, p, asJSON)
 			}
 			up := p.up
 			defer up.Close()
@@ -109,4 +113,45 @@ func showProgress(w io.Writer, updates <-chan reconcile.Progress, asJSON bool) r
 		fmt.Fprintln(w)
 	}
 	return last
+}
+
+// repairEC is `tern volume repair --layout ec:K+M`: activate (which
+// resolves the stripes of extents whose versions differ between shards),
+// then wait for every connected shard's live repair (a shard back from a
+// crash rebuilds the blocks it may have lost), showing the activation's
+// progress and then each repair's final progress.
+func repairEC(cmd *cobra.Command, p *preparedVolume, asJSON bool) error {
+	v := p.ev
+	defer v.Close()
+	updates, cancel := v.SubscribeActivation(64)
+	defer cancel()
+	shown := make(chan reconcile.Progress, 1)
+	go func() { shown <- showProgress(cmd.OutOrStdout(), updates, asJSON) }()
+	actErr := p.activate(cmd.Context())
+	if actErr != nil {
+		cancel()
+	}
+	final := <-shown
+	summary := cmd.ErrOrStderr()
+	if actErr != nil {
+		fmt.Fprintf(summary, "repair failed in phase %s after %d of %d extents\n", final.Phase, final.ExtentsDone, final.ExtentsTotal)
+		return actErr
+	}
+	fmt.Fprintf(summary, "activation reconciled %d of %d extents: compared %d blocks, rewrote %s\n",
+		final.ExtentsDone, final.ExtentsTotal, final.BlocksCompared, units.FormatBytes(final.BytesDone))
+	st := waitRepairedEC(cmd.Context(), v)
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	for i, s := range st.Shards {
+		switch {
+		case s.Repair != nil:
+			if asJSON {
+				enc.Encode(s.Repair)
+			}
+			fmt.Fprintf(summary, "shard %d (%s) rebuilt: %d extents, compared %d blocks, rewrote %s\n",
+				i, s.Target, s.Repair.ExtentsDone, s.Repair.BlocksCompared, units.FormatBytes(s.Repair.BytesDone))
+		case s.State != ec.ShardActive:
+			fmt.Fprintf(summary, "shard %d (%s) is %s: it was not repaired\n", i, s.Target, s.State)
+		}
+	}
+	return v.Close()
 }

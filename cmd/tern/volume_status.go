@@ -25,6 +25,7 @@ func newVolumeStatusCmd() *cobra.Command {
 		asJSON     bool
 		timeout    time.Duration
 		quorumWait time.Duration
+		layout     string
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -33,6 +34,12 @@ func newVolumeStatusCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(targets) == 0 {
 				return errors.New("--targets is required")
+			}
+			if _, _, err := erasureCoded(layout); err != nil {
+				return err
+			}
+			if problems := checkTargets(targets, layout); len(problems) > 0 {
+				return problemsError(problems)
 			}
 			bundle, err := tlsconf.Load(certs)
 			if err != nil {
@@ -46,6 +53,11 @@ func newVolumeStatusCmd() *cobra.Command {
 				}
 			} else if rep != nil {
 				printStatus(cmd, rep)
+				if _, isEC, _ := erasureCoded(layout); isEC && rep.GeometryMismatch == "" {
+					// A flush stamps only the extents it covers, so the
+					// shards of a stripe carry different versions.
+					fmt.Fprintf(cmd.OutOrStdout(), "layout %s: extents disagree between shards wherever a flush covered some of them; scrub checks the stripes\n", layout)
+				}
 			}
 			if err == nil && rep.GeometryMismatch != "" {
 				err = fmt.Errorf("replicas disagree on the region: %s", rep.GeometryMismatch)
@@ -54,7 +66,8 @@ func newVolumeStatusCmd() *cobra.Command {
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringSliceVar(&targets, "targets", nil, "the downstairs addresses, host:port,host:port,host:port")
+	fs.StringSliceVar(&targets, "targets", nil, "the downstairs addresses, host:port,…: three replicas, or K+M shards with --layout ec:K+M")
+	registerLayout(fs, &layout)
 	fs.StringVar(&certs, "certs", "", "certificate directory (ca.pem, node.pem, node-key.pem)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	fs.DurationVar(&timeout, "timeout", 5*time.Second, "how long to wait for each replica")

@@ -24,6 +24,10 @@ var rules = []rule{
 		why: "the volume knows nothing of VMs, migration or the commands; a VM reaches a volume through vmm/devices.BlockBackend",
 	},
 	{
+		from: []string{"volume/upstairs/...", "volume/downstairs", "volume/extent", "volume/wire", "volume/transport", "volume/reconcile"}, mayNot: []string{"volume/ec"}, tests: true,
+		why: "the erasure-coded volume is built on the replicated volume's parts (wire, transport, downstairs, progress), not the other way round",
+	},
+	{
 		from: []string{"..."}, exceptFrom: []string{"tools/..."}, mayNot: []string{"tools/..."}, tests: true,
 		why: "tools/ holds the kvmhost command and its self-test; what tern or its tests use lives in vmm/guests or internal/",
 	},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tern/vmm/devices"
+	"tern/volume/ec"
 	"tern/volume/ids"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
@@ -57,7 +58,9 @@ type disk struct {
 	spec    DiskSpec
 	backend devices.BlockBackend
 	file    *devices.FileBackend
-	up      *upstairs.Upstairs
+	// up is a volume disk's client, replicated or erasure-coded; nil
+	// for a file disk.
+	up volumeClient
 	// activated is closed when a volume's Activate returned; nil for a
 	// file disk.
 	activated chan struct{}
@@ -80,23 +83,33 @@ func openDisk(spec DiskSpec, clientTLS *tls.Config, log *slog.Logger) (*disk, er
 		}
 		d.file, d.backend = f, f
 	case BackendVolume:
-		cfg := upstairs.Config{
-			Targets: b.Targets,
-			TLS:     clientTLS,
-			Region: wire.RegionInfo{
-				BlockSize: b.Region.BlockSize, ExtentBlocks: b.Region.ExtentBlocks, ExtentCount: b.Region.ExtentCount,
-			},
-			Logger: log.With("disk", spec.Name),
-		}
+		region := wire.RegionInfo{BlockSize: b.Region.BlockSize, ExtentBlocks: b.Region.ExtentBlocks, ExtentCount: b.Region.ExtentCount}
+		var wait time.Duration
 		if b.QuorumWaitMs != nil {
-			cfg.ActivationQuorumWait = max(time.Duration(*b.QuorumWaitMs)*time.Millisecond, time.Millisecond)
+			wait = max(time.Duration(*b.QuorumWaitMs)*time.Millisecond, time.Millisecond)
 		}
-		up, err := upstairs.New(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
+		var up volumeClient
+		if b.erasureCoded() {
+			v, err := ec.New(ec.Config{
+				Layout: ec.Layout{Data: b.Layout.Data, Parity: b.Layout.Parity}, Targets: b.Targets, TLS: clientTLS,
+				Region: region, Logger: log.With("disk", spec.Name), ActivationQuorumWait: wait,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
+			}
+			up = ecClient{v}
+		} else {
+			u, err := upstairs.New(upstairs.Config{
+				Targets: b.Targets, TLS: clientTLS, Region: region,
+				Logger: log.With("disk", spec.Name), ActivationQuorumWait: wait,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
+			}
+			up = replicatedClient{u}
 		}
 		d.up, d.activated = up, make(chan struct{})
-		d.backend = volumeBackend{up: up, blockSize: int(b.Region.BlockSize), size: b.Region.SizeBytes()}
+		d.backend = volumeBackend{up: up, blockSize: int(b.Region.BlockSize), size: b.VolumeSizeBytes()}
 	default:
 		return nil, fmt.Errorf("opening disk %s: unknown backend kind %q", spec.Name, b.Kind)
 	}
@@ -162,20 +175,53 @@ func (d *disk) status(replicas bool) DiskStatus {
 		s.State = DiskClosed
 	}
 	if replicas {
-		st := d.up.Status()
-		for _, r := range st.Replicas {
-			s.Replicas = append(s.Replicas, ReplicaStatus{
-				Target: r.Target, State: r.State.String(), LastError: r.LastError,
-				FaultReason: r.FaultReason, Repair: r.Repair,
-			})
-		}
+		s.Replicas = d.up.replicas()
 	}
 	return s
 }
 
+// volumeClient is what a volume disk needs of its volume, whichever its
+// layout.
+type volumeClient interface {
+	devices.VolumeIO
+	Activate(ctx context.Context, gen ids.Generation) error
+	Close() error
+	ActivationProgress() reconcile.Progress
+	// replicas describes each downstairs (replica or shard).
+	replicas() []ReplicaStatus
+}
+
+// replicatedClient is a three-replica volume's upstairs.
+type replicatedClient struct{ *upstairs.Upstairs }
+
+func (c replicatedClient) replicas() []ReplicaStatus {
+	var out []ReplicaStatus
+	for _, r := range c.Status().Replicas {
+		out = append(out, ReplicaStatus{
+			Target: r.Target, State: r.State.String(), LastError: r.LastError,
+			FaultReason: r.FaultReason, Repair: r.Repair,
+		})
+	}
+	return out
+}
+
+// ecClient is an erasure-coded volume; its shards show as replicas.
+type ecClient struct{ *ec.Volume }
+
+func (c ecClient) replicas() []ReplicaStatus {
+	var out []ReplicaStatus
+	for _, r := range c.Status().Shards {
+		out = append(out, ReplicaStatus{
+			Target: r.Target, State: r.State, LastError: r.LastError,
+			FaultReason: r.FaultReason, Repair: r.Repair,
+		})
+	}
+	return out
+}
+
 // volumeBackend is a volume disk as the virtio-blk device's backend.
 type volumeBackend struct {
-	up        *upstairs.Upstairs
+	up        volumeClient
 	blockSize int
 	size      uint64
 }

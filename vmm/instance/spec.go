@@ -66,16 +66,51 @@ type DiskSpec struct {
 }
 
 // BackendSpec is a disk's storage: a local file (kind "file", Path) or a
-// replicated volume (kind "volume": three downstairs Targets, the Region
-// they serve, the activation generation Gen, and QuorumWaitMs, how long
-// activation waits for the third replica before going ahead with two).
+// volume (kind "volume": its downstairs Targets, the Region each serves,
+// the activation generation Gen, and QuorumWaitMs, how long activation
+// waits for every downstairs before going ahead with a quorum). Layout
+// says how the volume spreads over its targets: three replicas (nil or
+// kind "replicated"), or erasure-coded shards (kind "ec", Data + Parity
+// targets, data shards first).
 type BackendSpec struct {
 	Kind         string      `json:"kind"`
 	Path         string      `json:"path,omitempty"`
 	Targets      []string    `json:"targets,omitempty"`
+	Layout       *LayoutSpec `json:"layout,omitempty"`
 	Region       *RegionSpec `json:"region,omitempty"`
 	Gen          uint64      `json:"gen,omitempty"`
 	QuorumWaitMs *uint64     `json:"quorum_wait_ms,omitempty"`
+}
+
+// Volume layout kinds.
+const (
+	LayoutReplicated = "replicated"
+	LayoutEC         = "ec"
+)
+
+// LayoutSpec is a volume's layout: kind "replicated", or kind "ec" with
+// Data data shards and Parity parity shards.
+type LayoutSpec struct {
+	Kind   string `json:"kind"`
+	Data   int    `json:"data,omitempty"`
+	Parity int    `json:"parity,omitempty"`
+}
+
+// erasureCoded reports whether b is an erasure-coded volume.
+func (b BackendSpec) erasureCoded() bool { return b.Layout != nil && b.Layout.Kind == LayoutEC }
+
+// VolumeSizeBytes is the size of b's volume: its region for a
+// replicated one; for an erasure-coded one, Data regions but each
+// shard's metadata block.
+func (b BackendSpec) VolumeSizeBytes() uint64 {
+	if b.Region == nil {
+		return 0
+	}
+	if b.erasureCoded() {
+		blocks := uint64(b.Region.ExtentBlocks)*uint64(b.Region.ExtentCount) - 1
+		return uint64(b.Layout.Data) * blocks * uint64(b.Region.BlockSize)
+	}
+	return b.Region.SizeBytes()
 }
 
 // RegionSpec is the geometry a volume's replicas must serve.

@@ -13,6 +13,7 @@ import (
 
 	"tern/vmm"
 	"tern/vmm/guests"
+	"tern/volume/ec"
 )
 
 // ErrInvalidSpec is wrapped by every problem Validate finds.
@@ -308,8 +309,8 @@ func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
 }
 
 func validateFileBackend(bad func(string, ...any), where string, b BackendSpec) {
-	if len(b.Targets) > 0 || b.Region != nil || b.Gen != 0 || b.QuorumWaitMs != nil {
-		bad("%s.backend: targets, region, gen and quorum_wait_ms belong to kind %q", where, BackendVolume)
+	if len(b.Targets) > 0 || b.Region != nil || b.Gen != 0 || b.QuorumWaitMs != nil || b.Layout != nil {
+		bad("%s.backend: targets, layout, region, gen and quorum_wait_ms belong to kind %q", where, BackendVolume)
 	}
 	if b.Path == "" {
 		bad("%s.backend.path: missing", where)
@@ -325,8 +326,30 @@ func validateVolume(bad func(string, ...any), where string, b BackendSpec, h Hos
 	if !h.VolumeTLS {
 		bad("%s: volume disks need the server's --certs", where)
 	}
-	if len(b.Targets) != 3 {
-		bad("%s.backend.targets: %d given; want 3 host:port addresses", where, len(b.Targets))
+	wantTargets := 3
+	if l := b.Layout; l != nil {
+		switch l.Kind {
+		case LayoutReplicated:
+			if l.Data != 0 || l.Parity != 0 {
+				bad("%s.backend.layout: data and parity belong to kind %q", where, LayoutEC)
+			}
+		case LayoutEC:
+			if err := (ec.Layout{Data: l.Data, Parity: l.Parity}).Validate(); err != nil {
+				bad("%s.backend.layout: data %d, parity %d: want data from %d to %d and parity from %d to %d",
+					where, l.Data, l.Parity, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
+			} else {
+				wantTargets = l.Data + l.Parity
+			}
+		default:
+			bad(`%s.backend.layout.kind %q: want "replicated" or "ec"`, where, l.Kind)
+		}
+	}
+	if len(b.Targets) != wantTargets {
+		if b.erasureCoded() {
+			bad("%s.backend.targets: %d given; layout ec %d+%d wants %d host:port addresses, one per shard", where, len(b.Targets), b.Layout.Data, b.Layout.Parity, wantTargets)
+		} else {
+			bad("%s.backend.targets: %d given; want 3 host:port addresses", where, len(b.Targets))
+		}
 	}
 	seen := map[string]int{}
 	for i, t := range b.Targets {

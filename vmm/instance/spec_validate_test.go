@@ -37,6 +37,27 @@ func TestValidateReportsEachProblem(t *testing.T) {
 			s.Disks = []DiskSpec{{Name: "d", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
 		}, nil, nil},
 		{"valid volume disk", func(s *Spec) { s.Disks = []DiskSpec{{Name: "v", Backend: volume}} }, nil, nil},
+		{"valid ec volume disk", func(s *Spec) {
+			b := volume
+			b.Targets = []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5", "127.0.0.1:6"}
+			b.Layout = &LayoutSpec{Kind: LayoutEC, Data: 4, Parity: 2}
+			s.Disks = []DiskSpec{{Name: "v", Backend: b}}
+		}, nil, nil},
+		{"ec layout out of range", func(s *Spec) {
+			b := volume
+			b.Layout = &LayoutSpec{Kind: LayoutEC, Data: 9, Parity: 4}
+			s.Disks = []DiskSpec{{Name: "v", Backend: b}}
+		}, nil, []string{"disks[0].backend.layout: data 9, parity 4: want data from 2 to 8 and parity from 1 to 3"}},
+		{"ec layout with three targets", func(s *Spec) {
+			b := volume
+			b.Layout = &LayoutSpec{Kind: LayoutEC, Data: 4, Parity: 2}
+			s.Disks = []DiskSpec{{Name: "v", Backend: b}}
+		}, nil, []string{"disks[0].backend.targets: 3 given; layout ec 4+2 wants 6 host:port addresses, one per shard"}},
+		{"unknown layout", func(s *Spec) {
+			b := volume
+			b.Layout = &LayoutSpec{Kind: "raid6"}
+			s.Disks = []DiskSpec{{Name: "v", Backend: b}}
+		}, nil, []string{`layout.kind "raid6": want "replicated" or "ec"`}},
 		{"bad id", func(s *Spec) { s.ID = "" }, nil, []string{"id"}},
 		{"vcpus 0", func(s *Spec) { s.VCPUs = 0 }, nil, []string{"vcpus: 0"}},
 		{"vcpus beyond host", func(s *Spec) { s.VCPUs = 3 }, nil, []string{"more than this host's KVM allows (2)"}},

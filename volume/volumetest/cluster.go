@@ -13,14 +13,15 @@ import (
 	"tern/volume/transport"
 )
 
-// Cluster is three downstairs served in-process on loopback, each from a
-// region in its own directory, with a fresh development CA.
+// Cluster is downstairs served in-process on loopback (three, or as many
+// as NewClusterN asks for), each from a region in its own directory,
+// with a fresh development CA.
 type Cluster struct {
 	Dir       string
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
 	Spec      extent.Spec
-	replicas  [3]*replica
+	replicas  []*replica
 }
 
 type replica struct {
@@ -33,7 +34,11 @@ type replica struct {
 }
 
 // NewCluster creates certificates and three regions of spec under dir.
-func NewCluster(dir string, spec extent.Spec) (*Cluster, error) {
+func NewCluster(dir string, spec extent.Spec) (*Cluster, error) { return NewClusterN(dir, spec, 3) }
+
+// NewClusterN creates certificates and n regions of spec under dir (the
+// shards of an erasure-coded volume share spec's UUID, as replicas do).
+func NewClusterN(dir string, spec extent.Spec, n int) (*Cluster, error) {
 	certs := filepath.Join(dir, "certs")
 	if err := tlsconf.Generate(certs, nil, false); err != nil {
 		return nil, err
@@ -42,7 +47,7 @@ func NewCluster(dir string, spec extent.Spec) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: dir, ServerTLS: b.ServerConfig(), ClientTLS: b.ClientConfig("127.0.0.1"), Spec: spec}
+	c := &Cluster{Dir: dir, ServerTLS: b.ServerConfig(), ClientTLS: b.ClientConfig("127.0.0.1"), Spec: spec, replicas: make([]*replica, n)}
 	for i := range c.replicas {
 		rdir := filepath.Join(dir, "region"+strconv.Itoa(i))
 		if err := downstairs.Create(rdir, spec); err != nil {
@@ -87,7 +92,7 @@ func (c *Cluster) Start(i int) error {
 	return nil
 }
 
-// StartAll serves all three replicas.
+// StartAll serves every replica.
 func (c *Cluster) StartAll() error {
 	for i := range c.replicas {
 		if err := c.Start(i); err != nil {
