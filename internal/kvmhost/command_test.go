@@ -3,6 +3,7 @@ package kvmhost
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -39,10 +40,30 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building kvmhost: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// The tests boot emulated hosts of their own. Take the machine's
+	// one-at-a-time lock once, here, so that waiting for another
+	// package's emulated host counts against no test's deadline, and let
+	// the boots of this process and of the kvmhost command it runs skip
+	// it.
+	ctx, cancel := context.WithTimeout(context.Background(), packageLockWait)
+	release, err := acquireMachine(ctx, os.Stderr)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvmhost tests: %v (after %v)\n", err, packageLockWait)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	os.Setenv(LockEnv, "off")
 	status := m.Run()
+	release()
 	os.RemoveAll(dir)
 	os.Exit(status)
 }
+
+// packageLockWait bounds TestMain's wait for another package's emulated
+// host: less than go test's own limit (30 minutes in the README's
+// command), more than any one package's emulated run.
+const packageLockWait = 25 * time.Minute
 
 // needBoot skips where the emulated host cannot be booted by this test.
 func needBoot(t *testing.T) {
