@@ -90,6 +90,14 @@ static u64 interval_gap;
 static u64 report_ticks;
 /* pending_gap: the longest gap over report_ticks not printed yet. */
 static u64 pending_gap;
+/*
+ * reporting is set while a "progress gap" line prints: a gap then still
+ * counts (max_gap, interval_gap) but queues no line of its own. Where one
+ * byte of output costs more than report_ticks (a UART exit in an emulated
+ * host can), each report would otherwise queue the next, and the guest
+ * would print gap lines for ever instead of dirtying and verifying.
+ */
+static int reporting;
 
 /*
  * tick records that the guest ran and returns the TSC: the time since the
@@ -106,7 +114,7 @@ static u64 tick(void)
 			max_gap = gap;
 		if (gap > interval_gap)
 			interval_gap = gap;
-		if (report_ticks && gap > report_ticks && gap > pending_gap)
+		if (report_ticks && !reporting && gap > report_ticks && gap > pending_gap)
 			pending_gap = gap;
 	}
 	last_tsc = now;
@@ -140,18 +148,20 @@ static void outdec(u64 v)
  * progress records that the guest ran (a page written, a look at the
  * clock while it waits between pages, or a few pages verified) and
  * returns the TSC. A gap longer than report_ticks is printed as "dirty:
- * progress gap N us" (a longer one while that line prints is printed
- * after it).
+ * progress gap N us" (a gap while that line prints counts towards the
+ * largest gap but gets no line of its own).
  */
 static u64 progress(void)
 {
 	u64 now = tick();
-	while (pending_gap) {
+	if (pending_gap) {
 		u64 gap = pending_gap;
 		pending_gap = 0;
+		reporting = 1;
 		out("dirty: progress gap ");
 		outdec(gap * 1000 / tsc_khz());
 		out(" us\n");
+		reporting = 0;
 		now = last_tsc;
 	}
 	return now;
