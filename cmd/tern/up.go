@@ -176,7 +176,7 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer
 		}
 		targets = inside
 		fmt.Fprintf(out, "tern up: booting the emulated test host (the first run fetches a Debian kernel; progress in %s)\n", filepath.Join(dataDir, "vmm.log"))
-		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"))
+		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"), out)
 	} else {
 		var c *upChild
 		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait, out)

@@ -25,6 +25,10 @@ const upEmulatedAPIPort = 12400
 // start in it (software emulation on a busy machine).
 const upEmulatedStartWait = 5 * time.Minute
 
+// upEmulatedMachineWait bounds the wait for another emulated host on this
+// machine (kvmhost runs one at a time) before upEmulatedStartWait starts.
+const upEmulatedMachineWait = 30 * time.Minute
+
 // upEmulatedLifetime is the emulated host's time limit: tern up runs
 // until it is stopped.
 const upEmulatedLifetime = 100 * 365 * 24 * time.Hour
@@ -42,7 +46,7 @@ type emulatedVMM struct {
 // startEmulatedVMM boots the emulated test host running this tern's `vmm
 // serve`, with its API forwarded to a free port of the host's loopback,
 // and returns once the vmm printed its URL.
-func startEmulatedVMM(ctx context.Context, self, certs, logPath string) (vmmRunner, string, error) {
+func startEmulatedVMM(ctx context.Context, self, certs, logPath string, out io.Writer) (vmmRunner, string, error) {
 	hostPort, err := freeLoopbackTCPPort()
 	if err != nil {
 		return nil, "", err
@@ -54,6 +58,7 @@ func startEmulatedVMM(ctx context.Context, self, certs, logPath string) (vmmRunn
 	stdout, stdoutW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	v := &emulatedVMM{cancel: cancel, exited: make(chan struct{})}
+	onMachine := make(chan struct{})
 	o := kvmhost.Options{
 		Binary:  self,
 		Args:    []string{"vmm", "serve", "--listen", fmt.Sprintf("%s:%d", kvmhost.GuestAddr, upEmulatedAPIPort), "--certs", certs},
@@ -62,7 +67,10 @@ func startEmulatedVMM(ctx context.Context, self, certs, logPath string) (vmmRunn
 		Stdout:  stdoutW,
 		Stderr:  logFile,
 		Log:     logFile,
-		Network: &kvmhost.Network{Forwards: []kvmhost.Forward{{HostPort: hostPort, GuestPort: upEmulatedAPIPort}}},
+		// A wait for another emulated host is said where the user sees it.
+		WaitLog:   out,
+		OnMachine: func() { close(onMachine) },
+		Network:   &kvmhost.Network{Forwards: []kvmhost.Forward{{HostPort: hostPort, GuestPort: upEmulatedAPIPort}}},
 	}
 	go func() {
 		v.status, v.err = kvmhost.Exec(ctx, o)
@@ -78,6 +86,14 @@ func startEmulatedVMM(ctx context.Context, self, certs, logPath string) (vmmRunn
 		}
 		io.Copy(io.Discard, stdout)
 	}()
+	select {
+	case <-onMachine:
+	case <-v.exited:
+		return nil, "", fmt.Errorf("starting vmm in the emulated test host: %s; see %s", v.describe(), logPath)
+	case <-time.After(upEmulatedMachineWait):
+		v.stop(0)
+		return nil, "", fmt.Errorf("starting vmm in the emulated test host: another emulated host held this machine for over %v", upEmulatedMachineWait)
+	}
 	select {
 	case <-listening:
 		return v, fmt.Sprintf("http://127.0.0.1:%d", hostPort), nil

@@ -123,7 +123,7 @@ type upRun struct {
 // startUp starts `tern up` with env added, stdin not a terminal, and
 // returns once its instance runs; the test's end kills it if it still
 // runs, and logs its stderr if the test failed.
-func startUp(t *testing.T, env string, deadline <-chan time.Time, args ...string) *upRun {
+func startUp(t *testing.T, env string, args ...string) *upRun {
 	t.Helper()
 	tmp := t.TempDir()
 	cmd := exec.Command(ternBin, append([]string{"up"}, args...)...)
@@ -155,7 +155,19 @@ func startUp(t *testing.T, env string, deadline <-chan time.Time, args ...string
 			t.Logf("tern up stderr:\n%s", stderr.String())
 		}
 	})
-	apiLine := r.lines.next(t, "URL", deadline, func(l string) bool { return strings.Contains(l, "://") })
+	// With the vmm in the emulated host, tern up may first wait for
+	// another package's emulated host (one at a time on a machine): the
+	// deadline for the URL starts once that wait ended.
+	deadline := time.After(5 * time.Minute)
+	apiLine := r.lines.next(t, "URL", deadline, func(l string) bool {
+		return strings.Contains(l, "://") || strings.HasPrefix(l, "kvmhost: waiting for another emulated test host")
+	})
+	if strings.HasPrefix(apiLine, "kvmhost: waiting") {
+		r.lines.next(t, "the end of the wait for another emulated host", time.After(30*time.Minute), func(l string) bool {
+			return strings.HasPrefix(l, "kvmhost: the other emulated host finished")
+		})
+		apiLine = r.lines.next(t, "URL", time.After(5*time.Minute), func(l string) bool { return strings.Contains(l, "://") })
+	}
 	url, ok := strings.CutPrefix(apiLine, "API: ")
 	if !ok || !strings.HasPrefix(url, "http://127.0.0.1:") {
 		t.Fatalf("the first URL is on %q; want API: http://127.0.0.1:PORT", apiLine)
@@ -184,8 +196,8 @@ func (r *upRun) verifiedRound(t *testing.T, deadline <-chan time.Time) {
 }
 
 func testUp(t *testing.T, env string, children int, args ...string) {
+	r := startUp(t, env, args...)
 	deadline := time.After(5 * time.Minute)
-	r := startUp(t, env, deadline, args...)
 	cmd, u, c, exited, tmp := r.cmd, r.lines, r.client, r.exited, r.tmp
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -237,8 +249,8 @@ func TestUpSaysWhichChildDiedAndHow(t *testing.T) {
 	if err := kvm.Probe(); err != nil {
 		t.Skipf("no usable /dev/kvm: %v", err)
 	}
+	r := startUp(t, "TERN_KVMHOST=never")
 	deadline := time.After(5 * time.Minute)
-	r := startUp(t, "TERN_KVMHOST=never", deadline)
 	r.verifiedRound(t, deadline)
 	victim := 0
 	for _, pid := range childrenOf(t, r.cmd.Process.Pid) {

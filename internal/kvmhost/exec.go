@@ -75,6 +75,15 @@ type Options struct {
 	// Log receives kvmhost's own progress (a kernel fetch) and, on failure,
 	// the guest console's last lines; nil means os.Stderr.
 	Log io.Writer
+	// WaitLog receives the two lines of a wait for another emulated host
+	// on this machine ("kvmhost: waiting for another emulated test host
+	// …", then "kvmhost: the other emulated host finished after Ns"); nil
+	// means Log.
+	WaitLog io.Writer
+	// OnMachine, when set, is called once this Exec holds the machine's
+	// one emulated host, after any wait for another and before the boot:
+	// a caller that bounds the boot starts its clock there.
+	OnMachine func()
 }
 
 // Exec boots the emulated host, runs the binary in it and returns its exit
@@ -97,11 +106,14 @@ func Exec(ctx context.Context, o Options) (int, error) {
 	}
 	// The time limit starts once this host has the machine: the wait for
 	// another emulated host is bounded by the caller's ctx only.
-	release, err := acquireMachine(ctx, o.Log)
+	release, err := acquireMachine(ctx, o.WaitLog)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
+	if o.OnMachine != nil {
+		o.OnMachine()
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	kernel, err := EnsureKernel(ctx, o.Log)
@@ -155,6 +167,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Log == nil {
 		o.Log = os.Stderr
+	}
+	if o.WaitLog == nil {
+		o.WaitLog = o.Log
 	}
 	return nil
 }
