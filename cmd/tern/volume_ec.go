@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"tern/volume/ec"
-	"tern/volume/ids"
-	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
@@ -76,34 +74,8 @@ func (p *preparedVolume) newEC(l ec.Layout, tlsConf *tls.Config, reached int, ch
 // left of --activate-timeout for the negotiation, and warns once naming
 // each shard it runs without.
 func (p *preparedVolume) activateEC(ctx context.Context) error {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	progress, unsubscribe := p.ev.SubscribeActivation(4)
-	defer unsubscribe()
-	timedOut := make(chan bool, 1)
-	go func() {
-		t := time.NewTimer(max(time.Until(p.deadline), time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case pr, ok := <-progress:
-				if !ok || pr.Phase != reconcile.PhaseNegotiating {
-					timedOut <- false
-					return
-				}
-			case <-t.C:
-				cancel()
-				timedOut <- true
-				return
-			case <-actx.Done():
-				timedOut <- false
-				return
-			}
-		}
-	}()
-	err := p.ev.Activate(actx, ids.Generation(p.flags.gen))
-	cancel()
-	if <-timedOut && ctx.Err() == nil {
+	timedOut, err := p.negotiateWithin(ctx, p.ev.SubscribeActivation, p.ev.Activate)
+	if timedOut {
 		return fmt.Errorf("activating volume: not negotiated within --activate-timeout %v: %s",
 			p.flags.activateTimeout, shardReasons(p.ev.Status(), p.missing, func(s ec.ShardStatus) bool { return s.State != ec.ShardActive }))
 	}

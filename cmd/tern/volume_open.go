@@ -211,34 +211,8 @@ func (p *preparedVolume) activate(ctx context.Context) error {
 	if p.ev != nil {
 		return p.activateEC(ctx)
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	progress, unsubscribe := p.up.SubscribeActivation(4)
-	defer unsubscribe()
-	timedOut := make(chan bool, 1)
-	go func() {
-		t := time.NewTimer(max(time.Until(p.deadline), time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case pr, ok := <-progress:
-				if !ok || pr.Phase != reconcile.PhaseNegotiating {
-					timedOut <- false
-					return
-				}
-			case <-t.C:
-				cancel()
-				timedOut <- true
-				return
-			case <-actx.Done():
-				timedOut <- false
-				return
-			}
-		}
-	}()
-	err := p.up.Activate(actx, ids.Generation(p.flags.gen))
-	cancel()
-	if <-timedOut && ctx.Err() == nil {
+	timedOut, err := p.negotiateWithin(ctx, p.up.SubscribeActivation, p.up.Activate)
+	if timedOut {
 		return fmt.Errorf("activating volume: not negotiated within --activate-timeout %v: %s",
 			p.flags.activateTimeout, p.replicaReasons(func(r upstairs.ReplicaStatus) bool { return r.State != engine.ReplicaActive }))
 	}
@@ -333,4 +307,41 @@ func regionInfo(r *inspect.Region) wire.RegionInfo {
 		ri.UUID = id
 	}
 	return ri
+}
+
+// negotiateWithin runs activate at --gen, cancelling it if the
+// negotiation (progress phase negotiating, from subscribe) is not over
+// within what is left of --activate-timeout; reconciliation, once it
+// begins, is not bounded. timedOut says the bound ended it.
+func (p *preparedVolume) negotiateWithin(ctx context.Context,
+	subscribe func(int) (<-chan reconcile.Progress, func()),
+	activate func(context.Context, ids.Generation) error) (timedOut bool, err error) {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	progress, unsubscribe := subscribe(4)
+	defer unsubscribe()
+	ended := make(chan bool, 1)
+	go func() {
+		t := time.NewTimer(max(time.Until(p.deadline), time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case pr, ok := <-progress:
+				if !ok || pr.Phase != reconcile.PhaseNegotiating {
+					ended <- false
+					return
+				}
+			case <-t.C:
+				cancel()
+				ended <- true
+				return
+			case <-actx.Done():
+				ended <- false
+				return
+			}
+		}
+	}()
+	err = activate(actx, ids.Generation(p.flags.gen))
+	cancel()
+	return <-ended && ctx.Err() == nil, err
 }
