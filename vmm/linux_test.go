@@ -35,17 +35,33 @@ func TestLinuxBootsToInit(t *testing.T) {
 			// clocksource a full boot log stalled mid-line after about
 			// 5 s of guest time, twice in two runs (open, see
 			// docs/reliability.md); quiet, both kernels reach init in
-			// 40-50 s there.
-			vm := newVM(t, vmm.Config{
-				Linux:       &vmm.LinuxGuest{Kernel: c.kernel, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"},
-				MemoryBytes: 256 << 20,
-			})
-			con := newConsole(t, vm)
-			con.wait = linuxBoot()
-			done := startWithin(t, vm, 2*linuxBoot())
-			con.waitFor(linuxtest.InitLine, func(l string) bool { return strings.Contains(l, linuxtest.InitLine) })
-			if n := vm.Serial().Input([]byte("ping\n")); n != 5 {
-				t.Fatalf("UART took %d of 5 bytes", n)
+			// 30-50 s there. A quiet boot has stalled too, once, with
+			// vmm/client's tests on the same cores (the bzImage, after
+			// its PCI line, for 8 minutes): a boot that prints no init
+			// line within linuxBootAttempt is stopped and booted once
+			// more, saying so; a second stall fails.
+			var vm *vmm.VM
+			var con *console
+			var done <-chan runResult
+			for attempt := 1; ; attempt++ {
+				vm = newVM(t, vmm.Config{
+					Linux:       &vmm.LinuxGuest{Kernel: c.kernel, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"},
+					MemoryBytes: 256 << 20,
+				})
+				con = newConsole(t, vm)
+				con.wait = linuxBoot()
+				done = startWithin(t, vm, 2*linuxBoot())
+				if reachedInit(con, linuxBootAttempt()) {
+					break
+				}
+				vm.Stop()
+				r := wait(t, done)
+				if attempt == 2 {
+					t.Fatalf("no %q on the serial console within %v, twice (the second Run: %d, %v); it printed:\n%s",
+						linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
+				}
+				t.Logf("STALL: no %q within %v (Run: %d, %v); the console's last lines:\n%s\nbooting once more (open finding, docs/reliability.md)",
+					linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
 			}
 			con.waitFor("the init's echo", func(l string) bool { return strings.Contains(l, linuxtest.EchoPrefix+"ping") })
 			if r := wait(t, done); r.err != nil || r.status != 0 {
@@ -101,4 +117,23 @@ func TestVmlinuxPrintsItsBannerUnderNestedPVM(t *testing.T) {
 // tail returns the last n lines joined.
 func tail(lines []string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// linuxBootAttempt bounds one Linux boot to its init line: a quiet boot
+// took 30-50 s in the emulated host, and over 2 minutes with the rest of
+// the suite on the same cores.
+func linuxBootAttempt() time.Duration { return kvmtest.Sized(generous, 4*time.Minute) }
+
+// reachedInit reads con until the init's line, or false after limit.
+func reachedInit(con *console, limit time.Duration) bool {
+	deadline := time.After(limit)
+	for {
+		line, ok := con.next(deadline)
+		if !ok {
+			return false
+		}
+		if strings.Contains(line, linuxtest.InitLine) {
+			return true
+		}
+	}
 }
