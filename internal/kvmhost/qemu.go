@@ -18,38 +18,15 @@ import (
 
 // kernelCmdline keeps the kernel quiet on its console (ttyS2), stops it
 // from rebooting into a loop on panic, and tells /init it is init.
-const kernelCmdline = "console=ttyS2 quiet loglevel=3 panic=-1 no_timer_check random.trust_cpu=on " + InitEnv + "=1"
-
-// tscClock makes the kernel keep the TSC as its clocksource: it picks the
-// HPET, whose every read traps under TCG, and a QUIC stream inside moved
-// ten times slower. ClockEnv=kernel leaves the choice to the kernel.
-const tscClock = " tsc=reliable clocksource=tsc"
-
-// ClockEnv chooses the emulated host's clocksource: "tsc" (or unset) is
-// the TSC; "kernel" is the kernel's own choice (the HPET), on which Linux
-// guests inside have not been seen to stall, as they have on the TSC
-// (docs/reliability.md): the Linux boot tests set it.
-const ClockEnv = "TERN_KVMHOST_CLOCK"
-
-// cmdline is the kernel command line for this process's ClockEnv.
-func cmdline() (string, error) {
-	switch c := os.Getenv(ClockEnv); c {
-	case "", "tsc":
-		return kernelCmdline + tscClock, nil
-	case "kernel":
-		return kernelCmdline, nil
-	default:
-		return "", fmt.Errorf("%s=%q: want tsc or kernel", ClockEnv, c)
-	}
-}
+const kernelCmdline = "console=ttyS2 quiet loglevel=3 panic=-1 no_timer_check random.trust_cpu=on tsc=reliable clocksource=tsc " + InitEnv + "=1"
 
 // qemuArgs are QEMU's arguments; fds 3, 4 and 5 are the pipes of ttyS0,
 // ttyS1 and ttyS2.
-func qemuArgs(k *Kernel, initrd, cmdline string) []string {
+func qemuArgs(k *Kernel, initrd string) []string {
 	return []string{
 		"-nodefaults", "-no-reboot", "-display", "none", "-vga", "none", "-nic", "none",
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", fmt.Sprint(vcpus), "-m", fmt.Sprint(memoryMiB),
-		"-kernel", k.Vmlinux(), "-initrd", initrd, "-append", cmdline,
+		"-kernel", k.Vmlinux(), "-initrd", initrd, "-append", kernelCmdline,
 		"-serial", "file:/dev/fd/3", "-serial", "file:/dev/fd/4", "-serial", "file:/dev/fd/5",
 	}
 }
@@ -68,11 +45,7 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 		defer r.Close()
 	}
 	var qemuStderr bytes.Buffer
-	line, err := cmdline()
-	if err != nil {
-		return 0, err
-	}
-	cmd := exec.Command(qemu, append(qemuArgs(k, initrd, line), qemuNetArgs(o.Network)...)...)
+	cmd := exec.Command(qemu, append(qemuArgs(k, initrd), qemuNetArgs(o.Network)...)...)
 	cmd.ExtraFiles = []*os.File{pipes[0].w, pipes[1].w, pipes[2].w}
 	cmd.Stderr = &qemuStderr
 	// Pdeathsig fires when the thread that forked QEMU ends, so that thread

@@ -167,9 +167,7 @@ func RunInEmulatedHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 22*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=20m")
-	// The kernel's own clocksource: on the TSC, Linux guests inside
-	// stalled (docs/reliability.md); these boots need no fast clock.
-	cmd.Env = append(os.Environ(), kvmtest.ModeEnv+"=always", kvmhost.ClockEnv+"=kernel")
+	cmd.Env = append(os.Environ(), kvmtest.ModeEnv+"=always")
 	t.Logf("nested PVM: guest CPL0 code is emulated in software here, too slow for a stock kernel; running %s in the emulated test host", t.Name())
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
