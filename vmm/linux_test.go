@@ -63,6 +63,9 @@ func TestLinuxBootsToInit(t *testing.T) {
 				t.Logf("STALL: no %q within %v (Run: %d, %v); the console's last lines:\n%s\nbooting once more (open finding, docs/reliability.md)",
 					linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
 			}
+			if n := vm.Serial().Input([]byte("ping\n")); n != 5 {
+				t.Fatalf("UART took %d of 5 bytes", n)
+			}
 			con.waitFor("the init's echo", func(l string) bool { return strings.Contains(l, linuxtest.EchoPrefix+"ping") })
 			if r := wait(t, done); r.err != nil || r.status != 0 {
 				t.Fatalf("Run = %d, %v; want 0, nil (the init's exit through port 0xf4); the console's last lines:\n%s", r.status, r.err, tail(con.seen, 20))
