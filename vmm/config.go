@@ -88,12 +88,12 @@ var mmioWindows = []struct {
 	base, size uint64
 }{
 	{"boot timer", devices.BootTimerAddr, BootTimerSize},
-	{"virtio-blk", VirtioBlkBase, MaxDisks * devices.MMIOSize},
+	{"virtio-mmio", VirtioBlkBase, VirtioSlots * devices.MMIOSize},
 }
 
 // VirtioBlkAddr is the base of disk i's virtio-mmio window: the slots
 // are devices.MMIOSize apart, as on QEMU's microvm.
-func VirtioBlkAddr(i int) uint64 { return VirtioBlkBase + uint64(i)*devices.MMIOSize }
+func VirtioBlkAddr(i int) uint64 { return VirtioSlotAddr(i) }
 
 // disks returns the backends of the config's disks, in slot order.
 func (c *Config) disks() []devices.BlockBackend {
