@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -58,6 +59,9 @@ func initAndRun() (int, error) {
 	if err := loopbackUp(); err != nil {
 		return 0, err
 	}
+	if err := raiseOpenFileLimit(); err != nil {
+		return 0, err
+	}
 	if err := loadModules(); err != nil {
 		return 0, err
 	}
@@ -80,6 +84,26 @@ func initAndRun() (int, error) {
 		}
 	}
 	return runBinary(spec)
+}
+
+// raiseOpenFileLimit lifts init's open-file limit, which every process
+// in the emulated host inherits, from the kernel's default for init (1024
+// soft, 4096 hard) to the kernel's ceiling (fs.nr_open): a test with three
+// regions of a few thousand extents each holds more files than that,
+// as it may on the host (Go lifts a soft limit to the hard one, not past).
+func raiseOpenFileLimit() error {
+	b, err := os.ReadFile("/proc/sys/fs/nr_open")
+	if err != nil {
+		return fmt.Errorf("reading fs.nr_open: %w", err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return fmt.Errorf("parsing fs.nr_open %q: %w", b, err)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+		return fmt.Errorf("raising the open-file limit to %d: %w", n, err)
+	}
+	return nil
 }
 
 // loopbackUp sets IFF_UP on lo.
