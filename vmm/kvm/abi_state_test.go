@@ -105,6 +105,8 @@ func TestStateIoctlNumbers(t *testing.T) {
 		{"KVM_GET_CLOCK", kvmGetClock, ioc(r, 0x7c, unsafe.Sizeof(ClockData{}))},
 		{"KVM_GET_MSRS", kvmGetMSRs, ioc(r|w, 0x88, unsafe.Sizeof(msrsHeader{}))},
 		{"KVM_SET_MSRS", kvmSetMSRs, ioc(w, 0x89, unsafe.Sizeof(msrsHeader{}))},
+		{"KVM_SET_DEVICE_ATTR", kvmSetDeviceAttr, ioc(w, 0xe1, unsafe.Sizeof(deviceAttr{}))},
+		{"KVM_GET_DEVICE_ATTR", kvmGetDeviceAttr, ioc(w, 0xe2, unsafe.Sizeof(deviceAttr{}))},
 		{"KVM_GET_FPU", kvmGetFPU, ioc(r, 0x8c, unsafe.Sizeof(FPU{}))},
 		{"KVM_SET_FPU", kvmSetFPU, ioc(w, 0x8d, unsafe.Sizeof(FPU{}))},
 		{"KVM_GET_LAPIC", kvmGetLAPIC, ioc(r, 0x8e, unsafe.Sizeof(LAPICState{}))},

@@ -241,6 +241,11 @@ func (c *VCPU) restoreState(s *VCPUState, spec StateSpec) error {
 	if err := c.SetMSRs(s.MSRs); err != nil {
 		return err
 	}
+	if tsc, ok := s.MSR(MSRIA32TSC); ok {
+		if err := c.settleTSC(tsc, s.TSCKHz); err != nil {
+			return err
+		}
+	}
 	if s.DebugRegs != nil {
 		if err := c.SetDebugRegs(*s.DebugRegs); err != nil {
 			return err
