@@ -96,6 +96,15 @@ func Main(m *testing.M, opts ...Option) {
 		state.tern = os.Getenv(TernEnv)
 		os.Exit(m.Run())
 	}
+	if fuzzing(os.Args[1:]) {
+		// A fuzz target decodes bytes and needs no KVM: fuzzing stays
+		// on the host, where the coordinator's workers and the corpus
+		// under testdata/fuzz are, whatever ModeEnv says (inside the
+		// emulated host each 10 s of fuzzing cost a boot, and a
+		// reproducer it wrote would stay inside).
+		state.probeErr = kvm.Probe()
+		os.Exit(m.Run())
+	}
 	mode := os.Getenv(ModeEnv)
 	switch mode {
 	case "", "auto", "always", "never":
@@ -163,6 +172,22 @@ func reexec(c config) int {
 		return 1
 	}
 	return status
+}
+
+// fuzzing reports whether args make the test binary fuzz (-test.fuzz
+// with a pattern, as go test -fuzz passes it) or be a fuzzing worker.
+func fuzzing(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "-test.fuzzworker" || strings.HasPrefix(a, "-test.fuzzworker="):
+			return true
+		case strings.HasPrefix(a, "-test.fuzz="):
+			return strings.TrimPrefix(a, "-test.fuzz=") != ""
+		case a == "-test.fuzz" && i+1 < len(args):
+			return args[i+1] != ""
+		}
+	}
+	return false
 }
 
 // bootAllowance is the time the emulated host needs beyond the tests'

@@ -134,3 +134,21 @@ func TestAlwaysReexecutesInEmulatedHost(t *testing.T) {
 		t.Errorf("TestTernIsCarriedIn did not pass inside:\n%s", out)
 	}
 }
+
+func TestFuzzingIsToldFromTheArguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-test.run=^$", "-test.fuzz=^FuzzX$", "-test.fuzztime=10s"}, true},
+		{[]string{"-test.fuzz", "FuzzX"}, true},
+		{[]string{"-test.fuzzworker", "-test.fuzzcachedir=/tmp/c"}, true},
+		{[]string{"-test.fuzz="}, false},
+		{[]string{"-test.run=FuzzX", "-test.v"}, false},
+		{nil, false},
+	} {
+		if got := fuzzing(c.args); got != c.want {
+			t.Errorf("fuzzing(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
