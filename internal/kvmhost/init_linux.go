@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,7 +29,7 @@ func RunInit() {
 	if err != nil {
 		console = os.Stderr // the kernel's /dev/console, if any
 	}
-	status, err := initAndRun()
+	status, err := initAndRun(console)
 	if err != nil {
 		fmt.Fprintf(console, "\n%s%s\n", errorPrefix, strings.ReplaceAll(err.Error(), "\n", " "))
 	} else {
@@ -42,7 +43,7 @@ func RunInit() {
 }
 
 // initAndRun does init's work and returns the binary's exit status.
-func initAndRun() (int, error) {
+func initAndRun(console io.Writer) (int, error) {
 	for _, m := range []struct{ fstype, dir string }{
 		{"proc", "/proc"}, {"sysfs", "/sys"}, {"devtmpfs", "/dev"},
 	} {
@@ -83,7 +84,17 @@ func initAndRun() (int, error) {
 			return 0, err
 		}
 	}
+	go heartbeat(console)
 	return runBinary(spec)
+}
+
+// heartbeat prints a numbered line on the console every heartbeatEvery,
+// for ever: the host takes its absence for a hung machine.
+func heartbeat(console io.Writer) {
+	for n := 1; ; n++ {
+		time.Sleep(heartbeatEvery)
+		fmt.Fprintf(console, "\n%s%d\n", heartbeatPrefix, n)
+	}
 }
 
 // raiseOpenFileLimit lifts init's open-file limit, which every process

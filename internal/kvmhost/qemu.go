@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // kernelCmdline keeps the kernel quiet on its console (ttyS2), stops it
@@ -83,22 +84,40 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 	go func() { defer copies.Done(); console.read(pipes[2].r) }()
 
 	var waitErr, stopErr error
-	select {
-	case waitErr = <-exited:
-	case <-ctx.Done():
-		cmd.Process.Kill()
-		waitErr = <-exited
-		stopErr = fmt.Errorf("%s %w of %v: QEMU was killed", o.Binary, ErrTimeout, o.Timeout)
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			stopErr = fmt.Errorf("%s: run cancelled: QEMU was killed", o.Binary)
+	check := time.NewTicker(heartbeatEvery)
+	defer check.Stop()
+	for running := true; running; {
+		select {
+		case <-check.C:
+			quiet, ok := console.silentFor(time.Now())
+			if !ok || quiet <= stallLimit {
+				continue
+			}
+			cmd.Process.Kill()
+			waitErr = <-exited
+			stopErr = fmt.Errorf("%s: %w: no heartbeat for %v: QEMU was killed", o.Binary, ErrStalled, quiet.Round(time.Second))
+		case waitErr = <-exited:
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			waitErr = <-exited
+			stopErr = fmt.Errorf("%s %w of %v: QEMU was killed", o.Binary, ErrTimeout, o.Timeout)
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				stopErr = fmt.Errorf("%s: run cancelled: QEMU was killed", o.Binary)
+			}
+		case sig := <-signals:
+			cmd.Process.Kill()
+			waitErr = <-exited
+			stopErr = fmt.Errorf("%s: interrupted by %v: QEMU was killed", o.Binary, sig)
 		}
-	case sig := <-signals:
-		cmd.Process.Kill()
-		waitErr = <-exited
-		stopErr = fmt.Errorf("%s: interrupted by %v: QEMU was killed", o.Binary, sig)
+		running = false
 	}
 	copies.Wait()
 	if stopErr != nil {
+		// What the kernel said last is how a hung machine tells why
+		// (a lockup, a stall): said before the error.
+		if tail := console.tail(); tail != "" {
+			fmt.Fprintf(o.Log, "kvmhost: last console lines:\n%s", tail)
+		}
 		return 0, stopErr
 	}
 	if status, ok := console.status(); ok {
@@ -121,6 +140,9 @@ type consoleLog struct {
 	statusV  int      // guarded by mu
 	statusOK bool     // guarded by mu
 	errMsg   string   // guarded by mu
+	// lastBeat is when init's last heartbeat came (zero before the
+	// first); guarded by mu.
+	lastBeat time.Time
 }
 
 const consoleKeep = 40
@@ -139,6 +161,10 @@ func (c *consoleLog) read(r io.Reader) {
 			}
 		} else if msg, ok := strings.CutPrefix(line, errorPrefix); ok {
 			c.errMsg = msg
+		} else if strings.HasPrefix(line, heartbeatPrefix) {
+			c.lastBeat = time.Now()
+			c.mu.Unlock()
+			continue // kept out of the tail, which is for what went wrong
 		}
 		c.lines = append(c.lines, line)
 		if len(c.lines) > consoleKeep {
@@ -147,6 +173,17 @@ func (c *consoleLog) read(r io.Reader) {
 		c.mu.Unlock()
 	}
 	io.Copy(io.Discard, r)
+}
+
+// silentFor returns how long before now init's last heartbeat came, and
+// false before the first (a boot still loading its modules).
+func (c *consoleLog) silentFor(now time.Time) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastBeat.IsZero() {
+		return 0, false
+	}
+	return now.Sub(c.lastBeat), true
 }
 
 func (c *consoleLog) status() (int, bool) {

@@ -27,6 +27,10 @@ const (
 	// errorPrefix starts a console line on which init reports why it could
 	// not run the binary.
 	errorPrefix = "kvmhost-init: error: "
+	// heartbeatPrefix starts the line init prints on the console every
+	// heartbeatEvery while the binary runs: a machine that stops printing
+	// it has stopped (see stallLimit).
+	heartbeatPrefix = "kvmhost-init: heartbeat "
 )
 
 // runSpec is what init runs, written by Exec as JSON at runSpecPath.

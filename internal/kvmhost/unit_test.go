@@ -251,3 +251,22 @@ func TestTimeoutFromEnvironment(t *testing.T) {
 		t.Errorf("an explicit --timeout lost to the environment: %v, %v", o.Timeout, err)
 	}
 }
+
+// TestConsoleLogTracksTheHeartbeatApart: init's heartbeats date the
+// machine's last sign of life and stay out of the tail kept for errors;
+// before the first there is no silence to measure.
+func TestConsoleLogTracksTheHeartbeatApart(t *testing.T) {
+	c := newConsoleLog()
+	if _, ok := c.silentFor(time.Now()); ok {
+		t.Fatal("silence measured before any heartbeat")
+	}
+	before := time.Now()
+	c.read(strings.NewReader("[    1.0] booting\n" + heartbeatPrefix + "1\r\n[    7.0] watchdog: BUG: soft lockup\n"))
+	quiet, ok := c.silentFor(before.Add(time.Minute))
+	if !ok || quiet > time.Minute || quiet < time.Minute-5*time.Second {
+		t.Errorf("silentFor a minute after the beat = %v, %v; want about a minute, true", quiet, ok)
+	}
+	if tail := c.tail(); strings.Contains(tail, heartbeatPrefix) || !strings.Contains(tail, "soft lockup") || !strings.Contains(tail, "booting") {
+		t.Errorf("tail = %q: want the kernel's lines without the heartbeat", tail)
+	}
+}

@@ -155,7 +155,7 @@ func reexec(c config) int {
 		return 1
 	}
 	defer cleanup()
-	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:]), Files: files}
+	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:]), Files: files, RetryStall: true}
 	if c.tern {
 		dir, path, err := buildTern()
 		if err != nil {
