@@ -28,10 +28,15 @@ const (
 	cpioDir     = 0o040000
 	cpioFile    = 0o100000
 	cpioSymlink = 0o120000
+	cpioCharDev = 0o020000
 )
 
 // header writes one entry's header and name.
-func (c *cpioWriter) header(name string, mode, size uint32) {
+func (c *cpioWriter) header(name string, mode, size uint32) { c.headerDev(name, mode, size, 0, 0) }
+
+// headerDev writes one entry's header and name, with the device number a
+// device node stands for.
+func (c *cpioWriter) headerDev(name string, mode, size, rdevMajor, rdevMinor uint32) {
 	if c.err != nil {
 		return
 	}
@@ -40,7 +45,7 @@ func (c *cpioWriter) header(name string, mode, size uint32) {
 	if mode&0o170000 == cpioDir {
 		nlink = 2
 	}
-	fields := []uint32{c.ino, mode, 0, 0, nlink, 0, size, 0, 0, 0, 0, uint32(len(name) + 1), 0}
+	fields := []uint32{c.ino, mode, 0, 0, nlink, 0, size, 0, 0, rdevMajor, rdevMinor, uint32(len(name) + 1), 0}
 	var b strings.Builder
 	b.WriteString("070701")
 	for _, f := range fields {
@@ -107,6 +112,15 @@ func (c *cpioWriter) Symlink(p, target string) {
 	c.pad(int64(len(target)))
 }
 
+// CharDev adds a character device node at p for device major:minor
+// (e.g. /dev/console, 5:1, which the kernel opens for init before any
+// devtmpfs is mounted).
+func (c *cpioWriter) CharDev(p string, perm, major, minor uint32) {
+	p = cpioName(p)
+	c.Dir(path.Dir(p))
+	c.headerDev(p, cpioCharDev|perm&0o7777, 0, major, minor)
+}
+
 // Close writes the trailer and returns the first error met.
 func (c *cpioWriter) Close() error {
 	c.header("TRAILER!!!", 0, 0)
@@ -129,6 +143,9 @@ func (c *CPIO) File(p string, perm uint32, size int64, r io.Reader) { c.c.File(p
 
 // Symlink adds a symbolic link p to target.
 func (c *CPIO) Symlink(p, target string) { c.c.Symlink(p, target) }
+
+// CharDev adds a character device node p for device major:minor.
+func (c *CPIO) CharDev(p string, perm, major, minor uint32) { c.c.CharDev(p, perm, major, minor) }
 
 // Close writes the trailer and returns the first error met.
 func (c *CPIO) Close() error { return c.c.Close() }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -20,14 +21,84 @@ var libDirs = []string{
 	"/lib64", "/usr/lib64", "/lib", "/usr/lib",
 }
 
-// libResolver finds the shared libraries an ELF binary needs, recursively.
+// libResolver finds the shared libraries an ELF binary needs, recursively:
+// on the host, or inside an unpacked root file system (a tree of Debian
+// packages unpacked with dpkg-deb), where paths are the guest's and
+// symbolic links resolve inside the root.
 type libResolver struct {
-	ldcache map[string]string // soname -> path, from `ldconfig -p`
+	root    string            // "" for the host
+	ldcache map[string]string // soname -> path, from `ldconfig -p` (host only)
 }
 
 func newLibResolver() *libResolver {
 	return &libResolver{ldcache: readLdconfigCache()}
 }
+
+// LibrariesIn returns the guest paths of the dynamic loader and every
+// shared library (DT_NEEDED, recursively) that the ELF file at guest path
+// bin needs, resolved inside the directory root as the loader would
+// resolve them in a system whose / is root: run paths, then Debian's
+// library directories (no ld.so.cache). Each path is where the loader
+// looks; HostPathIn gives the file behind it. A static binary needs none.
+func LibrariesIn(root, bin string) ([]string, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("resolving libraries in %s: %w", root, err)
+	}
+	r := &libResolver{root: abs, ldcache: map[string]string{}}
+	return r.Dependencies(path.Clean("/" + bin))
+}
+
+// HostPathIn returns the file that guest path p names inside root,
+// following symbolic links as the guest would: an absolute target is
+// taken from root, and ".." never climbs above it.
+func HostPathIn(root, p string) (string, error) {
+	const maxLinks = 40
+	links := 0
+	rest := strings.Split(strings.Trim(path.Clean("/"+p), "/"), "/")
+	cur := "/" // resolved guest directory so far
+	for len(rest) > 0 {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		next := path.Join(cur, name) // Join cleans "..", never above "/"
+		st, err := os.Lstat(filepath.Join(root, next))
+		if err != nil || st.Mode()&os.ModeSymlink == 0 {
+			cur = next // a missing component is reported by the caller's open
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("resolving %s in %s: too many symbolic links", p, root)
+		}
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", fmt.Errorf("resolving %s in %s: %w", p, root, err)
+		}
+		if path.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return filepath.Join(root, cur), nil
+}
+
+// host returns the file behind path p: p itself on the host, else p
+// resolved inside the root.
+func (r *libResolver) host(p string) string {
+	if r.root == "" {
+		return p
+	}
+	h, err := HostPathIn(r.root, p)
+	if err != nil {
+		return filepath.Join(r.root, p) // fails to open, naming p
+	}
+	return h
+}
+
+// regular reports whether path p is (or links to) a regular file.
+func (r *libResolver) regular(p string) bool { return isRegular(r.host(p)) }
 
 // readLdconfigCache returns the x86-64 entries of `ldconfig -p`, or an
 // empty map when ldconfig is not there.
@@ -71,8 +142,8 @@ func (r *libResolver) Dependencies(bin string) ([]string, error) {
 	for len(queue) > 0 {
 		file := queue[0]
 		queue = queue[1:]
-		if file == bin && !isELF(bin) {
-			interp, ok := scriptInterpreter(bin)
+		if file == bin && !isELF(r.host(bin)) {
+			interp, ok := r.scriptInterpreter(bin)
 			if !ok {
 				return nil, nil // neither ELF nor a script: nothing to resolve
 			}
@@ -81,7 +152,7 @@ func (r *libResolver) Dependencies(bin string) ([]string, error) {
 			queue = append(queue, interp)
 			continue
 		}
-		f, err := elf.Open(file)
+		f, err := elf.Open(r.host(file))
 		if err != nil {
 			return nil, fmt.Errorf("reading ELF %s: %w", file, err)
 		}
@@ -143,6 +214,9 @@ func elfDynamicInfo(f *elf.File) (interp string, needed, runpaths []string, err 
 // find resolves soname lib needed by file.
 func (r *libResolver) find(lib, file string, runpaths []string) (string, error) {
 	if strings.Contains(lib, "/") {
+		if r.root != "" {
+			return path.Join(path.Dir(file), lib), nil
+		}
 		return filepath.Abs(lib)
 	}
 	var dirs []string
@@ -150,19 +224,23 @@ func (r *libResolver) find(lib, file string, runpaths []string) (string, error) 
 		dirs = append(dirs, strings.ReplaceAll(rp, "$ORIGIN", filepath.Dir(file)))
 	}
 	for _, d := range dirs {
-		if p := filepath.Join(d, lib); isRegular(p) {
+		if p := filepath.Join(d, lib); r.regular(p) {
 			return p, nil
 		}
 	}
-	if p, ok := r.ldcache[lib]; ok && isRegular(p) {
+	if p, ok := r.ldcache[lib]; ok && r.regular(p) {
 		return p, nil
 	}
 	for _, d := range libDirs {
-		if p := filepath.Join(d, lib); isRegular(p) {
+		if p := filepath.Join(d, lib); r.regular(p) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("finding shared library %s needed by %s: not in its run path, ldconfig's cache or %s", lib, file, strings.Join(libDirs, ", "))
+	where := "ldconfig's cache or " + strings.Join(libDirs, ", ")
+	if r.root != "" {
+		where = strings.Join(libDirs, ", ") + " under " + r.root
+	}
+	return "", fmt.Errorf("finding shared library %s needed by %s: not in its run path, %s", lib, file, where)
 }
 
 // isRegular reports whether p is (or links to) a regular file.
@@ -172,8 +250,8 @@ func isRegular(p string) bool {
 }
 
 // scriptInterpreter returns the absolute interpreter path of a "#!" script.
-func scriptInterpreter(p string) (string, bool) {
-	f, err := os.Open(p)
+func (r *libResolver) scriptInterpreter(p string) (string, bool) {
+	f, err := os.Open(r.host(p))
 	if err != nil {
 		return "", false
 	}
@@ -184,7 +262,7 @@ func scriptInterpreter(p string) (string, bool) {
 		return "", false
 	}
 	fields := strings.Fields(rest)
-	if len(fields) == 0 || !filepath.IsAbs(fields[0]) || !isRegular(fields[0]) {
+	if len(fields) == 0 || !filepath.IsAbs(fields[0]) || !r.regular(fields[0]) {
 		return "", false
 	}
 	return fields[0], true

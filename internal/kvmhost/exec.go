@@ -8,21 +8,49 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// Emulated machine: one vCPU under TCG and 2 GiB of RAM. With two, the
-// emulated kernel locked up about once in ten runs of vmm/kvm's tests
-// (2026-12-02: "soft lockup - CPU#0 stuck for 44s! [kthreadd:2]" and the
-// same of CPU#1 in init, both spinning, until the run's limit); with one,
-// twenty runs in a row passed. Guests inside may still have several
-// vCPUs: KVM runs them as threads.
+// Emulated machine: one vCPU under TCG (CPUsEnv may ask for more) and 2
+// GiB of RAM. With two, the emulated kernel locked up about once in ten
+// runs of vmm/kvm's tests (2026-12-02: "soft lockup - CPU#0 stuck for
+// 44s! [kthreadd:2]" and the same of CPU#1 in init, both spinning, until
+// the run's limit); with one, twenty runs in a row passed. Guests inside
+// may still have several vCPUs: KVM runs them as threads.
 const (
 	qemuBinary = "qemu-system-x86_64"
 	memoryMiB  = 2048
 	vcpus      = 1
 )
+
+// CPUsEnv sets the emulated machine's CPUs (1 to 4; default 1). A Linux
+// guest inside stalls the whole machine with one: while it runs, the
+// emulated kernel's only CPU does nothing else (no heartbeat for 90 s,
+// twice in two runs of TestLinuxUserlandRunsItsShell), so the Linux
+// guests' tests ask for two.
+const CPUsEnv = "TERN_KVMHOST_CPUS"
+
+// emulatedCPUs returns the CPUs asked for: o.CPUs, else CPUsEnv's
+// count, else vcpus.
+func (o *Options) emulatedCPUs() (int, error) {
+	if o.CPUs != 0 {
+		if o.CPUs < 1 || o.CPUs > 4 {
+			return 0, fmt.Errorf("kvmhost: %d CPUs asked for; want 1 to 4", o.CPUs)
+		}
+		return o.CPUs, nil
+	}
+	s := os.Getenv(CPUsEnv)
+	if s == "" {
+		return vcpus, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 4 {
+		return 0, fmt.Errorf("parsing %s=%q: want 1 to 4", CPUsEnv, s)
+	}
+	return n, nil
+}
 
 // TimeoutEnv sets the default wall-clock limit of a run (a Go duration).
 const TimeoutEnv = "TERN_KVMHOST_TIMEOUT"
@@ -84,6 +112,9 @@ type Options struct {
 	// Timeout is the wall-clock limit; 0 means TimeoutEnv or
 	// DefaultTimeout.
 	Timeout time.Duration
+	// CPUs is the emulated machine's CPUs, 1 to 4; 0 means CPUsEnv or
+	// one.
+	CPUs int
 	// RetryStall boots the machine once more, with a Timeout of its own,
 	// when the first stalls (ErrStalled): for a binary that may run twice,
 	// as a test binary may.

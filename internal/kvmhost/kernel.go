@@ -36,9 +36,10 @@ const (
 const metaPackage = "linux-image-amd64"
 
 // hostModules are the modules the emulated host loads, with their
-// dependencies read from modinfo: KVM, and the driver of the network
-// card Options.Network adds (cheap to load when there is none).
-var hostModules = []string{"kvm", "kvm_amd", "e1000"}
+// dependencies read from modinfo: KVM, the driver of the network card
+// Options.Network adds (cheap to load when there is none), and TAP and
+// the bridge, which the VMM's network cards and their tests use.
+var hostModules = []string{"kvm", "kvm_amd", "e1000", "tun", "bridge"}
 
 // Kernel is a Debian kernel unpacked into the cache: the uncompressed ELF
 // vmlinux and an initramfs fragment with the KVM modules.
@@ -246,27 +247,52 @@ func fetchKernel(ctx context.Context, cache, pkg string) (*Kernel, error) {
 // unpackPackage downloads pkg with apt-get into scratch, unpacks it there
 // with dpkg-deb, and returns the unpacked root and its boot/vmlinuz-*.
 func unpackPackage(ctx context.Context, scratch, pkg string) (root, vmlinuz string, err error) {
+	root, err = FetchPackages(ctx, scratch, pkg)
+	if err != nil {
+		return "", "", fmt.Errorf("fetching kernel %s: %w", pkg, err)
+	}
+	vmlinuz, err = KernelImageIn(root)
+	if err != nil {
+		return "", "", fmt.Errorf("unpacking kernel %s: %w", pkg, err)
+	}
+	return root, vmlinuz, nil
+}
+
+// KernelImageIn returns the path of the one boot/vmlinuz-* under root (a
+// kernel package unpacked by FetchPackages); its name after "vmlinuz-"
+// is the kernel release.
+func KernelImageIn(root string) (string, error) {
+	vmlinuzes, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if len(vmlinuzes) != 1 {
+		return "", fmt.Errorf("want one boot/vmlinuz-*, found %d", len(vmlinuzes))
+	}
+	return vmlinuzes[0], nil
+}
+
+// FetchPackages downloads the Debian packages pkgs with `apt-get download`
+// into scratch and unpacks each with `dpkg-deb -x` into scratch/root,
+// which it returns. Nothing is installed: no maintainer script runs and
+// the host's package database is untouched.
+func FetchPackages(ctx context.Context, scratch string, pkgs ...string) (string, error) {
 	// apt-get drops privileges to _apt for the download when it can
 	// write to the directory as that user.
 	os.Chmod(scratch, 0o777)
-	dl := exec.CommandContext(ctx, "apt-get", "download", "-q", pkg)
+	dl := exec.CommandContext(ctx, "apt-get", append([]string{"download", "-q"}, pkgs...)...)
 	dl.Dir = scratch
 	if out, err := dl.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("fetching kernel %s: apt-get download: %s", pkg, lastLine(out))
+		return "", fmt.Errorf("downloading %s: apt-get download: %s", strings.Join(pkgs, " "), lastLine(out))
 	}
 	debs, _ := filepath.Glob(filepath.Join(scratch, "*.deb"))
-	if len(debs) != 1 {
-		return "", "", fmt.Errorf("fetching kernel %s: apt-get download left %d .deb files", pkg, len(debs))
+	if len(debs) != len(pkgs) {
+		return "", fmt.Errorf("downloading %s: apt-get download left %d .deb files, want %d", strings.Join(pkgs, " "), len(debs), len(pkgs))
 	}
-	root = filepath.Join(scratch, "root")
-	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], root).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("unpacking kernel %s: dpkg-deb -x: %v: %s", pkg, err, lastLine(out))
+	root := filepath.Join(scratch, "root")
+	for _, deb := range debs {
+		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, root).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("unpacking %s: dpkg-deb -x: %v: %s", filepath.Base(deb), err, lastLine(out))
+		}
 	}
-	vmlinuzes, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
-	if len(vmlinuzes) != 1 {
-		return "", "", fmt.Errorf("unpacking kernel %s: want one boot/vmlinuz-*, found %d", pkg, len(vmlinuzes))
-	}
-	return root, vmlinuzes[0], nil
+	return root, nil
 }
 
 // Vmlinuz is the path of the package's compressed bzImage, which
@@ -390,6 +416,45 @@ func moduleName(s string) string { return strings.ReplaceAll(s, "-", "_") }
 // writes them uncompressed to a cpio archive at dst under /kvmhost/modules
 // with a load-order file, and returns the order.
 func writeModulesCPIO(ctx context.Context, modDir, dst string) ([]string, error) {
+	mods, err := ModuleClosure(ctx, modDir, hostModules)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	w := newCPIOWriter(f)
+	var order []string
+	for _, m := range mods {
+		w.File(modulesDir+"/"+m.Name+".ko", 0o644, int64(len(m.Data)), bytes.NewReader(m.Data))
+		order = append(order, m.Name)
+	}
+	list := strings.Join(order, "\n") + "\n"
+	w.File(modulesOrderFile, 0o644, int64(len(list)), strings.NewReader(list))
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return order, f.Close()
+}
+
+// Module is one kernel module, uncompressed.
+type Module struct {
+	// Name is the module's name as the kernel spells it ('_', not '-').
+	Name string
+	// Data is the uncompressed .ko file.
+	Data []byte
+}
+
+// ModuleClosure returns the modules names and everything they depend on
+// (each module's depends= modinfo field, transitively), found under
+// modDir (a kernel package's lib/modules/RELEASE, which ships no
+// modules.dep) and decompressed, in load order: every module after the
+// modules it depends on, each once, dependencies in name order so that
+// the order is the same on every run. A module missing from the package
+// or a dependency cycle is an error naming it.
+func ModuleClosure(ctx context.Context, modDir string, names []string) ([]Module, error) {
 	files := map[string]string{}
 	err := filepath.WalkDir(modDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -404,8 +469,7 @@ func writeModulesCPIO(ctx context.Context, modDir, dst string) ([]string, error)
 	if err != nil {
 		return nil, fmt.Errorf("listing modules: %w", err)
 	}
-	var order []string
-	contents := map[string][]byte{}
+	var order []Module
 	state := map[string]int{} // 1 visiting, 2 done
 	var visit func(name, parent string) error
 	visit = func(name, parent string) error {
@@ -417,6 +481,9 @@ func writeModulesCPIO(ctx context.Context, modDir, dst string) ([]string, error)
 		}
 		state[name] = 1
 		p, ok := files[name]
+		if !ok && parent == "" {
+			return fmt.Errorf("module %s not in the package", name)
+		}
 		if !ok {
 			return fmt.Errorf("module %s (needed by %s) not in the package", name, parent)
 		}
@@ -434,31 +501,15 @@ func writeModulesCPIO(ctx context.Context, modDir, dst string) ([]string, error)
 			}
 		}
 		state[name] = 2
-		order = append(order, name)
-		contents[name] = b
+		order = append(order, Module{Name: name, Data: b})
 		return nil
 	}
-	for _, m := range hostModules {
-		if err := visit(m, "the emulated host"); err != nil {
+	for _, m := range names {
+		if err := visit(moduleName(m), ""); err != nil {
 			return nil, err
 		}
 	}
-	f, err := os.Create(dst)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	w := newCPIOWriter(f)
-	for _, name := range order {
-		b := contents[name]
-		w.File(modulesDir+"/"+name+".ko", 0o644, int64(len(b)), bytes.NewReader(b))
-	}
-	list := strings.Join(order, "\n") + "\n"
-	w.File(modulesOrderFile, 0o644, int64(len(list)), strings.NewReader(list))
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	return order, f.Close()
+	return order, nil
 }
 
 // Where the initramfs keeps the modules.

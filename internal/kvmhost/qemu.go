@@ -23,10 +23,10 @@ const kernelCmdline = "console=ttyS2 quiet loglevel=3 panic=-1 no_timer_check ra
 
 // qemuArgs are QEMU's arguments; fds 3, 4 and 5 are the pipes of ttyS0,
 // ttyS1 and ttyS2.
-func qemuArgs(k *Kernel, initrd string) []string {
+func qemuArgs(k *Kernel, initrd string, cpus int) []string {
 	return []string{
 		"-nodefaults", "-no-reboot", "-display", "none", "-vga", "none", "-nic", "none",
-		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", fmt.Sprint(vcpus), "-m", fmt.Sprint(memoryMiB),
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", fmt.Sprint(cpus), "-m", fmt.Sprint(memoryMiB),
 		"-kernel", k.Vmlinux(), "-initrd", initrd, "-append", kernelCmdline,
 		"-serial", "file:/dev/fd/3", "-serial", "file:/dev/fd/4", "-serial", "file:/dev/fd/5",
 	}
@@ -46,7 +46,11 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 		defer r.Close()
 	}
 	var qemuStderr bytes.Buffer
-	cmd := exec.Command(qemu, append(qemuArgs(k, initrd), qemuNetArgs(o.Network)...)...)
+	cpus, err := o.emulatedCPUs()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(qemu, append(qemuArgs(k, initrd, cpus), qemuNetArgs(o.Network)...)...)
 	cmd.ExtraFiles = []*os.File{pipes[0].w, pipes[1].w, pipes[2].w}
 	cmd.Stderr = &qemuStderr
 	// Pdeathsig fires when the thread that forked QEMU ends, so that thread

@@ -252,6 +252,129 @@ func TestTimeoutFromEnvironment(t *testing.T) {
 	}
 }
 
+func TestCPIOWriterWritesCharDevNumbers(t *testing.T) {
+	var buf bytes.Buffer
+	w := newCPIOWriter(&buf)
+	w.CharDev("/dev/console", 0o600, 5, 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := parseCPIO(t, buf.Bytes())
+	want := []cpioEntry{{"dev", cpioDir | 0o755, ""}, {"dev/console", cpioCharDev | 0o600, ""}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("entries = %+v\nwant %+v", got, want)
+	}
+	// c_rdevmajor and c_rdevminor are the 10th and 11th fields.
+	hdr := buf.Bytes()[112:] // past "dev"'s 110-byte header and its padded name
+	i := bytes.Index(hdr, []byte("070701"))
+	if i < 0 {
+		t.Fatal("no second header")
+	}
+	if maj, minor := string(hdr[i+6+8*9:i+6+8*10]), string(hdr[i+6+8*10:i+6+8*11]); maj != "00000005" || minor != "00000001" {
+		t.Fatalf("rdev = %s:%s, want 00000005:00000001", maj, minor)
+	}
+}
+
+func TestHostPathInFollowsLinksInsideTheRoot(t *testing.T) {
+	root := t.TempDir()
+	mk := func(rel string) {
+		p := filepath.Join(root, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(rel), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(rel, target string) {
+		p := filepath.Join(root, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+	mk("etc/passwd")
+	link("lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2") // absolute: from the root
+	link("sbin/mkfs.ext4", "mke2fs")                                                 // relative: beside it
+	link("usr/lib/escape", "../../../../../etc/passwd")                              // ".." stops at the root
+	link("loop", "loop")
+	for _, c := range []struct{ guest, want string }{
+		{"/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"},
+		{"/sbin/mkfs.ext4", "/sbin/mke2fs"},
+		{"/usr/lib/escape", "/etc/passwd"},
+		{"/missing/file", "/missing/file"},
+	} {
+		got, err := HostPathIn(root, c.guest)
+		if err != nil || got != filepath.Join(root, c.want) {
+			t.Errorf("HostPathIn(%s) = %q, %v; want %q", c.guest, got, err, filepath.Join(root, c.want))
+		}
+	}
+	if _, err := HostPathIn(root, "/loop"); err == nil || !strings.Contains(err.Error(), "too many symbolic links") {
+		t.Errorf("HostPathIn(a link to itself) = %v, want too many symbolic links", err)
+	}
+}
+
+// TestLibrariesInResolvesInsideTheRoot copies the host's /bin/sh and what
+// it needs into a root laid out as Debian's packages unpack (the loader
+// behind an absolute link), and resolves it there: the same guest paths,
+// each naming a file inside the root; without libc it names what is
+// missing.
+func TestLibrariesInResolvesInsideTheRoot(t *testing.T) {
+	hostDeps, err := newLibResolver().Dependencies("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	cp := func(host, guest string) {
+		b, err := os.ReadFile(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(root, guest)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	cp(sh, "/bin/sh")
+	var libc string
+	for _, d := range hostDeps {
+		file, _ := filepath.EvalSymlinks(d)
+		if strings.HasPrefix(filepath.Base(d), "ld-linux") {
+			// Debian's libc6 ships the loader in the multiarch directory
+			// and /lib64's name for it as an absolute link.
+			cp(file, "/lib/x86_64-linux-gnu/"+filepath.Base(d))
+			os.MkdirAll(filepath.Join(root, filepath.Dir(d)), 0o755)
+			os.Symlink("/lib/x86_64-linux-gnu/"+filepath.Base(d), filepath.Join(root, d))
+			continue
+		}
+		cp(file, "/lib/x86_64-linux-gnu/"+filepath.Base(d))
+		if filepath.Base(d) == "libc.so.6" {
+			libc = filepath.Join(root, "/lib/x86_64-linux-gnu/libc.so.6")
+		}
+	}
+	got, err := LibrariesIn(root, "/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(hostDeps) {
+		t.Fatalf("LibrariesIn = %v; the host resolved %v", got, hostDeps)
+	}
+	for _, g := range got {
+		h, err := HostPathIn(root, g)
+		if err != nil || !strings.HasPrefix(h, root+"/") || !isRegular(h) {
+			t.Errorf("dependency %s is %q, %v: not a file inside the root", g, h, err)
+		}
+	}
+	if libc == "" {
+		t.Fatal("the host's /bin/sh needs no libc.so.6?")
+	}
+	os.Remove(libc)
+	if _, err := LibrariesIn(root, "/bin/sh"); err == nil || !strings.Contains(err.Error(), "libc.so.6") || !strings.Contains(err.Error(), root) {
+		t.Fatalf("LibrariesIn without libc = %v, want an error naming libc.so.6 and the root", err)
+	}
+}
+
 // TestConsoleLogTracksTheHeartbeatApart: init's heartbeats date the
 // machine's last sign of life and stay out of the tail kept for errors;
 // before the first there is no silence to measure.
@@ -268,5 +391,28 @@ func TestConsoleLogTracksTheHeartbeatApart(t *testing.T) {
 	}
 	if tail := c.tail(); strings.Contains(tail, heartbeatPrefix) || !strings.Contains(tail, "soft lockup") || !strings.Contains(tail, "booting") {
 		t.Errorf("tail = %q: want the kernel's lines without the heartbeat", tail)
+	}
+}
+
+func TestEmulatedCPUsComeFromTheOptionsThenTheEnvironment(t *testing.T) {
+	t.Setenv(CPUsEnv, "")
+	if n, err := (&Options{}).emulatedCPUs(); err != nil || n != 1 {
+		t.Errorf("default = %d, %v; want 1", n, err)
+	}
+	t.Setenv(CPUsEnv, "2")
+	if n, err := (&Options{}).emulatedCPUs(); err != nil || n != 2 {
+		t.Errorf("%s=2: %d, %v; want 2", CPUsEnv, n, err)
+	}
+	if n, err := (&Options{CPUs: 3}).emulatedCPUs(); err != nil || n != 3 {
+		t.Errorf("CPUs 3 over %s=2: %d, %v; want 3", CPUsEnv, n, err)
+	}
+	for _, bad := range []string{"0", "5", "two"} {
+		t.Setenv(CPUsEnv, bad)
+		if _, err := (&Options{}).emulatedCPUs(); err == nil || !strings.Contains(err.Error(), CPUsEnv) {
+			t.Errorf("%s=%q: %v, want an error naming it", CPUsEnv, bad, err)
+		}
+	}
+	if _, err := (&Options{CPUs: 9}).emulatedCPUs(); err == nil {
+		t.Error("CPUs 9 accepted")
 	}
 }

@@ -31,6 +31,16 @@ type Option func(*config)
 type config struct {
 	tern    bool
 	prepare []func() ([]kvmhost.File, func(), error)
+	cpus    int
+}
+
+// WithEmulatedCPUs gives the emulated host n CPUs (kvmhost.Options.CPUs)
+// when the tests run there, for a package whose guests keep a CPU busy
+// while the host side must progress too: with one emulated CPU a live
+// repair beside a busy guest visited no extent in two minutes, and a
+// Linux guest stalled the machine (kvmhost.CPUsEnv).
+func WithEmulatedCPUs(n int) Option {
+	return func(c *config) { c.cpus = n }
 }
 
 // WithPrepare runs prepare on the host before the tests run, here or in
@@ -155,7 +165,7 @@ func reexec(c config) int {
 		return 1
 	}
 	defer cleanup()
-	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:]), Files: files, RetryStall: true}
+	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:]), Files: files, RetryStall: true, CPUs: c.cpus}
 	if c.tern {
 		dir, path, err := buildTern()
 		if err != nil {
