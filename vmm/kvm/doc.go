@@ -17,7 +17,9 @@
 //     thread that runs it, and Go's runtime would otherwise move the
 //     goroutine between threads.
 //   - Run retries KVM_RUN on EINTR: Go preempts threads with signals
-//     (SIGURG), which interrupt KVM_RUN without any exit to handle.
+//     (SIGURG), which interrupt KVM_RUN without any exit to handle; and on
+//     EAGAIN, which an application processor's KVM_RUN returns when the
+//     guest's start-up IPI woke it.
 //   - A kick is kvm_run's immediate_exit byte (SetImmediateExit, changed
 //     atomically from any thread) plus a signal to the vCPU's thread: Run
 //     reports KVM_RUN's EINTR as ExitIntr only while that byte is set.
@@ -34,9 +36,15 @@
 //     (GetDirtyLog, with manual protect ClearDirtyLog) or, when enabled
 //     before any vCPU exists, in a ring per vCPU (EnableDirtyRing,
 //     MapDirtyRing, ResetDirtyRings); a VM has one or the other.
+//   - An EventFD (eventfd.go) is the one eventfd wrapper: non-blocking,
+//     close-on-exec, read through Go's poller, so a goroutine waiting in
+//     Read costs no thread and Close wakes it. AssignIRQFD and
+//     AssignIOEventFD take its Fd; the caller keeps owning it and
+//     deassigns before closing.
 //
 // Probe is the one definition of "/dev/kvm is usable" that both
 // `kvmhost check` and the test helper kvm/kvmtest use: open it, create a
 // VM, and run one vCPU in real mode to HLT. A node that opens but answers
-// no ioctl is not usable.
+// no ioctl is not usable. PVM says whether that /dev/kvm is kvm-pvm's,
+// which is usable but cannot boot a stock Linux kernel (pvm.go).
 package kvm

@@ -105,6 +105,12 @@ func (c *VCPU) SetCPUID2(entries []CPUIDEntry2) error {
 // when the immediate_exit byte is set (SetImmediateExit), KVM_RUN returns
 // EINTR at once, and Run reports that as ExitIntr, so the caller can look
 // at why it was kicked. The caller clears the byte before running on.
+//
+// KVM_RUN of an application processor that waits for its start-up IPI
+// (KVM_MP_STATE_UNINITIALIZED, where every vCPU but the first starts with
+// the in-kernel irqchip) blocks in the kernel until INIT/SIPI, a signal
+// or a kick, and returns EAGAIN once the SIPI made it runnable: Run
+// enters it again, now at the SIPI's vector.
 func (c *VCPU) Run() (ExitReason, error) {
 	fd, err := c.rawFd()
 	if err != nil {
@@ -117,6 +123,9 @@ func (c *VCPU) Run() (ExitReason, error) {
 				return ExitIntr, nil
 			}
 			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			continue // started by a SIPI (see above)
 		}
 		if err != nil {
 			return 0, fmt.Errorf("running vCPU %d: %w", c.id, err)
