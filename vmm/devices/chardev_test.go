@@ -135,6 +135,26 @@ func TestUARTInputReachesRBRWithDataReady(t *testing.T) {
 	}
 }
 
+// A byte that arrives while receive interrupts are off interrupts when the
+// driver turns them on: Linux's 8250 driver enables them only when the
+// tty opens, and waits for that interrupt to read what came before.
+func TestUARTInputBeforeReceiveInterruptsInterruptsWhenEnabled(t *testing.T) {
+	irq := &countingIRQ{}
+	u := NewUART(NewHistory(64), irq)
+	u.Input([]byte("x"))
+	if irq.n.Load() != 0 {
+		t.Fatalf("%d interrupts with receive interrupts off", irq.n.Load())
+	}
+	uartWrite(u, uartIER, ierRDA)
+	if irq.n.Load() != 1 || uartRead(u, uartIIRFCR)&0x0f != iirRDA {
+		t.Fatalf("enabling receive interrupts with a byte waiting: %d interrupts, IIR %#x; want 1 and RDA", irq.n.Load(), uartRead(u, uartIIRFCR))
+	}
+	uartWrite(u, uartIER, ierRDA) // already on: no new interrupt
+	if irq.n.Load() != 1 {
+		t.Errorf("rewriting IER raised %d interrupts in all, want 1", irq.n.Load())
+	}
+}
+
 func TestDebugExitReportsTheFirstStatus(t *testing.T) {
 	d := NewDebugExit()
 	if _, ok := d.Status(); ok {

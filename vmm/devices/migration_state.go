@@ -99,8 +99,11 @@ type VirtioQueueState struct {
 // VirtioMMIOState is a virtio-mmio transport's registers as plain data,
 // for migration. The rings live in guest memory, which migrates on its
 // own: a ready queue is rebuilt from them on SetState, its next available
-// entry the used ring's index. That is exact once the vCPUs are parked,
-// since notifications are served to the end on the notifying vCPU.
+// entry the used ring's index. That is exact at a request boundary: on
+// the synchronous path once the vCPUs are parked (a notification is
+// served to the end on the notifying vCPU), on the asynchronous path
+// once the transport is also quiesced (Quiesce). InterruptStatus travels
+// with it; the interrupt line's own state is the irqchip's.
 type VirtioMMIOState struct {
 	Status                                         uint32
 	DeviceFeaturesSel, DriverFeaturesSel, QueueSel uint32
@@ -124,8 +127,16 @@ func (t *VirtioMMIO) State() VirtioMMIOState {
 // SetState loads s into the transport, rebuilding every ready queue from
 // guest memory. A state of another device (another queue count) or a
 // ready queue whose rings do not fit this memory is an error, and leaves
-// the transport reset.
+// the transport reset. Call it with no vCPU running. On the asynchronous
+// path it stops the workers first and starts those of the restored
+// state after; each makes a pass over its queue at once, serving what
+// the source was notified of but had not served, unless the transport is
+// quiesced (then the pass waits for Resume).
 func (t *VirtioMMIO) SetState(s VirtioMMIOState) error {
+	t.lifecycle.Lock()
+	defer t.lifecycle.Unlock()
+	t.stopWorkers(t.allQueues()) // a Notifier's Close error leaves nothing running
+	defer t.startWorkers()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.resetLocked()

@@ -179,6 +179,11 @@ func (u *UART) WritePort(port uint16, data []byte) {
 			u.threPending = true // the holding register is already empty
 			raise = true
 		}
+		// Bytes that arrived while receive interrupts were off interrupt
+		// as soon as they are enabled, as a 16550's level line would.
+		if v&ierRDA != 0 && u.ier&ierRDA == 0 && len(u.input) > 0 {
+			raise = true
+		}
 		u.ier = v & 0x0f
 	case uartIIRFCR:
 		u.fifo = v&1 != 0

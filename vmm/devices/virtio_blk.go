@@ -14,6 +14,7 @@ const (
 	// VirtioBlkDeviceID is the virtio device type of a block device.
 	VirtioBlkDeviceID = 2
 
+	FeatureSegMax  = 1 << 2 // VIRTIO_BLK_F_SEG_MAX
 	FeatureBlkSize = 1 << 6 // VIRTIO_BLK_F_BLK_SIZE
 	FeatureFlush   = 1 << 9 // VIRTIO_BLK_F_FLUSH
 
@@ -35,6 +36,12 @@ const (
 	blkHeaderSize = 16
 	// blkQueueSize is the maximum size of the one request queue.
 	blkQueueSize = 256
+	// BlkSegMax is the seg_max reported: the most data buffers in one
+	// request. Without indirect descriptors a request's chain (header,
+	// buffers, status) must fit the ring, so it is the queue's size less
+	// two, as QEMU reports; a Linux driver sizes its requests by it (with
+	// no SEG_MAX it sends one buffer per request).
+	BlkSegMax = blkQueueSize - 2
 )
 
 // errBadRequest marks a request the device answers with an IO error.
@@ -62,17 +69,22 @@ func NewVirtioBlk(backend BlockBackend, name string, mem *memory.Memory) *Virtio
 // DeviceID returns VirtioBlkDeviceID.
 func (b *VirtioBlk) DeviceID() uint32 { return VirtioBlkDeviceID }
 
-// Features offers BLK_SIZE and FLUSH.
-func (b *VirtioBlk) Features() uint64 { return FeatureBlkSize | FeatureFlush }
+// Features offers SEG_MAX, BLK_SIZE and FLUSH: what Linux's virtio_blk
+// reads (capacity is always there; without MQ it uses one queue). FLUSH
+// makes the driver run its cache in write-back mode and send a flush for
+// each fsync, which returns only once the backend's Flush did.
+func (b *VirtioBlk) Features() uint64 { return FeatureSegMax | FeatureBlkSize | FeatureFlush }
 
 // QueueMaxSizes reports one queue.
 func (b *VirtioBlk) QueueMaxSizes() []uint16 { return []uint16{blkQueueSize} }
 
 // ReadConfig reads struct virtio_blk_config: capacity in sectors at 0,
-// blk_size at 20; other fields read zero.
+// seg_max at 12, blk_size at 20; other fields (size_max, geometry, and
+// those of features not offered) read zero.
 func (b *VirtioBlk) ReadConfig(offset uint64, data []byte) {
 	var cfg [24]byte
 	binary.LittleEndian.PutUint64(cfg[0:], b.backend.SizeBytes()/SectorSize)
+	binary.LittleEndian.PutUint32(cfg[12:], BlkSegMax)
 	binary.LittleEndian.PutUint32(cfg[20:], uint32(b.backend.BlockSize()))
 	clear(data)
 	if offset < uint64(len(cfg)) {

@@ -43,6 +43,16 @@ type testDriver struct {
 
 func newTestDriver(t testing.TB, blockSize int, diskBytes int64) *testDriver {
 	t.Helper()
+	d, backend := newTestDisk(t, blockSize, diskBytes)
+	d.irq = &countingIRQ{}
+	d.dev = NewVirtioMMIO(context.Background(), NewVirtioBlk(backend, "tern-disk-0", d.mem), d.mem, d.irq)
+	return d
+}
+
+// newTestDisk returns a driver with guest memory and a file-backed disk
+// but no device yet, and the disk's backend.
+func newTestDisk(t testing.TB, blockSize int, diskBytes int64) (*testDriver, *FileBackend) {
+	t.Helper()
 	mem, err := memory.New(memory.RegionSpec{Name: "ram", Size: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -60,10 +70,7 @@ func newTestDriver(t testing.TB, blockSize int, diskBytes int64) *testDriver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { backend.Close() })
-	irq := &countingIRQ{}
-	d := &testDriver{t: t, mem: mem, irq: irq, disk: disk,
-		dev: NewVirtioMMIO(context.Background(), NewVirtioBlk(backend, "tern-disk-0", mem), mem, irq)}
-	return d
+	return &testDriver{t: t, mem: mem, disk: disk}, backend
 }
 
 func (d *testDriver) reg(off uint64) uint32 {
@@ -106,6 +113,15 @@ func (d *testDriver) setUp(features uint64) {
 // used length, or ok=false when the device used nothing.
 func (d *testDriver) submit(descs []rawDesc, link bool) (uint32, bool) {
 	d.t.Helper()
+	usedBefore := d.publish(descs, link)
+	d.setReg(mmioQueueNotify, 0)
+	return d.usedSince(usedBefore)
+}
+
+// publish writes descs as submit does and makes head 0 available without
+// notifying; it returns the used index before.
+func (d *testDriver) publish(descs []rawDesc, link bool) uint16 {
+	d.t.Helper()
 	for i, desc := range descs {
 		b := make([]byte, 16)
 		binary.LittleEndian.PutUint64(b, uint64(desc.addr))
@@ -123,7 +139,13 @@ func (d *testDriver) submit(descs []rawDesc, link bool) (uint32, bool) {
 	d.mem.AtomicPutUint16(tdAvail+4+2*memory.GPA(d.availIdx%tdQSize), 0)
 	d.availIdx++
 	d.mem.AtomicPutUint16(tdAvail+2, d.availIdx)
-	d.setReg(mmioQueueNotify, 0)
+	return usedBefore
+}
+
+// usedSince returns the used length of the one request the device used
+// since the used index was usedBefore, or ok=false when it used none.
+func (d *testDriver) usedSince(usedBefore uint16) (uint32, bool) {
+	d.t.Helper()
 	usedAfter, _ := d.mem.AtomicUint16(tdUsed + 2)
 	if usedAfter == usedBefore {
 		return 0, false
@@ -188,11 +210,11 @@ func TestVirtioBlkNegotiatesAndReportsItsConfig(t *testing.T) {
 	low := d.reg(mmioDeviceFeatures)
 	d.setReg(mmioDeviceFeaturesSel, 1)
 	high := d.reg(mmioDeviceFeatures)
-	if low != FeatureBlkSize|FeatureFlush || high != 1 {
-		t.Errorf("features %#x:%#x, want BLK_SIZE|FLUSH and VERSION_1", high, low)
+	if low != FeatureSegMax|FeatureBlkSize|FeatureFlush || high != 1 {
+		t.Errorf("features %#x:%#x, want SEG_MAX|BLK_SIZE|FLUSH and VERSION_1", high, low)
 	}
-	if d.reg(mmioConfig) != (1<<20)/512 || d.reg(mmioConfig+4) != 0 || d.reg(mmioConfig+20) != 4096 {
-		t.Errorf("config capacity %d blk_size %d", d.reg(mmioConfig), d.reg(mmioConfig+20))
+	if d.reg(mmioConfig) != (1<<20)/512 || d.reg(mmioConfig+4) != 0 || d.reg(mmioConfig+12) != blkQueueSize-2 || d.reg(mmioConfig+20) != 4096 {
+		t.Errorf("config capacity %d seg_max %d blk_size %d", d.reg(mmioConfig), d.reg(mmioConfig+12), d.reg(mmioConfig+20))
 	}
 	d.setReg(mmioQueueSel, 0)
 	if d.reg(mmioQueueNumMax) != blkQueueSize {

@@ -36,6 +36,10 @@ const (
 
 	// MMIOSize is the size of one virtio-mmio device window.
 	MMIOSize = 0x200
+	// QueueNotifyOffset is the QueueNotify register's offset in the
+	// window: the driver writes a queue's index there (4 bytes), where
+	// an ioeventfd catches it.
+	QueueNotifyOffset = mmioQueueNotify
 
 	virtioMagic   = 0x74726976 // "virt"
 	virtioVersion = 2          // modern
@@ -85,14 +89,35 @@ type queueState struct {
 }
 
 // VirtioMMIO is the virtio-mmio transport (modern register layout) for one
-// device. Queue notifications are processed synchronously in the caller's
-// goroutine (the vCPU's, for now).
+// device.
+//
+// A queue is processed in one of two ways. Synchronously, a QueueNotify
+// write is served to the end in the caller's goroutine (the vCPU's) before
+// the write returns: tern's own guests, which poll the used ring, and
+// their migration rely on that. With Notifiers (NewAsyncVirtioMMIO), each
+// ready queue of a running device (DRIVER_OK) gets its own goroutine,
+// woken by a Notifier (an ioeventfd on QueueNotify), so a guest's IO no
+// longer runs on the vCPU that kicked it; see virtio_queue_worker.go.
+// Either way the used-buffer bit of InterruptStatus is set before the
+// interrupt is raised, and only the driver's InterruptACK clears it.
 type VirtioMMIO struct {
 	// Immutable after construction.
-	ctx context.Context
-	dev VirtioDevice
-	mem *memory.Memory
-	irq Interrupt
+	ctx       context.Context
+	dev       VirtioDevice
+	mem       *memory.Memory
+	irq       Interrupt
+	notifiers Notifiers // nil: synchronous
+	// run holds one token per queue (a channel of capacity 1): whoever
+	// processes queue q, or changes its configuration under a processor,
+	// holds run[q]; Quiesce holds them all.
+	run []chan struct{}
+
+	// lifecycle serializes what starts and stops queue workers: status
+	// and QueueReady writes, SetState and Close. It is taken before mu.
+	lifecycle sync.Mutex
+	// quiesce serializes Quiesce and Resume and guards quiesced.
+	quiesce  sync.Mutex
+	quiesced bool
 
 	mu sync.Mutex
 	// status is the device status register.
@@ -105,12 +130,32 @@ type VirtioMMIO struct {
 	interruptStatus uint32
 	// queues is per queue of the device.
 	queues []queueState
+	// workers is per queue: its goroutine, or nil (synchronous, or not
+	// running). Changed only under lifecycle too.
+	workers []*queueWorker
+	// closed is set by Close: no worker starts after it.
+	closed bool
 }
 
 // NewVirtioMMIO returns the transport of dev over guest memory mem,
-// raising irq on used-ring updates. ctx bounds the device's backend IO.
+// raising irq on used-ring updates and processing each notification
+// synchronously in the notifying goroutine. ctx bounds the device's
+// backend IO.
 func NewVirtioMMIO(ctx context.Context, dev VirtioDevice, mem *memory.Memory, irq Interrupt) *VirtioMMIO {
-	t := &VirtioMMIO{ctx: ctx, dev: dev, mem: mem, irq: irq}
+	return NewAsyncVirtioMMIO(ctx, dev, mem, irq, nil)
+}
+
+// NewAsyncVirtioMMIO is NewVirtioMMIO with each queue processed on its own
+// goroutine, woken by the Notifier notifiers opens for it once the driver
+// made the queue ready and the device DRIVER_OK. A nil notifiers is the
+// synchronous transport. Close stops the goroutines.
+func NewAsyncVirtioMMIO(ctx context.Context, dev VirtioDevice, mem *memory.Memory, irq Interrupt, notifiers Notifiers) *VirtioMMIO {
+	n := len(dev.QueueMaxSizes())
+	t := &VirtioMMIO{ctx: ctx, dev: dev, mem: mem, irq: irq, notifiers: notifiers, run: make([]chan struct{}, n)}
+	for i := range t.run {
+		t.run[i] = make(chan struct{}, 1)
+	}
+	t.workers = make([]*queueWorker, n)
 	t.resetLocked()
 	return t
 }
@@ -188,8 +233,15 @@ func (t *VirtioMMIO) WriteMMIO(offset uint64, data []byte) {
 		return // read-only configuration; registers are 32-bit
 	}
 	v := uint32(littleEndian(data))
-	if offset == mmioQueueNotify {
+	switch offset {
+	case mmioQueueNotify:
 		t.notify(int(v))
+		return
+	case mmioStatus:
+		t.writeStatus(v)
+		return
+	case mmioQueueReady:
+		t.writeQueueReady(v == 1)
 		return
 	}
 	t.mu.Lock()
@@ -233,26 +285,72 @@ func (t *VirtioMMIO) WriteMMIO(offset uint64, data []byte) {
 		if q != nil {
 			setAddr(&q.device, offset == mmioQueueDeviceHigh)
 		}
-	case mmioQueueReady:
-		t.setQueueReadyLocked(q, v == 1)
 	case mmioInterruptACK:
 		t.interruptStatus &^= v
-	case mmioStatus:
-		t.setStatusLocked(v)
 	}
 }
 
-// setQueueReadyLocked enables a queue after validating its rings; an
-// unusable queue sets NEEDS_RESET instead.
-func (t *VirtioMMIO) setQueueReadyLocked(q *queueState, ready bool) {
-	if q == nil {
+// writeStatus applies a driver write of the status register. A reset
+// first stops the queue workers and waits for any request in flight, so
+// that nothing touches the rings once the write returns; DRIVER_OK starts
+// the workers of the ready queues.
+func (t *VirtioMMIO) writeStatus(v uint32) {
+	t.lifecycle.Lock()
+	defer t.lifecycle.Unlock()
+	if v == 0 {
+		t.stopWorkers(t.allQueues())
+		if !t.holdQueues(t.allQueues()) {
+			return // the device's context ended: the VM is closing
+		}
+		defer t.releaseQueues(t.allQueues())
+		t.mu.Lock()
+		t.resetLocked()
+		t.mu.Unlock()
 		return
 	}
+	t.mu.Lock()
+	t.setStatusLocked(v)
+	t.mu.Unlock()
+	t.startWorkers()
+}
+
+// writeQueueReady applies a driver write of QueueReady for the selected
+// queue: disabling one stops its worker and waits for its request in
+// flight; enabling one on a running device starts its worker.
+func (t *VirtioMMIO) writeQueueReady(ready bool) {
+	t.lifecycle.Lock()
+	defer t.lifecycle.Unlock()
+	t.mu.Lock()
+	q := int(t.queueSel)
+	t.mu.Unlock()
+	if q >= len(t.run) {
+		return
+	}
+	if !ready {
+		t.stopWorkers([]int{q})
+		if !t.holdQueues([]int{q}) {
+			return
+		}
+		defer t.releaseQueues([]int{q})
+	}
+	t.mu.Lock()
+	t.setQueueReadyLocked(&t.queues[q], q, ready)
+	t.mu.Unlock()
+	t.startWorkers()
+}
+
+// setQueueReadyLocked enables queue index i, q, after validating its
+// rings; an unusable queue sets NEEDS_RESET instead. Enabling a ready
+// queue does nothing: rebuilding it would rewind it under its processor.
+func (t *VirtioMMIO) setQueueReadyLocked(q *queueState, i int, ready bool) {
 	if !ready {
 		q.ready, q.vq = false, nil
 		return
 	}
-	max := t.dev.QueueMaxSizes()[t.queueSel]
+	if q.ready {
+		return
+	}
+	max := t.dev.QueueMaxSizes()[i]
 	if q.num == 0 || q.num > max {
 		t.status |= StatusNeedsReset
 		return
@@ -281,23 +379,46 @@ func (t *VirtioMMIO) setStatusLocked(v uint32) {
 	t.status = v | t.status&StatusNeedsReset
 }
 
-// notify processes queue q if the driver is running and the queue ready,
-// then raises the interrupt if anything was used.
+// notify serves a QueueNotify write that reached the transport: on the
+// synchronous path it processes the queue in the caller's goroutine. A
+// queue with a worker is served there instead (its ioeventfd takes the
+// driver's writes; one that reaches here is redundant).
 func (t *VirtioMMIO) notify(q int) {
+	if q < 0 || q >= len(t.run) {
+		return
+	}
 	t.mu.Lock()
-	if t.status&StatusDriverOK == 0 || t.status&StatusNeedsReset != 0 || q < 0 || q >= len(t.queues) || !t.queues[q].ready {
+	async := t.workers[q] != nil
+	t.mu.Unlock()
+	if async {
+		return
+	}
+	if !t.holdQueues([]int{q}) {
+		return
+	}
+	defer t.releaseQueues([]int{q})
+	t.processQueue(q)
+}
+
+// processQueue serves queue q if the driver is running and the queue
+// ready, then sets the used-buffer bit and raises the interrupt if
+// anything was used. The caller holds run[q], so the queue's
+// configuration and its Virtqueue are its own until it returns; the
+// device's IO runs without mu, so register accesses (InterruptStatus,
+// InterruptACK) from vCPUs go on meanwhile.
+func (t *VirtioMMIO) processQueue(q int) {
+	t.mu.Lock()
+	if t.status&StatusDriverOK == 0 || t.status&StatusNeedsReset != 0 || !t.queues[q].ready {
 		t.mu.Unlock()
 		return
 	}
 	vq, features := t.queues[q].vq, t.driverFeatures
-	// Processing holds the lock: the transport serves one request batch
-	// at a time, and a concurrent reset waits for it.
-	used := t.dev.Process(t.ctx, q, vq, features)
-	if used {
-		t.interruptStatus |= interruptUsedBuffer
-	}
 	t.mu.Unlock()
-	if used {
-		t.irq.Trigger()
+	if !t.dev.Process(t.ctx, q, vq, features) {
+		return
 	}
+	t.mu.Lock()
+	t.interruptStatus |= interruptUsedBuffer
+	t.mu.Unlock()
+	t.irq.Trigger()
 }

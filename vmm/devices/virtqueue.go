@@ -94,8 +94,12 @@ func (q *Virtqueue) Pop() (head uint16, ok bool, err error) {
 // Chain reads the descriptor chain starting at head. It fails with
 // ErrBadChain on an out-of-range index, a loop (more descriptors than the
 // queue size) or an indirect descriptor.
-func (q *Virtqueue) Chain(head uint16) ([]Desc, error) {
-	var chain []Desc
+func (q *Virtqueue) Chain(head uint16) ([]Desc, error) { return q.AppendChain(nil, head) }
+
+// AppendChain is Chain appending to dst[:0], so that a device serving
+// one chain at a time reuses one slice.
+func (q *Virtqueue) AppendChain(dst []Desc, head uint16) ([]Desc, error) {
+	chain := dst[:0]
 	var raw [descSize]byte
 	for i := head; ; {
 		if i >= q.size {
