@@ -24,19 +24,27 @@ import (
 	"time"
 
 	"tern/internal/kvmhost"
+	"tern/vmm/kvm"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxguest"
 )
 
-// What linuxinit prints.
+// What linuxinit prints: CPUsPrefix and the online CPUs' list ("0-1"),
+// ACPIPrefix and the ACPI tables the kernel found ("APIC DSDT FACP"),
+// then InitLine; later EchoPrefix and the line it read.
 const (
 	InitLine   = "tern-linux-init: hello"
 	EchoPrefix = "tern-linux-init: echo "
+	CPUsPrefix = "tern-linux-init: cpus online "
+	ACPIPrefix = "tern-linux-init: acpi tables "
 )
 
 // Cmdline is the tests' kernel command line. tern gives the kernel
 // kvmclock and a TSC-deadline timer (vmm/linux_platform.go), so it needs
-// no tsc_early_khz; no_timer_check skips a check of the PIT's interrupt
-// through an IOAPIC the kernel finds no table for.
+// no tsc_early_khz. no_timer_check skips the kernel's check of the PIT's
+// interrupt through the IOAPIC; with tern's hardware-reduced ACPI tables
+// (vmm/acpi) the kernel sets up no PIT and makes no such check, so it
+// only matters to a kernel that ignores the tables.
 const Cmdline = "console=ttyS0 panic=-1 no_timer_check"
 
 // Environment through which Prepare hands the tests their files (or why
@@ -143,11 +151,65 @@ func Files(t testing.TB) Guest {
 	return g
 }
 
-// UnderNestedPVM reports whether /dev/kvm is kvm-pvm's (see
-// /sys/module/kvm_pvm) and the tests run on it, not in the emulated host.
+// Environment through which PrepareUserland hands the tests the userland
+// (or why there is none).
+const (
+	userlandKernelEnv = "TERN_LINUXTEST_USERLAND_KERNEL"
+	userlandInitrdEnv = "TERN_LINUXTEST_USERLAND_INITRD"
+	userlandRelEnv    = "TERN_LINUXTEST_USERLAND_RELEASE"
+	userlandSkipEnv   = "TERN_LINUXTEST_USERLAND_SKIP"
+)
+
+// PrepareUserland is a kvmtest.WithPrepare function: it builds (or finds
+// in the kernel cache's linuxguest directory) tern's Linux userland,
+// Debian's bzImage with the linuxguest initramfs, so that it is carried
+// into the emulated host. What cannot be had (no apt) becomes the tests'
+// skip reason (Userland), not a failure of the package.
+func PrepareUserland() ([]kvmhost.File, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cache, err := kvmhost.CacheDir()
+	if err == nil {
+		var f linuxguest.Files
+		if f, err = linuxguest.Build(ctx, filepath.Join(cache, "linuxguest"), os.Stderr); err == nil {
+			os.Setenv(userlandKernelEnv, f.Kernel)
+			os.Setenv(userlandInitrdEnv, f.Initramfs)
+			os.Setenv(userlandRelEnv, f.Release)
+			os.Unsetenv(userlandSkipEnv)
+			return []kvmhost.File{{Host: f.Kernel}, {Host: f.Initramfs}}, nil, nil
+		}
+	}
+	os.Setenv(userlandSkipEnv, fmt.Sprintf("no Linux userland: %v", err))
+	return nil, nil, nil
+}
+
+// UserlandFiles is what PrepareUserland made.
+type UserlandFiles struct {
+	// Kernel is Debian's bzImage; Initrd the linuxguest initramfs.
+	Kernel, Initrd string
+	// Release is the kernel's release (uname -r).
+	Release string
+}
+
+// Userland returns what PrepareUserland made, or skips t with the reason
+// there is nothing.
+func Userland(t testing.TB) UserlandFiles {
+	t.Helper()
+	if why := os.Getenv(userlandSkipEnv); why != "" {
+		t.Skip(why)
+	}
+	u := UserlandFiles{Kernel: os.Getenv(userlandKernelEnv), Initrd: os.Getenv(userlandInitrdEnv), Release: os.Getenv(userlandRelEnv)}
+	if u.Kernel == "" || u.Initrd == "" {
+		t.Skip("no Linux userland prepared: run the tests through kvmtest.Main with linuxtest.PrepareUserland, without go test -exec")
+	}
+	return u
+}
+
+// UnderNestedPVM reports whether /dev/kvm is kvm-pvm's (kvm.PVM, the
+// decision tern up makes too) and the tests run on it, not in the
+// emulated host.
 func UnderNestedPVM() bool {
-	_, err := os.Stat("/sys/module/kvm_pvm")
-	return err == nil && !kvmtest.Inside()
+	return kvm.PVM() && !kvmtest.Inside()
 }
 
 // RunInEmulatedHost runs t's test again, alone, from this test binary with
@@ -167,7 +229,9 @@ func RunInEmulatedHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 22*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self, "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=20m")
-	cmd.Env = append(os.Environ(), kvmtest.ModeEnv+"=always")
+	// Two emulated CPUs: with one, the machine does nothing else while
+	// the Linux guest runs, and stalled (see kvmhost.CPUsEnv).
+	cmd.Env = append(os.Environ(), kvmtest.ModeEnv+"=always", kvmhost.CPUsEnv+"=2")
 	t.Logf("nested PVM: guest CPL0 code is emulated in software here, too slow for a stock kernel; running %s in the emulated test host", t.Name())
 	start := time.Now()
 	out, err := cmd.CombinedOutput()

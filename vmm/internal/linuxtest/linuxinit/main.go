@@ -1,8 +1,10 @@
 // Command linuxinit is the /init of the Linux boot tests' initramfs. It
-// prints initLine on the console, then waits for one line of console
-// input, prints it back after echoPrefix and exits with status 0 through
-// tern's debug-exit port (0xf4), which ends the VM's Run. Built with
-// CGO_ENABLED=0, so it is static.
+// prints what the kernel found of the machine (the online CPUs, after
+// cpusPrefix, and the ACPI tables, after acpiPrefix), then initLine on the
+// console, then waits for one line of console input, prints it back after
+// echoPrefix and exits with status 0 through tern's debug-exit port
+// (0xf4), which ends the VM's Run. Built with CGO_ENABLED=0, so it is
+// static.
 package main
 
 import (
@@ -18,6 +20,8 @@ import (
 const (
 	initLine   = "tern-linux-init: hello"
 	echoPrefix = "tern-linux-init: echo "
+	cpusPrefix = "tern-linux-init: cpus online "
+	acpiPrefix = "tern-linux-init: acpi tables "
 )
 
 // debugExitPort is where tern's guests write their exit status.
@@ -31,6 +35,7 @@ func main() {
 		fmt.Println("tern-linux-init: opening /dev/console:", err) // the kernel's console, if any
 		exit(1)
 	}
+	printMachine(c)
 	fmt.Fprintln(c, initLine)
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
@@ -39,6 +44,35 @@ func main() {
 	}
 	fmt.Fprintf(c, "%s%s\n", echoPrefix, strings.TrimSpace(line))
 	exit(0)
+}
+
+// printMachine prints the CPUs the kernel brought online (the
+// cpulist of /sys/devices/system/cpu/online, such as "0-1") and the ACPI
+// tables it found (the names in /sys/firmware/acpi/tables), or why not.
+func printMachine(c *os.File) {
+	if err := os.MkdirAll("/sys", 0o755); err == nil {
+		err = syscall.Mount("sysfs", "/sys", "sysfs", 0, "")
+		if err != nil {
+			fmt.Fprintln(c, "tern-linux-init: mounting sysfs:", err)
+		}
+	}
+	online, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		fmt.Fprintf(c, "%s(%v)\n", cpusPrefix, err)
+	} else {
+		fmt.Fprintf(c, "%s%s\n", cpusPrefix, strings.TrimSpace(string(online)))
+	}
+	var names []string
+	entries, err := os.ReadDir("/sys/firmware/acpi/tables")
+	for _, e := range entries {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	if err != nil {
+		names = append(names, "("+err.Error()+")")
+	}
+	fmt.Fprintf(c, "%s%s\n", acpiPrefix, strings.Join(names, " "))
 }
 
 // exit writes status to the debug-exit port through /dev/port and, where
