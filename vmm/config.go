@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"tern/vmm/acpi"
 	"tern/vmm/boot"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
@@ -26,7 +27,10 @@ type Config struct {
 	// Linux, when set instead of Guest, boots a Linux kernel through its
 	// 64-bit entry (vmm/boot.LoadLinux, LoadVmlinux): the serial console
 	// is the UART at 0x3f8 (console=ttyS0), and the VM gets what
-	// linux_platform.go describes. A Linux guest takes no disks yet.
+	// linux_platform.go describes. Its disks interrupt through irqfds and
+	// are notified through ioeventfds (virtio_irq.go); the kernel finds
+	// them in the ACPI DSDT, and needs the virtio_mmio and virtio_blk
+	// modules (Debian builds them as modules).
 	Linux *LinuxGuest
 	// MemoryBytes is the size of guest RAM, one region at address 0. Give
 	// it or Regions, not both.
@@ -44,6 +48,9 @@ type Config struct {
 	// (vda, vdb, …), at most MaxDisks. The caller owns them and closes
 	// them after the VM.
 	Disks []devices.BlockBackend
+	// NICs are the network cards, virtio-net on TAP interfaces, NICs[j]
+	// in slot NICSlot(j) (VirtioSlotAddr), at most MaxNICs (nics.go).
+	NICs []NIC
 	// Params is the built-in guests' parameter block; nil means their
 	// defaults. TSCkHz and, with a disk, VirtioBase are filled in when 0.
 	// Given with a guest file, it is written for that guest too.
@@ -78,7 +85,8 @@ const (
 	// BootAreaEnd bounds tern's boot data (GDT, page tables, parameter
 	// block, AP park, stack): guest segments must start above it.
 	BootAreaEnd memory.GPA = boot.StackTopAddr
-	// APParkAddr holds the HLT the application processors start at.
+	// APParkAddr holds the HLT the application processors of tern's own
+	// guests start at (a Linux guest's start where its kernel sends them).
 	APParkAddr memory.GPA = 0x9000
 )
 
@@ -101,6 +109,20 @@ func (c *Config) disks() []devices.BlockBackend {
 		return []devices.BlockBackend{c.Disk}
 	}
 	return c.Disks
+}
+
+// virtioSlotsInUse returns the virtio-mmio slots the config occupies, in
+// ascending order: disk i in slot i, network card j in NICSlot(j). The
+// ACPI DSDT describes these slots and no others (linux_platform.go).
+func (c *Config) virtioSlotsInUse() []int {
+	var slots []int
+	for i := range c.disks() {
+		slots = append(slots, i)
+	}
+	for j := range c.NICs {
+		slots = append(slots, NICSlot(j))
+	}
+	return slots
 }
 
 // guestImage is a resolved, parsed guest.
@@ -236,14 +258,13 @@ func (c *Config) validate() (*guestImage, []error) {
 			bad("disks[%d]: no backend", i)
 		}
 	}
+	errs = append(errs, c.validateNICs()...)
 	if c.Linux != nil {
 		if c.Guest != "" {
 			bad("guest: give Guest or Linux, not both")
 		}
-		if len(c.disks()) > 0 {
-			// Debian builds virtio-mmio and virtio-blk as modules, and the
-			// devices raise no interrupt yet: a disk would be unusable.
-			bad("disks: a Linux guest gets no disks yet")
+		if c.VCPUs > acpi.MaxVCPUs {
+			bad("vcpus: %d; a Linux guest's MADT lists at most %d (xAPIC IDs are 8 bits)", c.VCPUs, acpi.MaxVCPUs)
 		}
 		img, err := resolveLinux(c.Linux)
 		if err != nil {

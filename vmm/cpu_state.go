@@ -22,13 +22,28 @@ func setCPUState(cpu *kvm.VCPU, st boot.CPUState) error {
 	return cpu.SetRegs(kvm.Regs{RIP: st.RIP, RSP: st.RSP, RFLAGS: st.RFLAGS, RSI: st.RSI})
 }
 
-// cpuidFor returns the supported CPUID leaves with vCPU id's initial APIC
-// ID in leaf 1.
+// CPUID leaves that carry a CPU's APIC ID.
+const (
+	cpuidFeatures         = 0x1  // EBX bits 31-24: initial APIC ID
+	cpuidExtTopology      = 0xb  // EDX, every subleaf: x2APIC ID
+	cpuidExtTopologyV2    = 0x1f // the same
+	cpuidInitialAPICShift = 24
+)
+
+// cpuidFor returns the supported CPUID leaves with vCPU id's APIC ID
+// (KVM gives vCPU id local APIC ID id) where CPUID reports it: leaf 1's
+// initial APIC ID and, where present, the extended topology leaves' x2APIC
+// ID. KVM_GET_SUPPORTED_CPUID leaves them to the VMM; a kernel that reads
+// an ID there other than its local APIC's reports "APIC id mismatch" and
+// gets its topology wrong.
 func cpuidFor(supported []kvm.CPUIDEntry2, id int) []kvm.CPUIDEntry2 {
 	out := append([]kvm.CPUIDEntry2(nil), supported...)
 	for i := range out {
-		if out[i].Function == 1 {
-			out[i].EBX = out[i].EBX&0x00ffffff | uint32(id)<<24
+		switch out[i].Function {
+		case cpuidFeatures:
+			out[i].EBX = out[i].EBX&0x00ffffff | uint32(id)<<cpuidInitialAPICShift
+		case cpuidExtTopology, cpuidExtTopologyV2:
+			out[i].EDX = uint32(id)
 		}
 	}
 	return out

@@ -30,7 +30,15 @@ func (vm *VM) attachDevices(cfg Config) error {
 	for i, d := range cfg.disks() {
 		name := diskName(i)
 		blk := devices.NewVirtioBlk(d, name, vm.mem)
+		// tern's own guests poll: no interrupt, and each notification is
+		// served on the notifying vCPU (see virtio_irq.go).
 		t := devices.NewVirtioMMIO(vm.devCtx, blk, vm.mem, devices.NoInterrupt{})
+		if cfg.Linux != nil {
+			var err error
+			if t, err = vm.newLinuxVirtioMMIO(i, blk); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
 		vm.virtioBlks = append(vm.virtioBlks, t)
 		errs = append(errs, vm.mmio.Register("virtio-blk "+name, VirtioBlkAddr(i), devices.MMIOSize, t))
 	}

@@ -29,16 +29,28 @@
 //     VirtioBlkAddr(i) (VirtioBlkBase for the first), served on the vCPU
 //     thread straight from and into guest memory, FLUSH mapped to the
 //     backend's Flush. tern's guests poll; no interrupt reaches them.
+//   - Network cards (Config.NICs, nics.go): virtio-net on a TAP each, card
+//     j in virtio-mmio slot NICSlot(j), its address given or NICMAC of
+//     the TAP's name. The VM opens the TAPs in New and owns them; each
+//     card receives on its own goroutine, which Pause holds (nothing is
+//     written into guest memory while paused) and Close ends before
+//     guest RAM is unmapped. A Linux guest's card interrupts and is
+//     notified as its disks are (an irqfd on VirtioSlotGSI, ioeventfds,
+//     queue workers); tern's guests have no virtio-net driver.
 //   - A Linux guest (Config.Linux) also gets KVM's in-kernel irqchip and
-//     PIT, CPUID with the hypervisor and TSC-deadline bits, and the
-//     UART's interrupt on IRQ 4 (linux_platform.go); it gets no disks
-//     yet (its virtio would need interrupts too).
+//     PIT, CPUID with the hypervisor and TSC-deadline bits, the UART's
+//     interrupt on IRQ 4, and ACPI tables (vmm/acpi: its vCPUs, the
+//     IOAPIC, COM1 and the occupied virtio-mmio slots) in the BIOS area
+//     (linux_platform.go); its disks interrupt through an irqfd on their
+//     slot's GSI and are notified through an ioeventfd per queue, each
+//     queue served on its own goroutine, not the vCPU's (virtio_irq.go).
 //   - New starts one vmm/vcpu goroutine per vCPU, which creates its vCPU
 //     on its own locked thread and parks before the first instruction;
-//     Run lets them go. vCPU 0 starts at the ELF entry; further vCPUs
-//     start at a HLT tern writes at APParkAddr and wait there until Stop
-//     (tern's guests are uniprocessor and nothing yet starts application
-//     processors).
+//     Run lets them go. vCPU 0 starts at the guest's entry. For tern's
+//     own guests, which are uniprocessor, further vCPUs start at a HLT
+//     tern writes at APParkAddr and wait there until Stop; a Linux
+//     guest's stay in KVM's reset state until the kernel starts them with
+//     INIT and a start-up IPI.
 //   - Built-in guests (vmm/guests) get a parameter block at
 //     guests.ParamsAddr with the TSC frequency KVM reports and the
 //     virtio-mmio base filled in.

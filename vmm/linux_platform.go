@@ -3,8 +3,11 @@ package vmm
 import (
 	"fmt"
 
+	"tern/vmm/acpi"
+	"tern/vmm/boot"
 	"tern/vmm/devices"
 	"tern/vmm/kvm"
+	"tern/vmm/memory"
 )
 
 // A Linux guest gets more of a PC than tern's own guests, which poll and
@@ -22,9 +25,19 @@ import (
 //     leaves both bits to the VMM.
 //   - The UART's interrupt on IRQ 4 (COM1's), so that user space can
 //     write to and read from the serial console, not only printk.
-//
-// No MP or ACPI table is written: the kernel finds one CPU and runs its
-// local APIC in virtual-wire mode, which routes the PIC's interrupts.
+//   - ACPI tables (vmm/acpi) in the BIOS area at acpi.RSDPScanStart,
+//     their RSDP also in boot_params.acpi_rsdp_addr: a MADT with one
+//     local APIC per vCPU and the IOAPIC, a hardware-reduced FADT, and a
+//     DSDT with COM1 (0x3f8, GSI 4) and one LNRO0005 device per occupied
+//     virtio-mmio slot (its window and VirtioSlotGSI). Hardware-reduced,
+//     the kernel routes every interrupt through the IOAPIC and leaves
+//     the PIC and the PIT alone (the PIT stays, unused: KVM's PIT needs
+//     nothing of the guest).
+//   - SMP: vCPU 0 starts at the kernel's 64-bit entry; every other vCPU
+//     stays as KVM creates it with the in-kernel irqchip, waiting in
+//     KVM_MP_STATE_UNINITIALIZED until the kernel starts it through its
+//     local APIC (INIT, start-up IPI), as firmware would leave it. CPUID
+//     gives vCPU i APIC ID i (cpuidFor), the ID the MADT lists.
 
 // CPUID bits tern sets for a Linux guest (leaf 1 ECX).
 const (
@@ -38,6 +51,30 @@ const uartIRQ = 4
 // pitSpeakerDummy is KVM_PIT_SPEAKER_DUMMY: port 0x61 reads as a speaker
 // that is not there, which the kernel's PIT code probes.
 const pitSpeakerDummy = 1
+
+// writeACPI builds the ACPI tables of a Linux guest with cfg's vCPUs and
+// occupied virtio-mmio slots, writes them at acpi.RSDPScanStart (in the
+// e820 map's reserved BIOS area) and records the RSDP in the zero page
+// the loader placed.
+func writeACPI(mem *memory.Memory, cfg Config) error {
+	spec := acpi.Spec{
+		VCPUs:   max(cfg.VCPUs, 1),
+		Serials: []acpi.Serial{{Port: devices.UARTBase, GSI: uartIRQ}},
+	}
+	for _, slot := range cfg.virtioSlotsInUse() {
+		spec.VirtioMMIO = append(spec.VirtioMMIO, acpi.VirtioMMIO{
+			Slot: slot, Base: VirtioSlotAddr(slot), Size: devices.MMIOSize, GSI: VirtioSlotGSI(slot),
+		})
+	}
+	img, err := acpi.Build(acpi.RSDPScanStart, spec)
+	if err != nil {
+		return fmt.Errorf("building ACPI tables: %w", err)
+	}
+	if err := mem.Write(memory.GPA(img.Base), img.Bytes); err != nil {
+		return fmt.Errorf("placing ACPI tables: %w", err)
+	}
+	return boot.SetACPIRSDP(mem, memory.GPA(img.RSDPAddr()))
+}
 
 // createLinuxPlatform creates the in-kernel irqchip and PIT; before any
 // vCPU exists.

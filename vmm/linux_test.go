@@ -2,6 +2,7 @@ package vmm_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +13,12 @@ import (
 )
 
 // TestLinuxBootsToInit boots Debian's kernel (the emulated host's), as
-// its bzImage and as the vmlinux inside it, with the test init
-// (vmm/internal/linuxtest), which prints its line on the serial console,
-// echoes a line typed there and exits with status 0 through port 0xf4:
-// the in-kernel irqchip, kvmclock and the UART's interrupt all work (see
+// its bzImage with one vCPU and as the vmlinux inside it with two, with
+// the test init (vmm/internal/linuxtest), which prints the CPUs the
+// kernel brought online and the ACPI tables it found, then its line on
+// the serial console, echoes a line typed there and exits with status 0
+// through port 0xf4: the ACPI tables, SMP through the local APICs, the
+// in-kernel irqchip, kvmclock and the UART's interrupt all work (see
 // linux_platform.go). Under nested PVM the test runs itself again in the
 // emulated test host (TestVmlinuxPrintsItsBannerUnderNestedPVM is what
 // runs there directly).
@@ -26,7 +29,11 @@ func TestLinuxBootsToInit(t *testing.T) {
 		linuxtest.RunInEmulatedHost(t)
 		return
 	}
-	for _, c := range []struct{ name, kernel string }{{"bzImage", g.BzImage}, {"vmlinux", g.Vmlinux}} {
+	for _, c := range []struct {
+		name, kernel string
+		vcpus        int
+		wantCPUs     string // /sys/devices/system/cpu/online
+	}{{"bzImage", g.BzImage, 1, "0"}, {"vmlinux", g.Vmlinux, 2, "0-1"}} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.kernel == "" {
 				t.Fatal("no kernel of this format prepared")
@@ -47,6 +54,7 @@ func TestLinuxBootsToInit(t *testing.T) {
 				vm = newVM(t, vmm.Config{
 					Linux:       &vmm.LinuxGuest{Kernel: c.kernel, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"},
 					MemoryBytes: 256 << 20,
+					VCPUs:       c.vcpus,
 				})
 				con = newConsole(t, vm)
 				con.wait = linuxBoot()
@@ -63,6 +71,7 @@ func TestLinuxBootsToInit(t *testing.T) {
 				t.Logf("STALL: no %q within %v (Run: %d, %v); the console's last lines:\n%s\nbooting once more (open finding, docs/reliability.md)",
 					linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
 			}
+			checkMachine(t, con.seen, c.wantCPUs)
 			if n := vm.Serial().Input([]byte("ping\n")); n != 5 {
 				t.Fatalf("UART took %d of 5 bytes", n)
 			}
@@ -115,6 +124,36 @@ func TestVmlinuxPrintsItsBannerUnderNestedPVM(t *testing.T) {
 	}
 	vm.Stop()
 	<-done // ErrStopped, or an emulation failure had it stopped already
+}
+
+// checkMachine checks what a Linux guest printed up to its init line: the
+// kernel found tern's ACPI tables (no "RSDP was not found"), every vCPU
+// with the APIC ID CPUID gives it (no "APIC id mismatch", which the
+// kernel prints even when quiet), and the init saw wantCPUs online.
+func checkMachine(t *testing.T, seen []string, wantCPUs string) {
+	t.Helper()
+	var cpus, tables string
+	for _, l := range seen {
+		for _, bad := range []string{"RSDP was not found", "APIC id mismatch", "ACPI BIOS Error", "ACPI Error"} {
+			if strings.Contains(l, bad) {
+				t.Errorf("the kernel printed %q", l)
+			}
+		}
+		if _, v, ok := strings.Cut(l, linuxtest.CPUsPrefix); ok {
+			cpus = v
+		}
+		if _, v, ok := strings.Cut(l, linuxtest.ACPIPrefix); ok {
+			tables = v
+		}
+	}
+	if cpus != wantCPUs {
+		t.Errorf("the init saw CPUs %q online, want %q; the console:\n%s", cpus, wantCPUs, tail(seen, 30))
+	}
+	for _, sig := range []string{"APIC", "DSDT", "FACP"} {
+		if !slices.Contains(strings.Fields(tables), sig) {
+			t.Errorf("the kernel's ACPI tables are %q, without %s", tables, sig)
+		}
+	}
 }
 
 // tail returns the last n lines joined.

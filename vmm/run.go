@@ -78,12 +78,17 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 	return 0, errors.Join(append([]error{cause}, errs...)...)
 }
 
-// Pause parks every vCPU at an instruction boundary and returns once all
+// Pause parks every vCPU at an instruction boundary and stops the network
+// cards writing received frames into guest memory, and returns once all
 // are parked. Before Run it makes Run start them parked. If one cannot
 // pause (it ended), the others are resumed and its error returned.
 func (vm *VM) Pause() error {
+	vm.pauseNICs()
 	running, err := vm.requestBeforeRun(true)
 	if running == nil || err != nil {
+		if err != nil {
+			vm.resumeNICs()
+		}
 		return err
 	}
 	for i, v := range running {
@@ -91,6 +96,7 @@ func (vm *VM) Pause() error {
 			for _, p := range running[:i] {
 				p.Resume()
 			}
+			vm.resumeNICs()
 			return fmt.Errorf("pausing VM: %w", err)
 		}
 	}
@@ -100,8 +106,12 @@ func (vm *VM) Pause() error {
 // Resume lets every paused vCPU run on; before Run it undoes a Pause.
 func (vm *VM) Resume() error {
 	running, err := vm.requestBeforeRun(false)
-	if running == nil || err != nil {
+	if err != nil {
 		return err
+	}
+	vm.resumeNICs()
+	if running == nil {
+		return nil
 	}
 	var errs []error
 	for _, v := range running {

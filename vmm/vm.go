@@ -42,8 +42,14 @@ type VM struct {
 	uart      *devices.UART
 	debugExit *devices.DebugExit
 	bootTimer *devices.BootTimer
-	// virtioBlks are the disks' transports, in slot order.
+	// virtioBlks are the disks' transports, in slot order; closed by
+	// Close.
 	virtioBlks []*devices.VirtioMMIO
+	// nics are the network cards, in slot order; each owns its TAP, its
+	// receive goroutine and its transport; closed by Close.
+	nics []*devices.VirtioNet
+	// irqfds are a Linux guest's virtio interrupts; closed by Close.
+	irqfds []*irqfd
 	// devCtx bounds the devices' backend IO; cancelled by Close.
 	devCtx    context.Context
 	devCancel context.CancelFunc
@@ -153,12 +159,15 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 		return err
 	}
 	n := max(cfg.VCPUs, 1)
-	if n > 1 {
+	if n > 1 && !linux {
 		if err := mem.Write(APParkAddr, []byte{hlt}); err != nil {
 			return fmt.Errorf("placing the application processors' HLT: %w", err)
 		}
 	}
 	if err := vm.attachDevices(cfg); err != nil {
+		return err
+	}
+	if err := vm.attachNICs(cfg); err != nil {
 		return err
 	}
 	supported, err := vm.sys.SupportedCPUID()
@@ -176,9 +185,14 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 	var tscKHz uint32
 	var tscErr error
 	for id := range n {
-		s := st
+		// tern's own guests start every vCPU in long mode, the
+		// application processors parked on a HLT; a Linux guest's stay
+		// in KVM's reset state until the kernel sends them INIT and a
+		// start-up IPI (linux_platform.go).
+		s, reset := st, false
 		if id > 0 {
 			s.RIP = uint64(APParkAddr)
+			reset = linux
 		}
 		// Runs on the vCPU's own thread (see vmm/vcpu), before Start
 		// returns.
@@ -194,8 +208,10 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			if err := cpu.SetCPUID2(cpuid); err != nil {
 				return nil, err
 			}
-			if err := setCPUState(cpu, s); err != nil {
-				return nil, err
+			if !reset {
+				if err := setCPUState(cpu, s); err != nil {
+					return nil, err
+				}
 			}
 			if id == 0 {
 				tscKHz, tscErr = cpu.TSCkHz()
@@ -236,6 +252,9 @@ func loadImage(mem *memory.Memory, cfg Config, img *guestImage) (boot.CPUState, 
 		}
 		if err != nil {
 			return boot.CPUState{}, fmt.Errorf("loading linux kernel %s: %w", cfg.Linux.Kernel, err)
+		}
+		if err := writeACPI(mem, cfg); err != nil {
+			return boot.CPUState{}, err
 		}
 		st, err := boot.LinuxState(mem, li)
 		if err != nil {
@@ -297,9 +316,10 @@ func (vm *VM) VCPUs() []*vcpu.VCPU {
 	return append([]*vcpu.VCPU(nil), vm.vcpus...)
 }
 
-// Close stops the vCPUs and waits for their goroutines, then closes every
-// vCPU, the VM and /dev/kvm, and unmaps guest RAM. Closing twice is a
-// no-op.
+// Close stops the vCPUs and waits for their goroutines, stops the network
+// cards' receive goroutines (closing their TAPs) and the virtio queue
+// workers, closes the eventfds, every vCPU, the VM and /dev/kvm, and
+// unmaps guest RAM. Closing twice is a no-op.
 func (vm *VM) Close() error {
 	vm.Stop()
 	vm.mu.Lock()
@@ -313,8 +333,18 @@ func (vm *VM) Close() error {
 	for _, v := range running {
 		v.Wait() // its error was Run's to report
 	}
+	// The cards' receive goroutines write guest memory: they end first,
+	// with their transports' workers and ioeventfds.
+	errs := []error{vm.closeNICs()}
 	vm.devCancel()
-	var errs []error
+	// The transports' workers and ioeventfds, then the irqfds, go before
+	// the KVM VM they are registered in.
+	for _, t := range vm.virtioBlks {
+		errs = append(errs, t.Close())
+	}
+	for _, i := range vm.irqfds {
+		errs = append(errs, i.Close())
+	}
 	if vm.kvm != nil {
 		errs = append(errs, vm.kvm.Close())
 	}

@@ -14,7 +14,9 @@ import (
 	"tern/vmm/kvm/kvmtest"
 )
 
-func TestMain(m *testing.M) { kvmtest.Main(m, kvmtest.WithPrepare(linuxtest.PrepareWithVmlinux)) }
+func TestMain(m *testing.M) {
+	kvmtest.Main(m, kvmtest.WithPrepare(linuxtest.PrepareWithVmlinux), kvmtest.WithPrepare(linuxtest.PrepareUserland))
+}
 
 // generous bounds every wait: the machines are busy and the emulated test
 // host is slow; nothing asserts on time.

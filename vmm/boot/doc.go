@@ -26,7 +26,9 @@
 // from PageTablesAddr, Linux boot_params (the zero page) at ZeroPageAddr,
 // the Linux command line at CmdlineAddr, the initial stack in
 // the page below StackTopAddr. 0x8000 holds tern's test-guest parameter block
-// (vmm/guests) and is left alone.
+// (vmm/guests) and is left alone. vmm writes a Linux guest's ACPI tables
+// from 0xe0000 (vmm/acpi), in the e820 map's reserved hole, and records
+// their RSDP with SetACPIRSDP.
 //
 // Package vmm applies CPUState with KVM_SET_SREGS / KVM_SET_REGS (after
 // KVM_SET_CPUID2) and boots the test guests from LoadELF + LongModeState

@@ -47,6 +47,7 @@ const (
 	offCmdlineSize     = 0x238
 	offPrefAddress     = 0x258
 	offInitSize        = 0x260
+	offACPIRSDPAddr    = 0x070
 	offE820Entries     = 0x1e8
 	offE820Table       = 0x2d0
 	maxE820Entries     = 128
@@ -153,7 +154,9 @@ type E820Entry struct {
 
 // E820Map derives the memory map from guest RAM: every region is RAM,
 // except that the legacy hole [0x9fc00, 0x100000) (EBDA, VGA, BIOS) is
-// reported reserved where a region covers it.
+// reported reserved where a region covers it. vmm puts a Linux guest's
+// ACPI tables in that hole's BIOS area (from 0xe0000, see vmm/acpi), so
+// the kernel neither allocates nor overwrites them.
 func E820Map(m *memory.Memory) []E820Entry {
 	const holeStart, holeEnd = 0x9fc00, 0x100000
 	var out []E820Entry
@@ -292,6 +295,20 @@ func LoadVmlinux(m *memory.Memory, elf *ELFImage, initrd []byte, cmdline string)
 	}
 	img := &LinuxImage{Header: h, Entry64: elf.Entry}
 	return img, placeBootData(m, img, end, initrd, cmdline)
+}
+
+// SetACPIRSDP records rsdp, the guest-physical address of the ACPI RSDP,
+// in boot_params.acpi_rsdp_addr of the zero page LoadLinux or
+// LoadVmlinux placed at ZeroPageAddr; call it after them. Kernels since
+// 5.0 take the RSDP from there before they scan the BIOS area for one
+// (older ones ignore the field, which was padding).
+func SetACPIRSDP(m *memory.Memory, rsdp memory.GPA) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(rsdp))
+	if err := m.Write(ZeroPageAddr+offACPIRSDPAddr, b[:]); err != nil {
+		return fmt.Errorf("recording the ACPI RSDP in boot_params: %w", err)
+	}
+	return nil
 }
 
 // placeBootData writes the command line, the initrd above floor (the

@@ -129,6 +129,15 @@ func TestLoadLinuxPlacesKernelCmdlineInitrdAndBootParams(t *testing.T) {
 	if !slices.Equal(e820, want) {
 		t.Errorf("e820 %+v, want %+v", e820, want)
 	}
+	if got := le.Uint64(zp[offACPIRSDPAddr:]); got != 0 {
+		t.Errorf("acpi_rsdp_addr = %#x before SetACPIRSDP, want 0", got)
+	}
+	if err := SetACPIRSDP(m, 0xe0000); err != nil {
+		t.Fatal(err)
+	}
+	if got := le.Uint64(zp[offACPIRSDPAddr:]); got != 0xe0000 {
+		t.Errorf("acpi_rsdp_addr = %#x, want 0xe0000", got)
+	}
 	st, err := LinuxState(m, img)
 	if err != nil {
 		t.Fatal(err)
