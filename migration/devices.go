@@ -55,6 +55,7 @@ var currentDevices = registry{
 	kindHistory:   {1, decodeHistory},
 	kindBootTimer: {1, decodeBootTimer},
 	kindVirtioBlk: {1, decodeVirtioBlk},
+	kindVirtioNet: {1, decodeVirtioNet},
 }
 
 // decode reads ds; an unknown kind or a version other than the codec's
@@ -180,9 +181,22 @@ type virtioBlkState struct {
 // encodeVirtioBlk encodes a disk's virtio-mmio transport registers (the
 // rings are in guest memory).
 func encodeVirtioBlk(v virtioBlkState) DeviceState {
-	s := v.State
+	return DeviceState{Kind: kindVirtioBlk, Version: 1, Payload: encodeVirtioMMIO(v.Slot, v.State)}
+}
+
+func decodeVirtioBlk(_ uint16, p []byte) (any, error) {
+	slot, s, err := decodeVirtioMMIO(p)
+	if err != nil {
+		return nil, err
+	}
+	return virtioBlkState{Slot: slot, State: s}, nil
+}
+
+// encodeVirtioMMIO encodes a virtio-mmio transport's registers after the
+// index of its device (a disk's slot, a network card's number).
+func encodeVirtioMMIO(index uint16, s devices.VirtioMMIOState) []byte {
 	e := &encoder{}
-	e.u16(v.Slot)
+	e.u16(index)
 	e.u32(s.Status)
 	e.u32(s.DeviceFeaturesSel)
 	e.u32(s.DriverFeaturesSel)
@@ -197,12 +211,13 @@ func encodeVirtioBlk(v virtioBlkState) DeviceState {
 		e.u64(q.Driver)
 		e.u64(q.Device)
 	}
-	return DeviceState{Kind: kindVirtioBlk, Version: 1, Payload: e.b}
+	return e.b
 }
 
-func decodeVirtioBlk(_ uint16, p []byte) (any, error) {
+// decodeVirtioMMIO reads what encodeVirtioMMIO wrote.
+func decodeVirtioMMIO(p []byte) (uint16, devices.VirtioMMIOState, error) {
 	d := &decoder{b: p}
-	slot := d.u16()
+	index := d.u16()
 	s := devices.VirtioMMIOState{Status: d.u32(), DeviceFeaturesSel: d.u32(), DriverFeaturesSel: d.u32(), QueueSel: d.u32(),
 		DriverFeatures: d.u64(), InterruptStatus: d.u32()}
 	n := int(d.u16())
@@ -214,7 +229,7 @@ func decodeVirtioBlk(_ uint16, p []byte) (any, error) {
 		q.Desc, q.Driver, q.Device = d.u64(), d.u64(), d.u64()
 		s.Queues = append(s.Queues, q)
 	}
-	return virtioBlkState{Slot: slot, State: s}, d.finish(msgDevices)
+	return index, s, d.finish(msgDevices)
 }
 
 // deviceApplier returns what loads a decoded device state into the
@@ -240,6 +255,8 @@ func (t *target) deviceApplier(v any) (func() error, error) {
 			}
 			return nil
 		}, nil
+	case virtioNetState:
+		return t.virtioNetApplier(v)
 	}
 	panic(fmt.Sprintf("migrate: no applier for %T", v)) // a codec without an applier is a bug, not an input
 }

@@ -83,6 +83,7 @@ func TestEveryDevicePayloadRoundTrips(t *testing.T) {
 		{encodeHistory(devices.HistoryState{End: 10, Data: []byte("hello")}), devices.HistoryState{End: 10, Data: []byte("hello")}},
 		{encodeBootTimer(devices.BootTimerState{Done: true, Elapsed: time.Second}), devices.BootTimerState{Done: true, Elapsed: time.Second}},
 		{encodeVirtioBlk(virtioSample), virtioSample},
+		{encodeVirtioNet(virtioNetState{Card: 1, State: virtioSample.State}), virtioNetState{Card: 1, State: virtioSample.State}},
 	}
 	for _, c := range cases {
 		got, err := currentDevices.decode(c.ds)
@@ -116,10 +117,10 @@ func FuzzDecodeDeviceState(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	kinds := []string{kindVCPU, kindClock, kindUART, kindHistory, kindBootTimer, kindVirtioBlk, "gpu"}
+	kinds := []string{kindVCPU, kindClock, kindUART, kindHistory, kindBootTimer, kindVirtioBlk, kindVirtioNet, "gpu"}
 	for i, ds := range []DeviceState{v, encodeClock(clockState{}), encodeUART(devices.UARTState{Input: []byte("q")}),
 		encodeHistory(devices.HistoryState{End: 3, Data: []byte("abc")}), encodeBootTimer(devices.BootTimerState{}),
-		encodeVirtioBlk(virtioSample)} {
+		encodeVirtioBlk(virtioSample), encodeVirtioNet(virtioNetState{State: virtioSample.State})} {
 		f.Add(uint8(i), ds.Version, ds.Payload)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, version uint16, payload []byte) {

@@ -27,13 +27,17 @@ const generous = 2 * time.Minute
 
 // testSpec is the instance spec the tests send: enough to rebuild the VM.
 type testSpec struct {
-	Guest       string `json:"guest"`
-	MemoryBytes uint64 `json:"memory_bytes"`
-	VCPUs       int    `json:"vcpus"`
+	Guest       string    `json:"guest"`
+	MemoryBytes uint64    `json:"memory_bytes"`
+	VCPUs       int       `json:"vcpus"`
+	NICs        []vmm.NIC `json:"nics,omitempty"`
+	// TargetNetns names the network namespace the target opens its
+	// TAPs in (the source's are in another: one TAP takes one VM).
+	TargetNetns string `json:"target_netns,omitempty"`
 }
 
 func (s testSpec) config() vmm.Config {
-	return vmm.Config{Guest: s.Guest, MemoryBytes: s.MemoryBytes, VCPUs: s.VCPUs}
+	return vmm.Config{Guest: s.Guest, MemoryBytes: s.MemoryBytes, VCPUs: s.VCPUs, NICs: s.NICs}
 }
 
 // runningVM is a VM whose Run the test owns.
@@ -270,6 +274,9 @@ func targetConfig(t testing.TB, runs *[]*runningVM) TargetConfig {
 			if err := json.Unmarshal(b, &s); err != nil {
 				mem.Close()
 				return nil, err
+			}
+			if s.TargetNetns != "" {
+				return newTargetInNetns(s, mem)
 			}
 			return vmm.NewMigrationTarget(s.config(), mem)
 		},

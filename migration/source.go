@@ -504,5 +504,8 @@ func captureDevices(vm *vmm.VM) ([]DeviceState, error) {
 	for i, blk := range vm.VirtioBlks() {
 		out = append(out, encodeVirtioBlk(virtioBlkState{Slot: uint16(i), State: blk.State()}))
 	}
+	for j, n := range vm.VirtioNets() {
+		out = append(out, encodeVirtioNet(virtioNetState{Card: uint16(j), State: n.Transport().State()}))
+	}
 	return out, nil
 }

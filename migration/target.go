@@ -269,6 +269,7 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		clock *clockState
 		cpus  = map[uint32]*kvm.VCPUState{}
 		disks = map[uint16]bool{}
+		cards = map[uint16]bool{}
 		apply []func() error
 	)
 	vm := t.vm
@@ -295,6 +296,16 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 				return err
 			}
 			apply = append(apply, f)
+		case virtioNetState:
+			if cards[v.Card] {
+				return fmt.Errorf("applying device state: %w: network card %d twice", ErrIncompatible, v.Card)
+			}
+			cards[v.Card] = true
+			f, err := t.deviceApplier(v)
+			if err != nil {
+				return err
+			}
+			apply = append(apply, f)
 		default:
 			f, err := t.deviceApplier(v)
 			if err != nil {
@@ -308,6 +319,9 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	}
 	if len(disks) != len(vm.VirtioBlks()) {
 		return fmt.Errorf("applying device state: %w: the source has %d disks, this VM %d", ErrIncompatible, len(disks), len(vm.VirtioBlks()))
+	}
+	if len(cards) != len(vm.VirtioNets()) {
+		return fmt.Errorf("applying device state: %w: the source has %d network cards, this VM %d", ErrIncompatible, len(cards), len(vm.VirtioNets()))
 	}
 	// Guest time moves on by the host time the migration took since the
 	// capture (never back: clocks of two hosts may disagree).

@@ -34,6 +34,8 @@ type vmmRunFlags struct {
 	vcpus   int
 	disk    string
 	timeout time.Duration
+	// nets are the --net values: tap:NAME[,mac=MAC], one card each.
+	nets []string
 	// kernel, initrd and cmdline boot a Linux bzImage instead of --guest.
 	kernel, initrd, cmdline string
 	volume                  volumeFlags // --certs and --gen of a volume disk
@@ -45,7 +47,7 @@ const defaultGuestMemory = 128 << 20
 func newVMMRunCmd() *cobra.Command {
 	f := &vmmRunFlags{memory: defaultGuestMemory}
 	cmd := &cobra.Command{
-		Use:   "run --guest FILE|NAME [--memory 128MiB] [--vcpus N] [--disk file:PATH | --disk volume:A,B,C --certs DIR --gen N] [--timeout D]",
+		Use:   "run --guest FILE|NAME [--memory 128MiB] [--vcpus N] [--disk file:PATH | --disk volume:A,B,C --certs DIR --gen N] [--net tap:NAME[,mac=MAC]]... [--timeout D]",
 		Short: "Boot a guest in the foreground",
 		Long: `Boot a guest in the foreground: its serial console on stdout (and stdin
 forwarded to it), tern's logs on stderr, and the status the guest writes to
@@ -56,7 +58,16 @@ non-zero status.
 --guest is a built-in test guest (hello, dirty, disk, echo) or an ELF file.
 --kernel boots a Linux kernel instead (a bzImage, or an uncompressed ELF
 vmlinux, which skips the decompressor), with --initrd and --cmdline (its
-console is ttyS0; it gets no disk yet).`,
+console is ttyS0). A Linux guest's --disk is /dev/vda once its initramfs
+loads the virtio_mmio and virtio_blk modules: the kernel finds the disk in
+the ACPI tables, and it interrupts through the in-kernel irqchip.
+
+--net tap:NAME gives the guest a virtio-net card on the host's TAP
+interface NAME (created, down, if there is none; put it up and on a bridge
+with ip(8)); repeat it for more cards, up to 4. Its MAC is
+52:54:00 and three bytes derived from NAME unless given with
+tap:NAME,mac=MAC. The card offers no offloads; a Linux guest's card is
+eth0 once its initramfs loads virtio_net.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runVM(cmd, f) },
 	}
@@ -68,6 +79,7 @@ console is ttyS0; it gets no disk yet).`,
 	fs.StringVar(&f.volume.certs, "certs", "", "certificate directory, for a volume disk")
 	fs.Uint64Var(&f.volume.gen, "gen", 0, "activation generation, for a volume disk")
 	registerLayout(fs, &f.volume.layout)
+	fs.StringArrayVar(&f.nets, "net", nil, netFlagHelp)
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the guest after this long (0: never)")
 	fs.StringVar(&f.kernel, "kernel", "", "Linux bzImage or ELF vmlinux to boot instead of --guest")
 	fs.StringVar(&f.initrd, "initrd", "", "initramfs for --kernel")
@@ -84,12 +96,16 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 		return err
 	}
 	ctx := cmd.Context()
+	nics, err := parseNetFlags(f.nets)
+	if err != nil {
+		return err
+	}
 	disk, closeDisk, err := openDisk(ctx, f, log)
 	if err != nil {
 		return err
 	}
 	defer closeDisk()
-	cfg := vmm.Config{Guest: f.guest, MemoryBytes: uint64(f.memory), VCPUs: f.vcpus, Logger: log}
+	cfg := vmm.Config{Guest: f.guest, MemoryBytes: uint64(f.memory), VCPUs: f.vcpus, NICs: nics, Logger: log}
 	name := f.guest
 	if f.kernel != "" {
 		name = f.kernel
@@ -114,7 +130,7 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 		runCtx, cancel = context.WithTimeoutCause(ctx, f.timeout, errTimeout)
 		defer cancel()
 	}
-	log.Info("booting guest", "guest", name, "memory", f.memory.String(), "vcpus", max(f.vcpus, 1), "disk", f.disk)
+	log.Info("booting guest", "guest", name, "memory", f.memory.String(), "vcpus", max(f.vcpus, 1), "disk", f.disk, "nets", f.nets)
 	status, err := vm.Run(runCtx)
 	out.stop()
 	if up, ok := vm.BootTimer().Elapsed(); ok {

@@ -47,6 +47,7 @@ func NewVMMachine(cfg MachineConfig) (Machine, error) {
 		MemoryBytes: cfg.Spec.MemoryMiB << 20,
 		VCPUs:       cfg.Spec.VCPUs,
 		Disks:       cfg.Disks,
+		NICs:        vmmNICs(cfg.Spec),
 		Logger:      cfg.Logger,
 	}
 	var rate uint64

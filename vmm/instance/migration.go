@@ -335,7 +335,7 @@ func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, er
 		c.disks = d.disks
 		c.mu.Unlock()
 	}
-	vcfg := vmm.Config{Guest: spec.Guest.Path, MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, Logger: c.log}
+	vcfg := vmm.Config{Guest: spec.Guest.Path, MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, NICs: vmmNICs(spec), Logger: c.log}
 	for _, dk := range d.disks {
 		vcfg.Disks = append(vcfg.Disks, dk.backend)
 	}

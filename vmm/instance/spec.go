@@ -25,6 +25,9 @@ type Spec struct {
 	Guest GuestSpec `json:"guest"`
 	// Disks are the instance's block devices, each with a unique name.
 	Disks []DiskSpec `json:"disks"`
+	// NICs are the instance's network cards: virtio-net on host TAP
+	// interfaces, nics[j] in the VM's slot vmm.NICSlot(j).
+	NICs []NICSpec `json:"nics,omitempty"`
 	// Components are named extra devices; each has a kind.
 	Components map[string]ComponentSpec `json:"components,omitempty"`
 	// Init says how the instance comes to be: "spec" (built from this
@@ -51,6 +54,14 @@ type GuestSpec struct {
 	Cmdline string `json:"cmdline,omitempty"`
 	// Params are a built-in guest's parameters (see guestParams).
 	Params map[string]uint64 `json:"params,omitempty"`
+}
+
+// NICSpec is one network card: the host's TAP interface it is on, and
+// its MAC ("52:54:00:12:34:56"); with no MAC the card gets
+// vmm.NICMAC(TAP), the same for the same TAP name.
+type NICSpec struct {
+	TAP string `json:"tap"`
+	MAC string `json:"mac,omitempty"`
 }
 
 // Disk backend kinds.

@@ -13,6 +13,7 @@ import (
 
 	"tern/vmm"
 	"tern/vmm/guests"
+	"tern/vmm/tap"
 	"tern/volume/ec"
 )
 
@@ -89,6 +90,7 @@ func (s *Spec) Validate(h Host) error {
 	}
 	s.validateGuest(bad)
 	s.validateDisks(h, bad)
+	s.validateNICs(bad)
 	s.validateComponents(bad)
 	if s.Init.Source != "" || s.Init.MigrationID != "" || s.Init.DowntimeTargetMs != nil || s.Init.SameHost {
 		bad("init: source, migration_id, downtime_target_ms and same_host belong to method %q", InitMigrationTarget)
@@ -160,6 +162,9 @@ func (s *Spec) validateMigrationTarget(h Host, bad func(string, ...any)) {
 	if !reflect.DeepEqual(s.Guest, GuestSpec{}) {
 		bad("guest: a migration target inherits the source's guest; give none")
 	}
+	if len(s.NICs) > 0 {
+		bad("nics: a migration target inherits the source's nics; give none")
+	}
 	seen := map[string]int{}
 	for i, d := range s.Disks {
 		where := fmt.Sprintf("disks[%d]", i)
@@ -222,12 +227,6 @@ func (s *Spec) validateGuest(bad func(string, ...any)) {
 		}
 		if g.Initrd != "" {
 			checkFile(bad, "guest.initrd", g.Initrd)
-		}
-		if len(s.Disks) > 0 {
-			// The kernel would need them announced (virtio_mmio.device=)
-			// and their interrupts wired to the irqchip; tern does neither
-			// yet, so a disk would be there but unusable.
-			bad("disks: a guest of kind %q gets no disks yet", GuestLinux)
 		}
 	case "":
 		bad(`guest.kind: missing; want "elf" or "linux"`)
@@ -306,6 +305,62 @@ func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
 			bad(`%s.backend.kind %q: unknown; want "file" or "volume"`, where, b.Kind)
 		}
 	}
+}
+
+// MaxNICs is how many network cards one instance may have.
+const MaxNICs = vmm.MaxNICs
+
+// validateNICs checks the network cards: how many, each TAP name and MAC,
+// none twice (a card without a MAC counts with the one it will get).
+func (s *Spec) validateNICs(bad func(string, ...any)) {
+	if len(s.NICs) > MaxNICs {
+		bad("nics: %d given; this VMM attaches at most %d", len(s.NICs), MaxNICs)
+	}
+	taps, macs := map[string]int{}, map[string]int{}
+	for j, n := range s.NICs {
+		where := fmt.Sprintf("nics[%d]", j)
+		if err := tap.ValidName(n.TAP); err != nil {
+			bad("%s.tap: %v", where, err)
+		} else if k, dup := taps[n.TAP]; dup {
+			bad("%s.tap %q: duplicate of nics[%d]", where, n.TAP, k)
+		} else {
+			taps[n.TAP] = j
+		}
+		mac, err := n.hardwareAddr()
+		if err != nil {
+			bad("%s.mac %q: %v", where, n.MAC, err)
+			continue
+		}
+		if err := vmm.ValidateMAC(mac); err != nil {
+			bad("%s.mac %q: %v", where, n.MAC, err)
+		} else if k, dup := macs[mac.String()]; dup {
+			bad("%s.mac %v: duplicate of nics[%d]", where, mac, k)
+		} else {
+			macs[mac.String()] = j
+		}
+	}
+}
+
+// hardwareAddr is the card's MAC: as given, or vmm.NICMAC of its TAP.
+func (n NICSpec) hardwareAddr() (net.HardwareAddr, error) {
+	if n.MAC == "" {
+		return vmm.NICMAC(n.TAP), nil
+	}
+	mac, err := net.ParseMAC(n.MAC)
+	if err != nil {
+		return nil, errors.New("not a MAC address; want six hex bytes, as 52:54:00:12:34:56")
+	}
+	return mac, nil
+}
+
+// vmmNICs is the spec's cards as the VM takes them; the spec is valid.
+func vmmNICs(s Spec) []vmm.NIC {
+	var out []vmm.NIC
+	for _, n := range s.NICs {
+		mac, _ := n.hardwareAddr()
+		out = append(out, vmm.NIC{TAP: n.TAP, MAC: mac})
+	}
+	return out
 }
 
 func validateFileBackend(bad func(string, ...any), where string, b BackendSpec) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"tern/migration"
+	"tern/vmm"
 )
 
 func validSpec() Spec {
@@ -70,7 +71,7 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		{"linux problems", func(s *Spec) {
 			s.Guest = GuestSpec{Kind: GuestLinux, Initrd: filepath.Dir(file), Path: "hello"}
 			s.Disks = []DiskSpec{{Name: "d", Backend: BackendSpec{Kind: BackendFile, Path: file}}}
-		}, nil, []string{"path and params belong", "guest.kernel: missing", "guest.initrd", "no disks yet"}},
+		}, nil, []string{"path and params belong", "guest.kernel: missing", "guest.initrd"}},
 		{"linux kernel not there", func(s *Spec) {
 			s.Guest = GuestSpec{Kind: GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: "/no/such/initrd"}
 		}, nil, []string{"guest.kernel \"/no/such/vmlinuz\": no such file", "guest.initrd \"/no/such/initrd\": no such file"}},
@@ -150,7 +151,17 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		{"migration target names inherited fields", func(s *Spec) {
 			s.Init = migrationTarget().Init
 			s.Name = "n"
-		}, nil, []string{"name:", "vcpus:", "memory_mib:", "guest:"}},
+			s.NICs = []NICSpec{{TAP: "tap0"}}
+		}, nil, []string{"name:", "vcpus:", "memory_mib:", "guest:", "nics: a migration target inherits"}},
+		{"valid nics", func(s *Spec) {
+			s.NICs = []NICSpec{{TAP: "tap0", MAC: "52:54:00:12:34:56"}, {TAP: "tap1"}}
+		}, nil, nil},
+		{"nic problems", func(s *Spec) {
+			s.NICs = []NICSpec{{TAP: "", MAC: "zz"}, {TAP: "tap0", MAC: "01:00:5e:00:00:01"}, {TAP: "tap0", MAC: "00:00:00:00:00:00"},
+				{TAP: "t3", MAC: "52:54:00:12:34:56"}, {TAP: "t4", MAC: "52-54-00-12-34-56"}}
+		}, nil, []string{"nics: 5 given; this VMM attaches at most 4", "nics[0].tap: empty interface name", `nics[0].mac "zz": not a MAC address`,
+			"nics[1].mac \"01:00:5e:00:00:01\": MAC 01:00:5e:00:00:01 is a multicast address", `nics[2].tap "tap0": duplicate of nics[1]`,
+			"is all zero", "nics[4].mac 52:54:00:12:34:56: duplicate of nics[3]"}},
 		{"migration target without source", func(s *Spec) {
 			*s = migrationTarget()
 			s.Init.Source, s.Init.MigrationID = "", ""
@@ -236,5 +247,24 @@ func TestFailureInjectorIsParsedFromItsComponent(t *testing.T) {
 	got, ok := s.FailureInjector()
 	if want := (migration.InjectorSpec{Phase: migration.PhaseRAMPush, FailExports: 2}); !ok || got != want {
 		t.Fatalf("FailureInjector = %+v, %v; want %+v", got, ok, want)
+	}
+}
+
+func TestNICsDecodeStrictlyAndReachTheVMWithTheirMACs(t *testing.T) {
+	s, err := DecodeSpec([]byte(`{"id":"i","vcpus":1,"memory_mib":64,"guest":{"kind":"elf","path":"hello"},"init":{"method":"spec"},
+		"nics":[{"tap":"tap0","mac":"52:54:00:12:34:56"},{"tap":"tap1"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(Host{}); err != nil {
+		t.Fatal(err)
+	}
+	nics := vmmNICs(s)
+	if len(nics) != 2 || nics[0].TAP != "tap0" || nics[0].MAC.String() != "52:54:00:12:34:56" ||
+		nics[1].TAP != "tap1" || nics[1].MAC.String() != vmm.NICMAC("tap1").String() {
+		t.Errorf("VM cards %+v", nics)
+	}
+	if _, err := DecodeSpec([]byte(`{"id":"i","nics":[{"tap":"tap0","mtu":9000}]}`)); !errors.Is(err, ErrMalformedSpec) {
+		t.Errorf("an unknown field in a nic: %v; want ErrMalformedSpec", err)
 	}
 }
