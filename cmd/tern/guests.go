@@ -2,12 +2,15 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"tern/vmm/guests"
+	"tern/vmm/linuxguest"
 )
 
 func init() { rootCmd.AddCommand(newGuestsCmd()) }
@@ -15,7 +18,7 @@ func init() { rootCmd.AddCommand(newGuestsCmd()) }
 func newGuestsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "guests",
-		Short: "tern's built-in test guests (hello, dirty, disk, echo, demo)",
+		Short: "tern's built-in test guests (hello, dirty, disk, echo, demo) and its Linux guest",
 	}
 	var out string
 	build := &cobra.Command{
@@ -47,6 +50,77 @@ qemu-system-x86_64 -M microvm -kernel FILE (PVH entry).`,
 		},
 	}
 	build.Flags().StringVar(&out, "out", "", "directory to write the guests to (created if missing)")
-	cmd.AddCommand(build)
+	cmd.AddCommand(build, newGuestsLinuxCmd())
 	return cmd
+}
+
+func newGuestsLinuxCmd() *cobra.Command {
+	var out, cache string
+	cmd := &cobra.Command{
+		Use:   "linux --out DIR [--cache DIR]",
+		Short: "Write a Linux kernel and userland initramfs built from Debian packages as DIR/vmlinuz and DIR/initramfs",
+		Long: `Write Debian's stock kernel (the package linux-image-amd64 depends on) as
+DIR/vmlinuz and an initramfs assembled from Debian packages as
+DIR/initramfs: busybox-static, e2fsprogs with their shared libraries, and
+the kernel's virtio-mmio, virtio-blk, virtio-net and ext4 modules. Its
+/init loads the modules, prints "` + linuxguest.ReadyLine + `" and runs a shell
+on the console; the shell's exit status becomes tern vmm run's.
+
+The packages are fetched with apt-get download (a Debian host with apt's
+package lists; as root tern runs apt-get update when they are missing),
+unpacked with dpkg-deb and never installed; the result is cached (--cache,
+default $` + linuxguest.CacheEnv + ` or tern-linuxguest in the user's cache
+directory).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			if cache == "" {
+				var err error
+				if cache, err = linuxguest.DefaultCacheDir(); err != nil {
+					return err
+				}
+			}
+			f, err := linuxguest.Build(cmd.Context(), cache, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return fmt.Errorf("creating %s: %w", out, err)
+			}
+			kernel, initrd := filepath.Join(out, "vmlinuz"), filepath.Join(out, "initramfs")
+			for _, c := range [][2]string{{f.Kernel, kernel}, {f.Initramfs, initrd}} {
+				if err := copyFileTo(c[0], c[1]); err != nil {
+					return fmt.Errorf("writing %s: %w", c[1], err)
+				}
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%s\n%s\n", kernel, initrd)
+			fmt.Fprintf(w, "# %s (%s), modules %s\n", f.KernelPackage, f.Release, strings.Join(f.Modules, " "))
+			fmt.Fprintf(w, "# boot it with:\ntern vmm run --kernel %s --initrd %s --cmdline '%s' --memory 256MiB\n", kernel, initrd, linuxguest.Cmdline)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory to write vmlinuz and initramfs to (created if missing)")
+	cmd.Flags().StringVar(&cache, "cache", "", "cache directory (default $"+linuxguest.CacheEnv+" or the user's cache directory)")
+	return cmd
+}
+
+// copyFileTo copies the file src to dst, replacing it.
+func copyFileTo(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
