@@ -21,6 +21,7 @@ import (
 	"tern/vmm/client"
 	"tern/vmm/instance"
 	"tern/vmm/kvm"
+	"tern/vmm/linuxguest"
 	"tern/volume/downstairs"
 	"tern/volume/ec"
 	"tern/volume/extent"
@@ -28,12 +29,11 @@ import (
 
 func init() { rootCmd.AddCommand(newUpCmd()) }
 
-// The demo volume `tern up` creates: 16 MiB of 512-byte blocks in 1 MiB
-// extents, small enough to reconcile at once.
+// The volume `tern up` creates is made of 512-byte blocks in 1 MiB
+// extents; how many extents depends on the guest (upGuest.extentCount).
 const (
 	upBlockSize    = 512
 	upExtentBlocks = 2048
-	upExtentCount  = 16
 )
 
 // Bounds of `tern up`'s phases. Start-up waits are generous (the
@@ -51,11 +51,11 @@ const (
 const upKVMHostEnv = "TERN_KVMHOST"
 
 func newUpCmd() *cobra.Command {
-	var dataDir, layout string
+	var dataDir, layout, guest string
 	var hosts int
 	cmd := &cobra.Command{
-		Use:   "up [--data-dir DIR] [--layout ec:K+M] [--hosts N]",
-		Short: "Run three downstairs, a vmm and a demo guest on a volume, all on loopback",
+		Use:   "up [--data-dir DIR] [--guest demo|linux] [--layout ec:K+M] [--hosts N]",
+		Short: "Run three downstairs, a vmm and a demo guest (or Linux) on a volume, all on loopback",
 		Long: `Create certificates and three regions under --data-dir (default: a new
 temporary directory, removed on exit), start three downstairs and a vmm on
 loopback as child processes, and ensure an instance running the demo
@@ -67,9 +67,21 @@ child that ends on its own gets one line naming it and how it ended
 ("tern up: downstairs 2 (pid N) ended: signal: killed"); the rest carry
 on. SIGINT or SIGTERM stops every child and exits within 10 s.
 
+With --guest linux the instance boots Linux instead of the demo guest:
+Debian's stock kernel and a busybox and e2fsprogs userland, built from
+Debian packages with apt-get download on first use (as tern guests linux
+does) and cached in $` + linuxguest.CacheEnv + ` or the user's cache directory,
+with 256 MiB of memory and the volume as /dev/vda (64 MiB; with --layout
+ec:K+M, K shards of 64 MiB). Once it prints "` + linuxguest.ReadyLine + `" its
+console is a root shell ("` + linuxguest.Prompt + `"): make a file system on the
+volume, mount it, write to it; tern up prints commands to try.
+
 Without a usable /dev/kvm (or with TERN_KVMHOST=always) the vmm runs
 inside the emulated KVM test host (QEMU, software emulation: slow), with
-its API port forwarded to the host's loopback.
+its API port forwarded to the host's loopback. With --guest linux it does
+so also where /dev/kvm is nested PVM's (kvm-pvm), which emulates a guest
+kernel's own code in software and cannot boot Linux; Linux then takes a
+minute or two to boot.
 
 With --hosts N (3 to 8) it runs a control plane instead: tern control
 and N agents on the loopback addresses 127.0.0.2 on, and the demo
@@ -77,12 +89,18 @@ instance created through it on a volume across three hosts. It prints
 the control plane's URL first ("Control: http://127.0.0.1:PORT"), then
 tern ctl commands to try (a drain of the demo's host among them), then
 streams the demo's console, following it across migrations. This mode
-needs a usable /dev/kvm.`,
+needs a usable /dev/kvm and runs the demo guest only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if guest != upGuestDemo && guest != upGuestLinux {
+				return fmt.Errorf("--guest %q: want %s or %s", guest, upGuestDemo, upGuestLinux)
+			}
 			if cmd.Flags().Changed("hosts") {
 				if cmd.Flags().Changed("layout") {
 					return fmt.Errorf("--layout applies to the single-host demo, not --hosts")
+				}
+				if guest != upGuestDemo {
+					return fmt.Errorf("--guest %s applies to the single-host demo: --hosts runs the demo guest only", guest)
 				}
 				return runUpHosts(cmd.Context(), dataDir, hosts, cmd.OutOrStdout())
 			}
@@ -94,11 +112,12 @@ needs a usable /dev/kvm.`,
 			if isEC {
 				lp = &l
 			}
-			return runUp(cmd.Context(), dataDir, lp, cmd.OutOrStdout())
+			return runUp(cmd.Context(), dataDir, lp, guest, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for certificates, regions and logs (default: a temporary directory, removed on exit)")
 	cmd.Flags().IntVar(&hosts, "hosts", 0, "run a control plane and this many host agents on loopback addresses (3 to 8) instead of one vmm")
+	cmd.Flags().StringVar(&guest, "guest", upGuestDemo, "the guest on the volume: demo (tern's demo guest) or linux (Debian's kernel with a shell; built from Debian packages on first use)")
 	cmd.Flags().StringVar(&layout, "layout", layoutReplicated, "the demo volume's layout: replicated (three downstairs) or ec:K+M (K+M downstairs; ec alone is ec:4+2)")
 	return cmd
 }
@@ -121,14 +140,18 @@ type vmmRunner interface {
 	describe() string
 }
 
-// runUp runs the demo on a replicated volume, or an erasure-coded one of
-// layout when it is set.
-func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer) (err error) {
+// runUp runs the guest called guestName (upGuestDemo or upGuestLinux) on
+// a replicated volume, or an erasure-coded one of layout when it is set.
+func runUp(ctx context.Context, dataDir string, layout *ec.Layout, guestName string, out io.Writer) (err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the tern executable: %w", err)
 	}
-	emulated, err := upNeedsEmulatedHost(out)
+	emulated, err := upNeedsEmulatedHost(out, guestName == upGuestLinux)
+	if err != nil {
+		return err
+	}
+	guest, err := prepareUpGuest(ctx, guestName, out)
 	if err != nil {
 		return err
 	}
@@ -147,7 +170,7 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer
 	if err := tlsconf.Generate(certs, hosts, false); err != nil && !errors.Is(err, tlsconf.ErrExists) {
 		return fmt.Errorf("creating certificates: %w", err)
 	}
-	dirs, err := upRegions(dataDir, layout)
+	dirs, err := upRegions(dataDir, layout, guest)
 	if err != nil {
 		return err
 	}
@@ -176,7 +199,7 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer
 		}
 		targets = inside
 		fmt.Fprintf(out, "tern up: booting the emulated test host (the first run fetches a Debian kernel; progress in %s)\n", filepath.Join(dataDir, "vmm.log"))
-		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, filepath.Join(dataDir, "vmm.log"), out)
+		s.vmm, url, err = startEmulatedVMM(ctx, self, certs, guest, filepath.Join(dataDir, "vmm.log"), out)
 	} else {
 		var c *upChild
 		c, url, err = startUpVMM(self, certs, filepath.Join(dataDir, "vmm.log"), upStartWait, out)
@@ -191,11 +214,12 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer
 	if err != nil {
 		return err
 	}
-	if err := ensureUpInstance(ctx, c, targets, layout, gen); err != nil {
+	spec := upInstanceSpec(targets, layout, gen, guest)
+	if err := ensureUpInstance(ctx, c, spec); err != nil {
 		return err
 	}
 	// After the ensure, so that whoever reads the URL finds the instance.
-	printUpIntro(out, self, url, dataDir)
+	printUpIntro(out, self, url, dataDir, spec)
 	console := startUpConsole(ctx, c, out)
 	defer console.stop()
 	select {
@@ -211,33 +235,56 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, out io.Writer
 	}
 }
 
-// upNeedsEmulatedHost decides where the vmm runs and says so in one line
-// when it is the emulated test host.
-func upNeedsEmulatedHost(out io.Writer) (bool, error) {
-	switch mode := os.Getenv(upKVMHostEnv); mode {
-	case "always":
-		fmt.Fprintf(out, "tern up: %s=always: running the vmm inside the emulated KVM test host (slow)\n", upKVMHostEnv)
-		return true, nil
-	case "", "auto", "never":
-		err := kvm.Probe()
-		if err == nil {
-			return false, nil
-		}
-		if mode == "never" {
-			return false, fmt.Errorf("no usable /dev/kvm: %w (and %s=never forbids the emulated test host)", err, upKVMHostEnv)
-		}
-		fmt.Fprintf(out, "tern up: no usable /dev/kvm (%v): running the vmm inside the emulated KVM test host (slow)\n", err)
-		return true, nil
-	default:
-		return false, fmt.Errorf("%s=%q: want auto, always or never", upKVMHostEnv, mode)
+// upNeedsEmulatedHost decides where the vmm runs (upVMMPlace) and says
+// so in one line when it is the emulated test host.
+func upNeedsEmulatedHost(out io.Writer, linux bool) (bool, error) {
+	mode := os.Getenv(upKVMHostEnv)
+	var probeErr error
+	if mode != "always" {
+		probeErr = kvm.Probe()
 	}
+	emulated, why, err := upVMMPlace(mode, probeErr, kvm.PVM(), linux)
+	if emulated {
+		fmt.Fprintf(out, "tern up: %s: running the vmm inside the emulated KVM test host (slow)\n", why)
+	}
+	return emulated, err
+}
+
+// upVMMPlace decides whether the vmm runs inside the emulated test host,
+// from TERN_KVMHOST's mode ("", auto, always or never), what kvm.Probe
+// said of /dev/kvm (not asked for always), whether it is kvm-pvm's
+// (kvm.PVM) and whether the guest is Linux, which kvm-pvm cannot boot.
+// why says what decided it.
+func upVMMPlace(mode string, probeErr error, pvm, linux bool) (emulated bool, why string, err error) {
+	switch mode {
+	case "always":
+		return true, upKVMHostEnv + "=always", nil
+	case "", "auto", "never":
+	default:
+		return false, "", fmt.Errorf("%s=%q: want auto, always or never", upKVMHostEnv, mode)
+	}
+	switch {
+	case probeErr != nil:
+		why = fmt.Sprintf("no usable /dev/kvm (%v)", probeErr)
+		if mode == "never" {
+			return false, why, fmt.Errorf("no usable /dev/kvm: %w (and %s=never forbids the emulated test host)", probeErr, upKVMHostEnv)
+		}
+		return true, why, nil
+	case pvm && linux:
+		why = "/dev/kvm is nested PVM's (kvm-pvm), which emulates a guest kernel's own code in software, far too slow to boot Linux"
+		if mode == "never" {
+			return false, why, fmt.Errorf("--guest linux: %s (and %s=never forbids the emulated test host)", why, upKVMHostEnv)
+		}
+		return true, why, nil
+	}
+	return false, "", nil
 }
 
 // upRegions creates the three replicas of one region, or the K+M shards
 // of an erasure-coded layout (or keeps those a previous run left in
-// dataDir), and returns their directories.
-func upRegions(dataDir string, layout *ec.Layout) ([]string, error) {
-	spec := extent.NewSpec(upBlockSize, upExtentBlocks, upExtentCount)
+// dataDir), sized for guest, and returns their directories.
+func upRegions(dataDir string, layout *ec.Layout, guest upGuest) ([]string, error) {
+	spec := extent.NewSpec(upBlockSize, upExtentBlocks, guest.extentCount)
 	spec.UUID = uuid.New()
 	var dirs []string
 	n, prefix := 3, "r"
@@ -245,6 +292,8 @@ func upRegions(dataDir string, layout *ec.Layout) ([]string, error) {
 		// Named for the layout: a data directory can hold both kinds.
 		n, prefix = layout.Shards(), fmt.Sprintf("ec%d+%d-s", layout.Data, layout.Parity)
 	}
+	// And for the guest, whose volume is sized for it.
+	prefix = guest.regionPrefix + prefix
 	for i := range n {
 		dir := filepath.Join(dataDir, fmt.Sprintf("%s%d", prefix, i+1))
 		dirs = append(dirs, dir)
@@ -274,44 +323,63 @@ func upNextGen(dataDir string) (uint64, error) {
 }
 
 // printUpIntro prints the API line (the first URL tern up prints) and
-// the commands to try next.
-func printUpIntro(out io.Writer, self, url, dataDir string) {
+// the commands to try next: for the Linux guest, on its shell first.
+func printUpIntro(out io.Writer, self, url, dataDir string, spec instance.Spec) {
 	tern := self
 	if strings.Contains(self, "go-build") { // `go run ./cmd/tern up`
 		tern = "go run ./cmd/tern"
 	}
 	fmt.Fprintf(out, "API: %s\n", url)
+	serialNote := "type a line: demo echoes it"
+	if spec.Guest.Kind == instance.GuestLinux {
+		serialNote = "the Linux shell"
+		sectors := spec.Disks[0].Backend.VolumeSizeBytes() / upBlockSize
+		fmt.Fprintf(out, `
+Linux boots in seconds on KVM, in a minute or two in the emulated test
+host. It prints %[1]q, then a shell's prompt %[2]q on
+the console. Its /dev/vda is the volume. Try, on that shell (type here
+when this is a terminal, or in tern instance serial):
+  cat /sys/block/vda/size        (the volume: %[3]d sectors of 512 bytes)
+  mkfs.ext4 -q /dev/vda && mkdir -p /mnt && mount /dev/vda /mnt
+  echo hello >/mnt/hello && sync && cat /mnt/hello && df -h /mnt
+  umount /mnt && e2fsck -fn /dev/vda
+`, linuxguest.ReadyLine, linuxguest.Prompt, sectors)
+	}
 	fmt.Fprintf(out, `
 Try, in another terminal:
   %[1]s instance get --server %[2]s
   %[1]s instance watch --server %[2]s
-  %[1]s instance serial --server %[2]s    (type a line: demo echoes it; Ctrl-] leaves)
+  %[1]s instance serial --server %[2]s    (%[4]s; Ctrl-] leaves)
   curl %[2]s/v1/instance
   %[1]s instance reboot --server %[2]s
 Logs: %[3]s/*.log. Ctrl-C (SIGINT) or SIGTERM stops everything.
 
-`, tern, url, dataDir)
+`, tern, url, dataDir, serialNote)
 }
 
-// ensureUpInstance ensures the demo instance on a volume across targets
-// and asks it to run.
-func ensureUpInstance(ctx context.Context, c *client.Client, targets []string, layout *ec.Layout, gen uint64) error {
+// upInstanceSpec is the instance tern up ensures: guest on a volume
+// across targets, replicated or of layout.
+func upInstanceSpec(targets []string, layout *ec.Layout, gen uint64, guest upGuest) instance.Spec {
 	wait := uint64(10_000)
+	region := guest.region()
 	backend := instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
-		Region: &instance.RegionSpec{BlockSize: upBlockSize, ExtentBlocks: upExtentBlocks, ExtentCount: upExtentCount},
-		Gen:    gen, QuorumWaitMs: &wait}
+		Region: &region, Gen: gen, QuorumWaitMs: &wait}
 	if layout != nil {
 		backend.Layout = &instance.LayoutSpec{Kind: instance.LayoutEC, Data: layout.Data, Parity: layout.Parity}
 	}
-	spec := instance.Spec{ID: "demo", Name: "tern up demo", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
+	return instance.Spec{ID: "demo", Name: "tern up " + guest.name, VCPUs: 1, MemoryMiB: guest.memoryMiB,
+		Guest: guest.spec,
 		Disks: []instance.DiskSpec{{Name: "vol", Backend: backend}},
 		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+}
+
+// ensureUpInstance ensures the instance of spec and asks it to run.
+func ensureUpInstance(ctx context.Context, c *client.Client, spec instance.Spec) error {
 	if _, err := c.Ensure(ctx, spec); err != nil {
-		return fmt.Errorf("ensuring the demo instance: %w", describeAPIError(err))
+		return fmt.Errorf("ensuring the %s instance: %w", spec.Name, describeAPIError(err))
 	}
 	if err := c.RequestState(ctx, instance.Run); err != nil {
-		return fmt.Errorf("running the demo instance: %w", describeAPIError(err))
+		return fmt.Errorf("running the %s instance: %w", spec.Name, describeAPIError(err))
 	}
 	return nil
 }

@@ -44,9 +44,10 @@ type emulatedVMM struct {
 }
 
 // startEmulatedVMM boots the emulated test host running this tern's `vmm
-// serve`, with its API forwarded to a free port of the host's loopback,
-// and returns once the vmm printed its URL.
-func startEmulatedVMM(ctx context.Context, self, certs, logPath string, out io.Writer) (vmmRunner, string, error) {
+// serve`, with its API forwarded to a free port of the host's loopback
+// and the certificates and files (the guest's, at their host paths)
+// carried in, and returns once the vmm printed its URL.
+func startEmulatedVMM(ctx context.Context, self, certs string, guest upGuest, logPath string, out io.Writer) (vmmRunner, string, error) {
 	hostPort, err := freeLoopbackTCPPort()
 	if err != nil {
 		return nil, "", err
@@ -62,7 +63,8 @@ func startEmulatedVMM(ctx context.Context, self, certs, logPath string, out io.W
 	o := kvmhost.Options{
 		Binary:  self,
 		Args:    []string{"vmm", "serve", "--listen", fmt.Sprintf("%s:%d", kvmhost.GuestAddr, upEmulatedAPIPort), "--certs", certs},
-		Files:   []kvmhost.File{{Host: certs}},
+		Files:   append([]kvmhost.File{{Host: certs}}, guest.files...),
+		CPUs:    guest.emulatedCPUs,
 		Timeout: upEmulatedLifetime,
 		Stdout:  stdoutW,
 		Stderr:  logFile,

@@ -125,9 +125,17 @@ type upRun struct {
 // runs, and logs its stderr if the test failed.
 func startUp(t *testing.T, env string, args ...string) *upRun {
 	t.Helper()
+	return startUpWithin(t, []string{env}, 5*time.Minute, args...)
+}
+
+// startUpWithin is startUp with the variables env added and urlWait for
+// the API's URL (and for the vmm's start in the emulated host, after any
+// wait for another one).
+func startUpWithin(t *testing.T, env []string, urlWait time.Duration, args ...string) *upRun {
+	t.Helper()
 	tmp := t.TempDir()
 	cmd := exec.Command(ternBin, append([]string{"up"}, args...)...)
-	cmd.Env = append(os.Environ(), env, "TMPDIR="+tmp)
+	cmd.Env = append(append(os.Environ(), env...), "TMPDIR="+tmp)
 	cmd.Stdin = nil // /dev/null: not a terminal
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -158,7 +166,7 @@ func startUp(t *testing.T, env string, args ...string) *upRun {
 	// With the vmm in the emulated host, tern up may first wait for
 	// another package's emulated host (one at a time on a machine): the
 	// deadline for the URL starts once that wait ended.
-	deadline := time.After(5 * time.Minute)
+	deadline := time.After(urlWait)
 	apiLine := r.lines.next(t, "URL", deadline, func(l string) bool {
 		return strings.Contains(l, "://") || strings.HasPrefix(l, "kvmhost: waiting for another emulated test host")
 	})
@@ -166,7 +174,7 @@ func startUp(t *testing.T, env string, args ...string) *upRun {
 		r.lines.next(t, "the end of the wait for another emulated host", time.After(30*time.Minute), func(l string) bool {
 			return strings.HasPrefix(l, "kvmhost: the other emulated host finished")
 		})
-		apiLine = r.lines.next(t, "URL", time.After(5*time.Minute), func(l string) bool { return strings.Contains(l, "://") })
+		apiLine = r.lines.next(t, "URL", time.After(urlWait), func(l string) bool { return strings.Contains(l, "://") })
 	}
 	url, ok := strings.CutPrefix(apiLine, "API: ")
 	if !ok || !strings.HasPrefix(url, "http://127.0.0.1:") {
@@ -198,7 +206,7 @@ func (r *upRun) verifiedRound(t *testing.T, deadline <-chan time.Time) {
 func testUp(t *testing.T, env string, children int, args ...string) {
 	r := startUp(t, env, args...)
 	deadline := time.After(5 * time.Minute)
-	cmd, u, c, exited, tmp := r.cmd, r.lines, r.client, r.exited, r.tmp
+	u, c := r.lines, r.client
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	if v, err := c.Get(ctx); err != nil || v.State != instance.Running {
@@ -219,25 +227,33 @@ func testUp(t *testing.T, env string, children int, args ...string) {
 	u.next(t, "echo of the typed line", deadline, func(l string) bool { return l == guests.DemoEchoPrefix+typed })
 	conn.Close(websocket.StatusNormalClosure, "")
 
-	pids := childrenOf(t, cmd.Process.Pid)
+	r.stopCleanly(t, syscall.SIGTERM, children)
+}
+
+// stopCleanly checks that tern up has children children, sends it sig,
+// and checks that it exits 0 within 10 s with every child gone and its
+// temporary directory empty.
+func (r *upRun) stopCleanly(t *testing.T, sig syscall.Signal, children int) {
+	t.Helper()
+	pids := childrenOf(t, r.cmd.Process.Pid)
 	if len(pids) != children {
 		t.Fatalf("tern up has children %v; want %d", pids, children)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	r.cmd.Process.Signal(sig)
 	select {
-	case err := <-exited:
+	case err := <-r.exited:
 		if err != nil {
-			t.Fatalf("tern up after SIGTERM: %v; want exit 0", err)
+			t.Fatalf("tern up after %v: %v; want exit 0", sig, err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("tern up did not exit within 10 s of SIGTERM")
+		t.Fatalf("tern up did not exit within 10 s of %v", sig)
 	}
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, 0); err == nil {
 			t.Errorf("child %d of tern up still exists after it exited", pid)
 		}
 	}
-	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+	if left, _ := os.ReadDir(r.tmp); len(left) > 0 {
 		t.Errorf("tern up left %v in its temporary directory", left)
 	}
 }
