@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,14 +85,9 @@ directory).`,
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return fmt.Errorf("creating %s: %w", out, err)
-			}
-			kernel, initrd := filepath.Join(out, "vmlinuz"), filepath.Join(out, "initramfs")
-			for _, c := range [][2]string{{f.Kernel, kernel}, {f.Initramfs, initrd}} {
-				if err := copyFileTo(c[0], c[1]); err != nil {
-					return fmt.Errorf("writing %s: %w", c[1], err)
-				}
+			kernel, initrd, err := f.WriteTo(out)
+			if err != nil {
+				return err
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "%s\n%s\n", kernel, initrd)
@@ -105,22 +99,4 @@ directory).`,
 	cmd.Flags().StringVar(&out, "out", "", "directory to write vmlinuz and initramfs to (created if missing)")
 	cmd.Flags().StringVar(&cache, "cache", "", "cache directory (default $"+linuxguest.CacheEnv+" or the user's cache directory)")
 	return cmd
-}
-
-// copyFileTo copies the file src to dst, replacing it.
-func copyFileTo(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -271,7 +271,23 @@ func parseDependsClosure(out []byte, roots []string) ([]string, error) {
 	return pkgs, nil
 }
 
-// copyFile copies src to dst.
+// WriteTo copies the kernel and the initramfs into dir (created if
+// missing) as vmlinuz and initramfs, replacing any there, and returns
+// their paths.
+func (f Files) WriteTo(dir string) (kernel, initrd string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	kernel, initrd = filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initramfs")
+	for _, c := range [][2]string{{f.Kernel, kernel}, {f.Initramfs, initrd}} {
+		if err := copyFile(c[0], c[1]); err != nil {
+			return "", "", fmt.Errorf("writing %s: %w", c[1], err)
+		}
+	}
+	return kernel, initrd, nil
+}
+
+// copyFile copies src to dst, replacing it.
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
