@@ -246,7 +246,7 @@ func TestExecUnfetchableKernelIsOneLine(t *testing.T) {
 	const pkg = "linux-image-0.0.0-none-amd64"
 	cmd.Env = append(cmd.Env, CacheEnv+"="+t.TempDir(), KernelEnv+"="+pkg)
 	code, msg := oneLineError(t, cmd)
-	if code != 125 || !strings.HasPrefix(msg, "kvmhost: fetching kernel "+pkg+": apt-get download: ") {
+	if code != 125 || !strings.HasPrefix(msg, "kvmhost: fetching the kernel: downloading "+pkg+": apt-get download: ") {
 		t.Errorf("status %d, stderr %q", code, msg)
 	}
 }

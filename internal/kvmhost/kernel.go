@@ -249,7 +249,7 @@ func fetchKernel(ctx context.Context, cache, pkg string) (*Kernel, error) {
 func unpackPackage(ctx context.Context, scratch, pkg string) (root, vmlinuz string, err error) {
 	root, err = FetchPackages(ctx, scratch, pkg)
 	if err != nil {
-		return "", "", fmt.Errorf("fetching kernel %s: %w", pkg, err)
+		return "", "", fmt.Errorf("fetching the kernel: %w", err) // err names pkg
 	}
 	vmlinuz, err = KernelImageIn(root)
 	if err != nil {

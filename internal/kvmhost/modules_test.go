@@ -63,8 +63,8 @@ func TestModuleDependsReadsModinfo(t *testing.T) {
 
 // TestModulesInDependencyOrder lays out a module tree as the .deb ships it,
 // with compressed and uncompressed modules, and checks the archive holds
-// exactly the KVM modules and the network card's driver, uncompressed, in
-// load order.
+// exactly the KVM modules, the network card's driver, TAP and the bridge,
+// uncompressed, in load order.
 func TestModulesInDependencyOrder(t *testing.T) {
 	dir := t.TempDir()
 	write := func(rel string, b []byte) {
@@ -87,6 +87,10 @@ func TestModulesInDependencyOrder(t *testing.T) {
 	write("kernel/drivers/crypto/ccp/ccp.ko.gz", gz(fakeModule("depends=")))
 	write("kernel/drivers/unrelated/other.ko", fakeModule("depends="))
 	write("kernel/drivers/net/ethernet/intel/e1000/e1000.ko", fakeModule("depends="))
+	write("kernel/drivers/net/tun.ko", fakeModule("depends="))
+	write("kernel/net/bridge/bridge.ko", fakeModule("depends=stp,llc"))
+	write("kernel/net/802/stp.ko", fakeModule("depends=llc"))
+	write("kernel/net/llc/llc.ko", fakeModule("depends="))
 	if _, err := exec.LookPath("xz"); err == nil {
 		cmd := exec.Command("xz", "-c")
 		cmd.Stdin = bytes.NewReader(kvmAMD)
@@ -103,7 +107,7 @@ func TestModulesInDependencyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"irqbypass", "kvm", "ccp", "kvm_amd", "e1000"}; !slices.Equal(order, want) {
+	if want := []string{"irqbypass", "kvm", "ccp", "kvm_amd", "e1000", "tun", "llc", "stp", "bridge"}; !slices.Equal(order, want) {
 		t.Fatalf("order = %v, want %v", order, want)
 	}
 	b, err := os.ReadFile(dst)
@@ -116,7 +120,7 @@ func TestModulesInDependencyOrder(t *testing.T) {
 			files[e.name] = e.data
 		}
 	}
-	if files["kvmhost/modules/order"] != "irqbypass\nkvm\nccp\nkvm_amd\ne1000\n" || len(files) != 6 {
+	if files["kvmhost/modules/order"] != "irqbypass\nkvm\nccp\nkvm_amd\ne1000\ntun\nllc\nstp\nbridge\n" || len(files) != 10 {
 		t.Fatalf("archive files %v", slices.Sorted(maps.Keys(files)))
 	}
 	if files["kvmhost/modules/kvm_amd.ko"] != string(kvmAMD) {
