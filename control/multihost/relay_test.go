@@ -244,6 +244,10 @@ func TestReportsLateTwiceAndOutOfOrderEndTheSame(t *testing.T) {
 	b := c.createDirty("r2")
 	from, _ := c.waitRunning("r1")
 	c.waitRunning("r2")
+	// The agents say running at once; the control plane hears it only
+	// when the relay delivers, and refuses to migrate a vmm it still
+	// knows as starting (the test raced it once in CI).
+	relay.flush()
 	to := c.otherHost(from)
 	c.mustCtl(nil, "instance", "migrate", "r1", "--to", to)
 	c.mustCtl(nil, "instance", "stop", "r2")
