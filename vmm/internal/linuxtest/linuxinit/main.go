@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // The lines it prints; package linuxtest, which the tests read them from,
@@ -99,11 +101,10 @@ func exit(status byte) {
 }
 
 // drain waits until the terminal has sent its output (tcdrain: TCSBRK
-// with a non-zero argument sends no break).
+// with a non-zero argument sends no break), as the emulated host's init
+// does (internal/kvmhost).
 func drain(f *os.File) {
-	const tcsbrk = 0x5409
-	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), tcsbrk, 1)
-	if errno != 0 {
-		fmt.Fprintln(f, "tern-linux-init: draining the console:", errno)
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.TCSBRK, 1); err != nil {
+		fmt.Fprintln(f, "tern-linux-init: draining the console:", err)
 	}
 }
