@@ -587,6 +587,41 @@ func TestDisconnectMovesReadsElsewhere(t *testing.T) {
 	}
 }
 
+// TestReadBeingSentWhenItsReplicaFaultsMovesElsewhere: a replica faulted
+// while its driver is still writing a read's request (a protocol
+// violation noticed on its reply stream meanwhile) settles that read once
+// the driver reports the send, and the read goes to a peer; it does not
+// wait for a replica that will never answer it.
+func TestReadBeingSentWhenItsReplicaFaultsMovesElsewhere(t *testing.T) {
+	h := newHarness(t, Limits{})
+	rd := h.read(0, 1)
+	at := -1
+	for r := range 3 {
+		if j, ok := h.e.TakeNext(r); ok {
+			at = r
+			if j.ID != rd {
+				t.Fatalf("replica %d took job %d, want the read %d", r, j.ID, rd)
+			}
+		}
+	}
+	if at < 0 {
+		t.Fatal("no replica took the read")
+	}
+	h.e.Fault(at) // the driver is still sending
+	h.drain()
+	h.e.Sent(at, rd)
+	h.drain()
+	moved := false
+	for r := range 3 {
+		if ids, _ := h.send(r); slices.Equal(ids, []wire.JobID{rd}) {
+			moved = r != at
+		}
+	}
+	if !moved {
+		t.Fatalf("the read sent to replica %d when it faulted was not rerouted", at)
+	}
+}
+
 func TestReadParksWhileAllReplicasOffline(t *testing.T) {
 	h := newHarness(t, Limits{})
 	for r := range 3 {

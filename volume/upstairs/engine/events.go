@@ -420,10 +420,15 @@ func (e *Engine) progress(j *Job) {
 		return
 	}
 	// Busy slots of replicas that stopped taking IO settle here once the
-	// driver is done with them.
+	// driver is done with them; a read among them goes to a peer (the
+	// replica left while its request was being written, so transition
+	// could not move it then).
 	for r := range j.slot {
 		if j.slot[r] == slotSent && !j.sending[r] && !e.replicas[r].state.takesIO() {
 			e.settle(j, r, slotSkipped)
+			if j.Kind == KindRead && !j.completed && !j.abandoned && e.running {
+				e.routeRead(j)
+			}
 		}
 	}
 	switch j.Kind {
