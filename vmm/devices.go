@@ -27,6 +27,10 @@ func (vm *VM) attachDevices(cfg Config) error {
 		vm.ports.Register("debug exit", devices.DebugExitPort, 1, exitPort{vm}),
 		vm.mmio.Register("boot timer", devices.BootTimerAddr, BootTimerSize, vm.bootTimer),
 	}
+	if cfg.Linux != nil {
+		vm.power = devices.NewPower()
+		errs = append(errs, vm.ports.Register("ACPI power", devices.SleepControlPort, devices.PowerPorts, powerPort{vm}))
+	}
 	for i, d := range cfg.disks() {
 		name := diskName(i)
 		blk := devices.NewVirtioBlk(d, name, vm.mem)
@@ -57,4 +61,16 @@ func (p exitPort) ReadPort(port uint16, data []byte) { p.vm.debugExit.ReadPort(p
 func (p exitPort) WritePort(port uint16, data []byte) {
 	p.vm.debugExit.WritePort(port, data)
 	p.vm.stopVCPUs()
+}
+
+// powerPort is a Linux guest's ACPI power registers: a power-off or reset
+// stops every vCPU, the writer included, as the debug-exit port does.
+type powerPort struct{ vm *VM }
+
+func (p powerPort) ReadPort(port uint16, data []byte) { p.vm.power.ReadPort(port, data) }
+
+func (p powerPort) WritePort(port uint16, data []byte) {
+	if p.vm.power.Write(port, data) {
+		p.vm.stopVCPUs()
+	}
 }

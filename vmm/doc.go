@@ -18,7 +18,10 @@
 //     closes the vCPUs and VM, then unmaps RAM. The disk backend is the
 //     caller's and is not closed; so are the disk backends.
 //   - Run ends with the status the guest wrote to the debug-exit port
-//     0xf4 (err nil); with ErrStopped after Stop; with the context's error;
+//     0xf4 (err nil); with ErrPoweredOff or ErrGuestReset when a Linux
+//     guest powers off or reboots through its ACPI registers
+//     (devices.Power, named by the FADT); with ErrStopped after Stop; with
+//     the context's error;
 //     or with the error that ended a vCPU (vcpu.ErrShutdown for a triple
 //     fault, vcpu.ErrInternal, vcpu.ErrHalted). It never returns while a
 //     vCPU goroutine runs. The vCPU that writes port 0xf4 stops before it

@@ -60,6 +60,10 @@ func writeACPI(mem *memory.Memory, cfg Config) error {
 	spec := acpi.Spec{
 		VCPUs:   max(cfg.VCPUs, 1),
 		Serials: []acpi.Serial{{Port: devices.UARTBase, GSI: uartIRQ}},
+		Power: &acpi.Power{
+			SleepControl: devices.SleepControlPort, SleepStatus: devices.SleepStatusPort,
+			Reset: devices.ResetPort, ResetValue: devices.ResetValue, S5Type: devices.SleepTypeS5,
+		},
 	}
 	for _, slot := range cfg.virtioSlotsInUse() {
 		spec.VirtioMMIO = append(spec.VirtioMMIO, acpi.VirtioMMIO{

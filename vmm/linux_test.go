@@ -2,6 +2,7 @@ package vmm_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -16,10 +17,14 @@ import (
 // its bzImage with one vCPU and as the vmlinux inside it with two, with
 // the test init (vmm/internal/linuxtest), which prints the CPUs the
 // kernel brought online and the ACPI tables it found, then its line on
-// the serial console, echoes a line typed there and exits with status 0
-// through port 0xf4: the ACPI tables, SMP through the local APICs, the
-// in-kernel irqchip, kvmclock and the UART's interrupt all work (see
-// linux_platform.go). Under nested PVM the test runs itself again in the
+// the serial console and echoes a line typed there: "poweroff", after
+// which the kernel powers the bzImage's machine off (Run ends with
+// ErrPoweredOff), and "reboot", after which it resets the vmlinux's
+// (ErrGuestReset), each through the registers tern's FADT names (not a
+// triple fault). So the ACPI tables, SMP through the local APICs, the
+// in-kernel irqchip, kvmclock, the UART's interrupt and the power
+// registers all work (see linux_platform.go); the exit through port 0xf4
+// is the userland tests'. Under nested PVM the test runs itself again in the
 // emulated test host (TestVmlinuxPrintsItsBannerUnderNestedPVM is what
 // runs there directly).
 func TestLinuxBootsToInit(t *testing.T) {
@@ -33,7 +38,12 @@ func TestLinuxBootsToInit(t *testing.T) {
 		name, kernel string
 		vcpus        int
 		wantCPUs     string // /sys/devices/system/cpu/online
-	}{{"bzImage", g.BzImage, 1, "0"}, {"vmlinux", g.Vmlinux, 2, "0-1"}} {
+		line         string // typed on the console: what the init does then
+		wantErr      error  // Run's error after it
+	}{
+		{"bzImage", g.BzImage, 1, "0", "poweroff", vmm.ErrPoweredOff},
+		{"vmlinux", g.Vmlinux, 2, "0-1", "reboot", vmm.ErrGuestReset},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.kernel == "" {
 				t.Fatal("no kernel of this format prepared")
@@ -72,12 +82,13 @@ func TestLinuxBootsToInit(t *testing.T) {
 					linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
 			}
 			checkMachine(t, con.seen, c.wantCPUs)
-			if n := vm.Serial().Input([]byte("ping\n")); n != 5 {
-				t.Fatalf("UART took %d of 5 bytes", n)
+			if n := vm.Serial().Input([]byte(c.line + "\n")); n != len(c.line)+1 {
+				t.Fatalf("UART took %d of %d bytes", n, len(c.line)+1)
 			}
-			con.waitFor("the init's echo", func(l string) bool { return strings.Contains(l, linuxtest.EchoPrefix+"ping") })
-			if r := wait(t, done); r.err != nil || r.status != 0 {
-				t.Fatalf("Run = %d, %v; want 0, nil (the init's exit through port 0xf4); the console's last lines:\n%s", r.status, r.err, tail(con.seen, 20))
+			con.waitFor("the init's echo", func(l string) bool { return strings.Contains(l, linuxtest.EchoPrefix+c.line) })
+			if r := wait(t, done); !errors.Is(r.err, c.wantErr) || r.status != 0 {
+				t.Fatalf("Run = %d, %v; want 0, %v (the kernel's %s through tern's ACPI power registers); the console's last lines:\n%s",
+					r.status, r.err, c.wantErr, c.line, tail(con.seen, 20))
 			}
 		})
 	}

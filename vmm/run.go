@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tern/vmm/devices"
 	"tern/vmm/vcpu"
 )
 
@@ -51,8 +52,14 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 		})
 	}
 	var cause error
+	var powered <-chan struct{} // nil for tern's own guests: never ready
+	if vm.power != nil {
+		powered = vm.power.Done()
+	}
 	select {
 	case <-vm.debugExit.Done():
+	case <-powered:
+		cause = vm.powerErr()
 	case <-vm.stopReq:
 		cause = ErrStopped
 	case <-ctx.Done():
@@ -72,8 +79,12 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 		vm.log.Debug("guest exited", "status", s)
 		return s, nil
 	}
-	if cause == nil { // a vCPU ended without an error: only Stop does that
-		cause = ErrStopped
+	if cause == nil {
+		// A vCPU ended without an error: Stop, or a power register
+		// whose stop that vCPU saw before Run did.
+		if cause = vm.powerErr(); cause == nil {
+			cause = ErrStopped
+		}
 	}
 	return 0, errors.Join(append([]error{cause}, errs...)...)
 }
@@ -145,4 +156,19 @@ func (vm *VM) requestBeforeRun(paused bool) ([]*vcpu.VCPU, error) {
 func (vm *VM) Stop() {
 	vm.stopOnce.Do(func() { close(vm.stopReq) })
 	vm.stopVCPUs()
+}
+
+// powerErr is Run's error for what the guest asked of its power
+// registers, nil if nothing.
+func (vm *VM) powerErr() error {
+	if vm.power == nil {
+		return nil
+	}
+	switch vm.power.Event() {
+	case devices.PowerOff:
+		return ErrPoweredOff
+	case devices.PowerReset:
+		return ErrGuestReset
+	}
+	return nil
 }

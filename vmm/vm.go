@@ -18,6 +18,15 @@ import (
 // ErrStopped ends Run after Stop.
 var ErrStopped = errors.New("VM stopped")
 
+// ErrPoweredOff ends Run when a Linux guest powered off through its ACPI
+// sleep-control register (the kernel's poweroff, ACPI S5).
+var ErrPoweredOff = errors.New("guest powered off (ACPI S5)")
+
+// ErrGuestReset ends Run when a Linux guest reset the machine through its
+// ACPI reset register (the kernel's reboot). A VM runs once: whoever ran
+// it starts a fresh one to reboot (vmm/instance does; tern vmm run ends).
+var ErrGuestReset = errors.New("guest reset the machine (ACPI reset register)")
+
 // ErrAlreadyRan reports a second Run of a VM.
 var ErrAlreadyRan = errors.New("VM already ran")
 
@@ -41,6 +50,8 @@ type VM struct {
 	mmio      *vcpu.MMIOBus
 	uart      *devices.UART
 	debugExit *devices.DebugExit
+	// power is a Linux guest's ACPI power registers; nil for tern's own.
+	power     *devices.Power
 	bootTimer *devices.BootTimer
 	// virtioBlks are the disks' transports, in slot order; closed by
 	// Close.

@@ -140,6 +140,14 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 		log.Info("guest exited", "status", status)
 	}
 	switch {
+	case errors.Is(err, vmm.ErrPoweredOff):
+		log.Info("guest powered off")
+		return nil
+	case errors.Is(err, vmm.ErrGuestReset):
+		// As Firecracker does: the process's VM ends; a supervisor (or the
+		// instance API, which boots a fresh VM) restarts it.
+		log.Info("guest rebooted; tern vmm run ends (the instance API reboots in place)")
+		return nil
 	case errors.Is(err, errTimeout):
 		return fmt.Errorf("guest %s still running after --timeout %v; stopped it", name, f.timeout)
 	case err != nil && ctx.Err() != nil:

@@ -81,6 +81,7 @@ var acpicaSpec = Spec{
 		{Slot: 0, Base: 0xfeb00000, Size: 0x200, GSI: 16},
 		{Slot: 9, Base: 0xfeb01200, Size: 0x200, GSI: 7},
 	},
+	Power: &Power{SleepControl: 0x600, SleepStatus: 0x601, Reset: 0x602, ResetValue: 1, S5Type: 5},
 }
 
 // writeTables writes each table but the RSDP to dir as SIG.dat.
@@ -133,6 +134,11 @@ func TestIASLDisassemblesEveryTable(t *testing.T) {
 			"CMOS RTC Not Present (V5) : 1",
 			"8042 Present on ports 60/64 (V2) : 0",
 			fmt.Sprintf("DSDT Address : %016X", addr("DSDT")),
+			"Reset Register Supported (V2) : 1",
+			"Reset Register : [Generic Address Structure] [074h 0116 1] Space ID : 01 [SystemIO] [075h 0117 1] Bit Width : 08 [076h 0118 1] Bit Offset : 00 [077h 0119 1] Encoded Access Width : 01 [Byte Access:8] [078h 0120 8] Address : 0000000000000602",
+			"Value to cause reset : 01",
+			"Sleep Control Register : [Generic Address Structure] [0F4h 0244 1] Space ID : 01 [SystemIO] [0F5h 0245 1] Bit Width : 08 [0F6h 0246 1] Bit Offset : 00 [0F7h 0247 1] Encoded Access Width : 01 [Byte Access:8] [0F8h 0248 8] Address : 0000000000000600",
+			"Sleep Status Register : [Generic Address Structure] [100h 0256 1] Space ID : 01 [SystemIO] [101h 0257 1] Bit Width : 08 [102h 0258 1] Bit Offset : 00 [103h 0259 1] Encoded Access Width : 01 [Byte Access:8] [104h 0260 8] Address : 0000000000000601",
 		},
 		"APIC": {
 			"Local Apic Address : FEE00000",
@@ -141,6 +147,7 @@ func TestIASLDisassemblesEveryTable(t *testing.T) {
 			"Subtable Type : 01 [I/O APIC] [03Dh 0061 1] Length : 0C [03Eh 0062 1] I/O Apic ID : 02 [03Fh 0063 1] Reserved : 00 [040h 0064 4] Address : FEC00000 [044h 0068 4] Interrupt : 00000000",
 		},
 		"DSDT": {
+			`Name (_S5, Package (0x04) // _S5_: S5 System State { 0x05, 0x05, Zero, Zero })`,
 			`Device (COM1) { Name (_HID, EisaId ("PNP0501") /* 16550A-compatible COM Serial Port */) // _HID: Hardware ID Name (_UID, One) // _UID: Unique ID Name (_CRS, ResourceTemplate () // _CRS: Current Resource Settings { IO (Decode16, 0x03F8, // Range Minimum 0x03F8, // Range Maximum 0x00, // Alignment 0x08, // Length ) Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive, ,, ) { 0x00000004, } }) }`,
 			`Device (VR00) { Name (_HID, "LNRO0005") // _HID: Hardware ID Name (_UID, Zero) // _UID: Unique ID Name (_CRS, ResourceTemplate () // _CRS: Current Resource Settings { Memory32Fixed (ReadWrite, 0xFEB00000, // Address Base 0x00000200, // Address Length ) Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive, ,, ) { 0x00000010, } }) }`,
 			`Device (VR09) { Name (_HID, "LNRO0005") // _HID: Hardware ID Name (_UID, 0x09) // _UID: Unique ID Name (_CRS, ResourceTemplate () // _CRS: Current Resource Settings { Memory32Fixed (ReadWrite, 0xFEB01200, // Address Base 0x00000200, // Address Length ) Interrupt (ResourceConsumer, Edge, ActiveHigh, Exclusive, ,, ) { 0x00000007, } }) }`,
@@ -164,6 +171,7 @@ func TestIASLDisassemblesEveryTable(t *testing.T) {
 func TestACPIExecDecodesEveryDevicesResources(t *testing.T) {
 	acpiexec := needACPICA(t, "acpiexec")
 	spec := twelveSlots(4)
+	spec.Power = acpicaSpec.Power
 	img, err := Build(RSDPScanStart, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +182,7 @@ func TestACPIExecDecodesEveryDevicesResources(t *testing.T) {
 	for _, d := range spec.VirtioMMIO {
 		cmds = append(cmds, fmt.Sprintf(`evaluate \_SB.VR%02X._HID`, d.Slot), fmt.Sprintf(`resources \_SB.VR%02X`, d.Slot))
 	}
-	cmds = append(cmds, `resources \_SB.COM1`)
+	cmds = append(cmds, `resources \_SB.COM1`, `evaluate \_S5`)
 	// acpiexec builds its own RSDP and XSDT around the tables given; the
 	// FADT leads it to the DSDT. Its "resources" command decodes _CRS with
 	// ACPICA's resource manager (what Linux's acpi_walk_resources uses),
@@ -192,7 +200,9 @@ func TestACPIExecDecodesEveryDevicesResources(t *testing.T) {
 			fmt.Sprintf("32-Bit Fixed Memory Range Resource Write Protect : ReadWrite Address : %08X Address Length : %08X", d.Base, d.Size),
 			irq(d.GSI), "EndTag Resource")
 	}
-	want = append(want, "I/O Resource Address Decoding : Decode16 Address Minimum : 03F8 Address Maximum : 03F8 Alignment : 00 Address Length : 08", irq(4))
+	want = append(want, "I/O Resource Address Decoding : Decode16 Address Minimum : 03F8 Address Maximum : 03F8 Alignment : 00 Address Length : 08", irq(4),
+		// What Linux's acpi_get_sleep_type_data reads for poweroff.
+		`Evaluating \_S5`, "[Package] Contains 4 Elements: [Integer] = 0000000000000005 [Integer] = 0000000000000005")
 	rest := out
 	for _, w := range want {
 		i := strings.Index(rest, w)

@@ -19,6 +19,7 @@ const (
 	amlQWordPrefix  = 0x0e
 	amlScopeOp      = 0x10
 	amlBufferOp     = 0x11
+	amlPackageOp    = 0x12
 	amlExtOpPrefix  = 0x5b
 	amlDeviceOp     = 0x82 // after amlExtOpPrefix
 	amlRootChar     = '\\'
@@ -107,6 +108,11 @@ func amlInteger(v uint64) []byte {
 // amlBuffer is Buffer(len(b)) { b }.
 func amlBuffer(b []byte) []byte {
 	return cat([]byte{amlBufferOp}, pkg(cat(amlInteger(uint64(len(b))), b)))
+}
+
+// amlPackage is Package() { elements }: at most 255 of them.
+func amlPackage(elements ...[]byte) []byte {
+	return cat([]byte{amlPackageOp}, pkg(cat([]byte{byte(len(elements))}, cat(elements...))))
 }
 
 // amlScope is Scope(\seg) { terms }.

@@ -48,6 +48,24 @@ type Spec struct {
 	// order: the kernel enumerates them in this order, which orders
 	// vda, vdb, … and eth0, eth1, ….
 	VirtioMMIO []VirtioMMIO
+	// Power, if set, is the machine's sleep and reset registers: the FADT
+	// names them and the DSDT offers soft-off (\_S5), so the kernel's
+	// poweroff and reboot reach the VMM instead of ending in a halt or a
+	// triple fault.
+	Power *Power
+}
+
+// Power is the hardware-reduced machine's power registers, one byte-wide
+// I/O port each (ACPI 6.4, 4.8.3.7 and 4.8.3.6).
+type Power struct {
+	// SleepControl takes the sleep type and SLP_EN; SleepStatus reads the
+	// wake status.
+	SleepControl, SleepStatus uint16
+	// Reset resets the machine when ResetValue is written to it.
+	Reset      uint16
+	ResetValue byte
+	// S5Type is the sleep type soft-off writes (\_S5's SLP_TYPa), 0-7.
+	S5Type byte
 }
 
 // Serial is one UART: eight IO ports from Port, interrupting on GSI.
@@ -142,7 +160,7 @@ func Build(base uint64, spec Spec) (*Image, error) {
 	}
 	put("RSD PTR ", rsdpOff, rsdp(addr(xsdtOff)))
 	put("XSDT", xsdtOff, xsdt(addr(fadtOff), addr(madtOff)))
-	put("FACP", fadtOff, fadt(addr(dsdtOff)))
+	put("FACP", fadtOff, fadt(addr(dsdtOff), spec.Power))
 	put("APIC", madtOff, madt)
 	put("DSDT", dsdtOff, table("DSDT", dsdtRevision, dsdtBody))
 	return img, nil
@@ -169,6 +187,14 @@ func (s *Spec) validate(base uint64) error {
 		}
 		if uint32(c.Port)+8 > 0x10000 {
 			bad("serials[%d]: ports %#x+8 pass 0xffff", i, c.Port)
+		}
+	}
+	if p := s.Power; p != nil {
+		if p.S5Type > 7 {
+			bad("power: S5 sleep type %d, want 0 to 7", p.S5Type)
+		}
+		if p.SleepControl == p.SleepStatus || p.SleepControl == p.Reset || p.SleepStatus == p.Reset {
+			bad("power: the registers share ports (control %#x, status %#x, reset %#x)", p.SleepControl, p.SleepStatus, p.Reset)
 		}
 	}
 	for i, d := range s.VirtioMMIO {
@@ -253,8 +279,12 @@ const (
 	fadtLen          = 276
 	fadtIAPCBootArch = 109
 	fadtFlags        = 112
+	fadtResetReg     = 116 // a Generic Address Structure
+	fadtResetValue   = 128
 	fadtMinorVersion = 131
 	fadtXDSDT        = 140
+	fadtSleepControl = 244 // a Generic Address Structure
+	fadtSleepStatus  = 256 // a Generic Address Structure
 )
 
 // FADT bits.
@@ -267,16 +297,40 @@ const (
 	// fadtHWReducedACPI: no fixed ACPI hardware; the kernel skips the
 	// legacy PIC and PIT set-up.
 	fadtHWReducedACPI = 1 << 20
+	// fadtResetRegSup: RESET_REG is valid.
+	fadtResetRegSup = 1 << 10
 )
 
+// Generic Address Structure fields (ACPI 6.4, 5.2.3.2).
+const (
+	gasSystemIO   = 1 // address space: I/O ports
+	gasAccessByte = 1
+)
+
+// putIOPort writes a Generic Address Structure for one byte-wide I/O
+// port at b.
+func putIOPort(b []byte, port uint16) {
+	b[0], b[1], b[2], b[3] = gasSystemIO, 8, 0, gasAccessByte
+	binary.LittleEndian.PutUint64(b[4:], uint64(port))
+}
+
 // fadt is the hardware-reduced Fixed ACPI Description Table: no FACS, no
-// SCI, no PM blocks; only the DSDT's address and the flags.
-func fadt(dsdtAddr uint64) []byte {
+// SCI, no PM blocks; the DSDT's address, the flags and, with power, the
+// sleep and reset registers.
+func fadt(dsdtAddr uint64, power *Power) []byte {
 	body := make([]byte, fadtLen-headerLen)
 	le := binary.LittleEndian
 	at := func(off int) []byte { return body[off-headerLen:] }
 	le.PutUint16(at(fadtIAPCBootArch), iapcVGANotPresent|iapcCMOSRTCNotPresent)
-	le.PutUint32(at(fadtFlags), fadtHWReducedACPI)
+	flags := uint32(fadtHWReducedACPI)
+	if power != nil {
+		flags |= fadtResetRegSup
+		putIOPort(at(fadtResetReg), power.Reset)
+		at(fadtResetValue)[0] = power.ResetValue
+		putIOPort(at(fadtSleepControl), power.SleepControl)
+		putIOPort(at(fadtSleepStatus), power.SleepStatus)
+	}
+	le.PutUint32(at(fadtFlags), flags)
 	at(fadtMinorVersion)[0] = fadtMinor
 	le.PutUint64(at(fadtXDSDT), dsdtAddr)
 	return table("FACP", fadtRevision, body)
@@ -321,7 +375,8 @@ const (
 )
 
 // dsdtAML is the DSDT's AML: in \_SB, a device per serial port (COMn)
-// and per occupied virtio-mmio slot (VRxx, xx the slot in hex).
+// and per occupied virtio-mmio slot (VRxx, xx the slot in hex); with
+// power registers, \_S5 (soft-off's sleep type, for SLP_TYPa and b).
 func dsdtAML(s Spec) []byte {
 	var devs [][]byte
 	for i, c := range s.Serials {
@@ -338,5 +393,10 @@ func dsdtAML(s Spec) []byte {
 			amlName("_CRS", amlResourceTemplate(resMemory32(uint32(d.Base), uint32(d.Size)), resInterrupt(d.GSI))),
 		))
 	}
-	return amlScope("_SB", devs...)
+	sb := amlScope("_SB", devs...)
+	if s.Power == nil {
+		return sb
+	}
+	t := uint64(s.Power.S5Type)
+	return cat(amlName("_S5", amlPackage(amlInteger(t), amlInteger(t), amlInteger(0), amlInteger(0))), sb)
 }

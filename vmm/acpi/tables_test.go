@@ -183,6 +183,8 @@ func TestBuildRejectsEveryProblemAtOnce(t *testing.T) {
 		{"five serials", RSDPScanStart, Spec{VCPUs: 1, Serials: make([]Serial, 5)}, []string{"serials: 5"}},
 		{"all at once", 1, Spec{VCPUs: -1, VirtioMMIO: []VirtioMMIO{{Slot: -1, GSI: 99}}}, []string{"base 0x1", "vcpus: -1", "slot -1", "is empty", "GSI 99"}},
 		{"past 4 GiB", 0xffffff00, Spec{VCPUs: 1}, []string{"past 4 GiB from 0xffffff00"}},
+		{"power registers sharing a port and a bad S5 type", RSDPScanStart, Spec{VCPUs: 1, Power: &Power{SleepControl: 0x600, SleepStatus: 0x600, Reset: 0x602, S5Type: 8}},
+			[]string{"S5 sleep type 8", "share ports (control 0x600, status 0x600, reset 0x602)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			img, err := Build(c.base, c.spec)

@@ -187,3 +187,49 @@ func TestBootTimerRecordsTheMagicWrite(t *testing.T) {
 		t.Errorf("elapsed %v, want 7ms from the first magic write", d)
 	}
 }
+
+func TestPowerRecordsTheFirstPowerOffOrReset(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		writes [][2]uint16 // port, value
+		want   PowerEvent
+	}{
+		{"S5 with SLP_EN", [][2]uint16{{SleepStatusPort, 0x80}, {SleepControlPort, SleepTypeS5<<2 | 1<<5}}, PowerOff},
+		{"S5 without SLP_EN", [][2]uint16{{SleepControlPort, SleepTypeS5 << 2}}, PowerNone},
+		{"another sleep type", [][2]uint16{{SleepControlPort, 3<<2 | 1<<5}}, PowerNone},
+		{"reset", [][2]uint16{{ResetPort, ResetValue}}, PowerReset},
+		{"a wrong reset value", [][2]uint16{{ResetPort, 0xfe}}, PowerNone},
+		{"reset then power off", [][2]uint16{{ResetPort, ResetValue}, {SleepControlPort, SleepTypeS5<<2 | 1<<5}}, PowerReset},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := NewPower()
+			ended := false
+			for _, w := range c.writes {
+				if p.Write(w[0], []byte{byte(w[1])}) {
+					ended = true
+				}
+			}
+			if got := p.Event(); got != c.want {
+				t.Fatalf("event %v, want %v", got, c.want)
+			}
+			select {
+			case <-p.Done():
+				if c.want == PowerNone {
+					t.Fatal("Done closed with no event")
+				}
+			default:
+				if c.want != PowerNone {
+					t.Fatal("Done open after the event")
+				}
+			}
+			if ended != (c.want != PowerNone) {
+				t.Fatalf("Write reported an end %v, want %v", ended, c.want != PowerNone)
+			}
+			buf := []byte{0xff}
+			p.ReadPort(SleepStatusPort, buf)
+			if buf[0] != 0 {
+				t.Fatalf("sleep status reads %#x, want 0 (no wake event)", buf[0])
+			}
+		})
+	}
+}

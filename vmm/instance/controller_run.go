@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"tern/migration"
+	"tern/vmm"
 )
 
 // runResult is what a machine's Run returned.
@@ -94,9 +95,21 @@ func (c *Controller) run() {
 		case <-act:
 		case r := <-d.runDone:
 			d.runDone = nil
-			if r.err != nil {
+			switch {
+			case errors.Is(r.err, vmm.ErrGuestReset):
+				// The guest rebooted: a fresh VM over the same disks,
+				// as a requested reboot gets.
+				c.log.Info("guest reset the machine; rebooting the instance")
+				if err := d.reboot(); err != nil {
+					d.fail(err)
+					return
+				}
+				continue
+			case errors.Is(r.err, vmm.ErrPoweredOff):
+				d.halt("guest powered off")
+			case r.err != nil:
 				d.fail(fmt.Errorf("running VM: %w", r.err))
-			} else {
+			default:
 				d.halt(fmt.Sprintf("guest exited with status %d", r.status))
 			}
 			return

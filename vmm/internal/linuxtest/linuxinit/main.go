@@ -3,8 +3,9 @@
 // cpusPrefix, and the ACPI tables, after acpiPrefix), then initLine on the
 // console, then waits for one line of console input, prints it back after
 // echoPrefix and exits with status 0 through tern's debug-exit port
-// (0xf4), which ends the VM's Run. Built with CGO_ENABLED=0, so it is
-// static.
+// (0xf4), which ends the VM's Run; the lines "poweroff" and "reboot"
+// instead power the machine off or reboot it through the kernel. Built
+// with CGO_ENABLED=0, so it is static.
 package main
 
 import (
@@ -45,8 +46,28 @@ func main() {
 		fmt.Fprintln(c, "tern-linux-init: reading the console:", err)
 		exit(2)
 	}
-	fmt.Fprintf(c, "%s%s\n", echoPrefix, strings.TrimSpace(line))
+	line = strings.TrimSpace(line)
+	fmt.Fprintf(c, "%s%s\n", echoPrefix, line)
+	switch line {
+	case "poweroff", "reboot":
+		// The kernel's own way out: ACPI S5 or the ACPI reset register.
+		end(line)
+	}
 	exit(0)
+}
+
+// end powers the machine off or reboots it with the reboot system call,
+// as busybox's poweroff -f and reboot -f do, after the console drained.
+func end(how string) {
+	drain(console)
+	syscall.Sync()
+	cmd := syscall.LINUX_REBOOT_CMD_POWER_OFF
+	if how == "reboot" {
+		cmd = syscall.LINUX_REBOOT_CMD_RESTART
+	}
+	err := syscall.Reboot(cmd)
+	fmt.Fprintf(console, "tern-linux-init: %s: %v\n", how, err)
+	exit(3)
 }
 
 // printMachine prints the CPUs the kernel brought online (the
