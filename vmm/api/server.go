@@ -363,6 +363,7 @@ func (s *Server) view(c *instance.Controller) InstanceView {
 	if err := c.Failure(); err != nil {
 		v.Error = err.Error()
 	}
+	v.StopReason = c.StopReason()
 	return v
 }
 

@@ -18,6 +18,10 @@ type InstanceView struct {
 	MigrationAddr string `json:"migration_addr,omitempty"`
 	// Error is why the instance failed, when its state is failed.
 	Error string `json:"error,omitempty"`
+	// StopReason is why the instance stopped, once it is stopping or
+	// past: "stop requested", "guest exited with status N", "guest
+	// powered off", "migrated out", ….
+	StopReason string `json:"stop_reason,omitempty"`
 }
 
 // Version is GET /v1/version: what a migration peer must match.

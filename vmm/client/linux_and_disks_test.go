@@ -90,7 +90,10 @@ func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
 // TestLinuxGuestBootsToInitThroughTheAPI ensures an instance of kind
 // linux with Debian's kernel and the test initramfs and sees the init's
 // line in the serial history. Its problems are answered synchronously,
-// each listed. Under nested PVM it runs in the emulated test host.
+// each listed. The guest's own reboot reboots the instance in place (a
+// fresh VM, the same console, the init's line again) and its poweroff
+// halts it with stop_reason "guest powered off". Under nested PVM it
+// runs in the emulated test host.
 func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	kvmtest.Require(t)
 	g := linuxtest.Files(t)
@@ -129,30 +132,51 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	}
 	defer conn.CloseNow()
 	var console strings.Builder
-	readUntil := func(want string) {
-		for !strings.Contains(console.String(), want) {
+	// readUntilN reads the console until want has been printed n times.
+	readUntilN := func(want string, n int) {
+		for strings.Count(console.String(), want) < n {
 			_, msg, err := conn.Read(ctx)
 			if err != nil {
-				t.Fatalf("reading the console for %q: %v; it printed:\n%s", want, err, console.String())
+				t.Fatalf("reading the console for %q (%d times): %v; it printed:\n%s", want, n, err, console.String())
 			}
 			console.Write(msg)
 		}
 	}
+	readUntil := func(want string) { readUntilN(want, 1) }
 	readUntil(linuxtest.InitLine)
-	if err := conn.Write(ctx, websocket.MessageBinary, []byte("ping\n")); err != nil {
+	type_ := func(line string) {
+		t.Helper()
+		if err := conn.Write(ctx, websocket.MessageBinary, []byte(line+"\n")); err != nil {
+			t.Fatal(err)
+		}
+		readUntil(linuxtest.EchoPrefix + line)
+	}
+	// The kernel resets the machine: the instance boots a fresh VM over
+	// the same console, which prints the init's line a second time.
+	running, err := c.Get(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	readUntil(linuxtest.EchoPrefix + "ping")
-	// The init exits with status 0 through port 0xf4: the instance halts.
+	type_("reboot")
+	// Rebooting, then Running: two generations on (the monitor may skip
+	// the first, showing the latest).
+	if _, err := c.WaitFor(ctx, running.Gen, func(s instance.Snapshot) bool {
+		return s.State == instance.Running && s.Gen >= running.Gen+2
+	}); err != nil {
+		t.Fatalf("waiting for the guest's reboot to show as rebooting then running: %v; the console:\n%s", err, console.String())
+	}
+	readUntilN(linuxtest.InitLine, 2)
+	// Then it powers off: the instance halts, saying so.
+	type_("poweroff")
 	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 	h, err := c.SerialHistory(ctx, 0, 0)
-	if err != nil || !strings.Contains(h.Data, linuxtest.InitLine) || !strings.Contains(h.Data, linuxtest.EchoPrefix+"ping") {
-		t.Fatalf("serial history %+v, %v; want the init's line and its echo", h, err)
+	if err != nil || strings.Count(h.Data, linuxtest.InitLine) != 2 || !strings.Contains(h.Data, linuxtest.EchoPrefix+"poweroff") {
+		t.Fatalf("serial history %+v, %v; want the init's line twice and the poweroff's echo", h, err)
 	}
-	if v, err := c.Get(ctx); err != nil || v.Error != "" {
-		t.Fatalf("after the guest exited: %+v, %v; want destroyed without an error", v, err)
+	if v, err := c.Get(ctx); err != nil || v.Error != "" || v.StopReason != "guest powered off" {
+		t.Fatalf("after the guest powered off: %+v, %v; want destroyed without an error, stop reason %q", v, err, "guest powered off")
 	}
 }
 

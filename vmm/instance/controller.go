@@ -75,6 +75,8 @@ type Controller struct {
 	machine Machine
 	// failure is why the instance failed, if it did.
 	failure error
+	// stopReason is why the instance halted, once it does.
+	stopReason string
 	// built is the spec the instance is built from: spec, or for a
 	// migration target the source's merged with the ensure's (set once
 	// the source's is known); see BuiltSpec.
@@ -91,6 +93,14 @@ func (c *Controller) Failure() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.failure
+}
+
+// StopReason returns why the instance halted ("guest powered off",
+// "stop requested", …); empty before it halts or if it failed.
+func (c *Controller) StopReason() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopReason
 }
 
 // Start validates nothing (the caller did) and returns at once; the

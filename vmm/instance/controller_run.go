@@ -260,6 +260,9 @@ func (d *driver) halt(why string) { d.haltWith(why, nil) }
 func (d *driver) haltWith(why string, update func(*Snapshot)) {
 	c := d.c
 	c.log.Info("instance halting", "reason", why)
+	c.mu.Lock()
+	c.stopReason = why
+	c.mu.Unlock()
 	c.publishWith(Stopping, update, Run, Reboot, MigrateOut, MigrateIn)
 	c.dropOutgoing("the instance is stopping")
 	if err := d.teardown(); err != nil {
