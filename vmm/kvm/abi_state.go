@@ -10,6 +10,8 @@ const (
 	kvmGetDirtyLog     = 0x4010AE42 // _IOW(KVMIO, 0x42, struct kvm_dirty_log)
 	kvmCreateIRQChip   = 0xAE60     // _IO(KVMIO, 0x60)
 	kvmIRQLine         = 0x4008AE61 // _IOW(KVMIO, 0x61, struct kvm_irq_level)
+	kvmGetIRQChip      = 0xC208AE62 // _IOWR(KVMIO, 0x62, struct kvm_irqchip)
+	kvmSetIRQChip      = 0x8208AE63 // _IOR(KVMIO, 0x63, struct kvm_irqchip): _IOR, as the kernel defines it
 	kvmIRQFD           = 0x4020AE76 // _IOW(KVMIO, 0x76, struct kvm_irqfd)
 	kvmCreatePIT2      = 0x4040AE77 // _IOW(KVMIO, 0x77, struct kvm_pit_config)
 	kvmIOEventFD       = 0x4040AE79 // _IOW(KVMIO, 0x79, struct kvm_ioeventfd)
@@ -26,6 +28,8 @@ const (
 	kvmSetMPState      = 0x4004AE99 // _IOW(KVMIO, 0x99, struct kvm_mp_state)
 	kvmGetVCPUEvents   = 0x8040AE9F // _IOR(KVMIO, 0x9f, struct kvm_vcpu_events)
 	kvmSetVCPUEvents   = 0x4040AEA0 // _IOW(KVMIO, 0xa0, struct kvm_vcpu_events)
+	kvmGetPIT2         = 0x8070AE9F // _IOR(KVMIO, 0x9f, struct kvm_pit_state2), on the VM fd
+	kvmSetPIT2         = 0x4070AEA0 // _IOW(KVMIO, 0xa0, struct kvm_pit_state2), on the VM fd
 	kvmGetDebugRegs    = 0x8080AEA1 // _IOR(KVMIO, 0xa1, struct kvm_debugregs)
 	kvmSetDebugRegs    = 0x4080AEA2 // _IOW(KVMIO, 0xa2, struct kvm_debugregs)
 	kvmSetTSCKHz       = 0xAEA2     // _IO(KVMIO, 0xa2)
@@ -181,6 +185,31 @@ type xcrsArg struct {
 	Flags  uint32
 	XCRs   [maxXCRs]XCR
 	_      [16]uint64
+}
+
+// IRQChipState is struct kvm_irqchip: one in-kernel interrupt controller,
+// ChipID IRQChipPICMaster, IRQChipPICSlave or IRQChipIOAPIC, and its
+// registers as the kernel lays them out (struct kvm_pic_state or
+// kvm_ioapic_state in the 512-byte union), carried opaquely: they are the
+// kernel's ABI and move between hosts byte for byte.
+type IRQChipState struct {
+	ChipID uint32
+	_      uint32
+	Chip   [512]byte
+}
+
+// The chip IDs of IRQChipState.
+const (
+	IRQChipPICMaster = 0
+	IRQChipPICSlave  = 1
+	IRQChipIOAPIC    = 2
+)
+
+// PITState is struct kvm_pit_state2: the in-kernel i8254's three
+// channels and its flags, carried opaquely as IRQChipState is (the kernel
+// reloads each channel's count, and its own load time, on KVM_SET_PIT2).
+type PITState struct {
+	State [112]byte
 }
 
 // LAPICState is struct kvm_lapic_state: the local APIC's 1 KiB register

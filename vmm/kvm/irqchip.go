@@ -59,6 +59,57 @@ func (vm *VM) CreatePIT2(flags uint32) error {
 	return nil
 }
 
+// IRQChip reads in-kernel interrupt controller chip (KVM_GET_IRQCHIP):
+// IRQChipPICMaster, IRQChipPICSlave or IRQChipIOAPIC.
+func (vm *VM) IRQChip(chip uint32) (IRQChipState, error) {
+	st := IRQChipState{ChipID: chip}
+	fd, err := vm.rawFd()
+	if err != nil {
+		return st, err
+	}
+	if err := ioctlPtr(fd, kvmGetIRQChip, &st); err != nil {
+		return st, opError(fmt.Sprintf("getting irqchip %d", chip), err, CapIRQChip)
+	}
+	return st, nil
+}
+
+// SetIRQChip loads the controller st.ChipID names (KVM_SET_IRQCHIP).
+func (vm *VM) SetIRQChip(st IRQChipState) error {
+	fd, err := vm.rawFd()
+	if err != nil {
+		return err
+	}
+	if err := ioctlPtr(fd, kvmSetIRQChip, &st); err != nil {
+		return opError(fmt.Sprintf("setting irqchip %d", st.ChipID), err, CapIRQChip)
+	}
+	return nil
+}
+
+// PIT reads the in-kernel i8254 (KVM_GET_PIT2).
+func (vm *VM) PIT() (PITState, error) {
+	var st PITState
+	fd, err := vm.rawFd()
+	if err != nil {
+		return st, err
+	}
+	if err := ioctlPtr(fd, kvmGetPIT2, &st); err != nil {
+		return st, opError("getting PIT state", err, CapPIT2)
+	}
+	return st, nil
+}
+
+// SetPIT loads the in-kernel i8254 (KVM_SET_PIT2).
+func (vm *VM) SetPIT(st PITState) error {
+	fd, err := vm.rawFd()
+	if err != nil {
+		return err
+	}
+	if err := ioctlPtr(fd, kvmSetPIT2, &st); err != nil {
+		return opError("setting PIT state", err, CapPIT2)
+	}
+	return nil
+}
+
 // AssignIRQFD makes a write to eventfd efd raise interrupt line gsi of the
 // in-kernel irqchip (KVM_IRQFD). The caller keeps owning efd.
 func (vm *VM) AssignIRQFD(efd int, gsi uint32) error {

@@ -1,6 +1,7 @@
 package kvm_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -38,6 +39,75 @@ func TestIRQChipPITLineAndIRQFD(t *testing.T) {
 	}
 	if _, err := cpu.LAPIC(); err != nil {
 		t.Errorf("LAPIC with an in-kernel irqchip: %v", err)
+	}
+}
+
+// TestIRQChipAndPITStateMoveToAnotherVM: the IOAPIC's redirection
+// entry and a PIT channel's count and mode set on one VM read back from
+// another loaded with its state (what a live migration does), and a chip
+// ID KVM has not is an error.
+func TestIRQChipAndPITStateMoveToAnotherVM(t *testing.T) {
+	newVM := func() *kvm.VM {
+		v := newTestVM(t, (*kvm.VM).CreateIRQChip, memory.RegionSpec{Name: "ram", Size: memory.PageSize})
+		if err := v.vm.CreatePIT2(0); err != nil {
+			t.Fatal(err)
+		}
+		return v.vm
+	}
+	src, dst := newVM(), newVM()
+	const redirEntry4 = 24 + 4*8 // kvm_ioapic_state: base, ioregsel, id, irr, pad, then redirtbl[24]
+	io, err := src.IRQChip(kvm.IRQChipIOAPIC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(io.Chip[redirEntry4:], 0x34) // vector 0x34, unmasked, edge, fixed
+	if err := src.SetIRQChip(io); err != nil {
+		t.Fatal(err)
+	}
+	pit, err := src.PIT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(pit.State[0:], 0x1234) // channel 0's count
+	pit.State[12], pit.State[13] = 3, 2                   // rw_mode lsb-then-msb, mode 2 (rate generator)
+	if err := src.SetPIT(pit); err != nil {
+		t.Fatal(err)
+	}
+	for _, chip := range []uint32{kvm.IRQChipPICMaster, kvm.IRQChipPICSlave, kvm.IRQChipIOAPIC} {
+		st, err := src.IRQChip(chip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.SetIRQChip(st); err != nil {
+			t.Fatal(err)
+		}
+		back, err := dst.IRQChip(chip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back != st {
+			t.Errorf("irqchip %d reads back differently on the second VM", chip)
+		}
+	}
+	if got, err := dst.IRQChip(kvm.IRQChipIOAPIC); err != nil || binary.LittleEndian.Uint64(got.Chip[redirEntry4:]) != 0x34 {
+		t.Errorf("IOAPIC pin 4 on the second VM: %#x, %v; want 0x34", binary.LittleEndian.Uint64(got.Chip[redirEntry4:]), err)
+	}
+	saved, err := src.PIT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.SetPIT(saved); err != nil {
+		t.Fatal(err)
+	}
+	got, err := dst.PIT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, m := binary.LittleEndian.Uint32(got.State[0:]), got.State[13]; c != 0x1234 || m != 2 {
+		t.Errorf("PIT channel 0 on the second VM: count %#x mode %d, want 0x1234 and 2", c, m)
+	}
+	if _, err := dst.IRQChip(7); err == nil {
+		t.Error("irqchip 7: no error")
 	}
 }
 
