@@ -69,7 +69,7 @@ func TestIRQChipAndPITStateMoveToAnotherVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	binary.LittleEndian.PutUint32(pit.State[0:], 0x1234) // channel 0's count
-	pit.State[12], pit.State[13] = 3, 2                   // rw_mode lsb-then-msb, mode 2 (rate generator)
+	pit.State[12], pit.State[13] = 3, 2                  // rw_mode lsb-then-msb, mode 2 (rate generator)
 	if err := src.SetPIT(pit); err != nil {
 		t.Fatal(err)
 	}
