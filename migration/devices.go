@@ -56,6 +56,8 @@ var currentDevices = registry{
 	kindBootTimer: {1, decodeBootTimer},
 	kindVirtioBlk: {1, decodeVirtioBlk},
 	kindVirtioNet: {1, decodeVirtioNet},
+	kindIRQChip:   {1, decodeIRQChip},
+	kindPIT:       {1, decodePIT},
 }
 
 // decode reads ds; an unknown kind or a version other than the codec's
@@ -238,7 +240,11 @@ func (t *target) deviceApplier(v any) (func() error, error) {
 	vm := t.vm
 	switch v := v.(type) {
 	case devices.UARTState:
-		return func() error { vm.Serial().SetState(v); return nil }, nil
+		return func() error {
+			vm.Serial().SetState(v)
+			vm.Serial().Reassert()
+			return nil
+		}, nil
 	case devices.HistoryState:
 		return func() error { vm.Serial().Output().Restore(v); return nil }, nil
 	case devices.BootTimerState:

@@ -67,6 +67,26 @@ func TestUnknownDeviceKindOrVersionIsAnError(t *testing.T) {
 var virtioSample = virtioBlkState{Slot: 2, State: devices.VirtioMMIOState{Status: 15, QueueSel: 0, DriverFeatures: 1<<32 | 1<<9,
 	InterruptStatus: 1, Queues: []devices.VirtioQueueState{{Num: 128, Ready: true, Desc: 0x10000, Driver: 0x11000, Device: 0x12000}}}}
 
+var (
+	chipSample = kvm.IRQChipState{ChipID: kvm.IRQChipIOAPIC, Chip: [512]byte{0: 0xfe, 24: 0x34, 511: 1}}
+	pitSample  = kvm.PITState{State: [112]byte{0: 0x34, 1: 0x12, 13: 2, 111: 9}}
+)
+
+// TestPlatformPayloadsRefuseWhatKVMCannotTake: an irqchip ID past the
+// IOAPIC's and payloads of the wrong size are malformed.
+func TestPlatformPayloadsRefuseWhatKVMCannotTake(t *testing.T) {
+	bad := encodeIRQChip(kvm.IRQChipState{ChipID: 3})
+	short := encodeIRQChip(chipSample)
+	short.Payload = short.Payload[:100]
+	long := encodePIT(pitSample)
+	long.Payload = append(long.Payload, 0)
+	for _, ds := range []DeviceState{bad, short, long, {Kind: kindPIT, Version: 1}} {
+		if _, err := currentDevices.decode(ds); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s of %d bytes: %v, want ErrMalformed", ds.Kind, len(ds.Payload), err)
+		}
+	}
+}
+
 func TestEveryDevicePayloadRoundTrips(t *testing.T) {
 	st := &kvm.VCPUState{Regs: kvm.Regs{RIP: 0x100000, RSP: 0x7000}, MSRs: []kvm.MSREntry{{Index: kvm.MSRIA32TSC, Data: 42}}}
 	vds, err := encodeVCPU(vcpuState{ID: 3, State: st})
@@ -84,6 +104,8 @@ func TestEveryDevicePayloadRoundTrips(t *testing.T) {
 		{encodeBootTimer(devices.BootTimerState{Done: true, Elapsed: time.Second}), devices.BootTimerState{Done: true, Elapsed: time.Second}},
 		{encodeVirtioBlk(virtioSample), virtioSample},
 		{encodeVirtioNet(virtioNetState{Card: 1, State: virtioSample.State}), virtioNetState{Card: 1, State: virtioSample.State}},
+		{encodeIRQChip(chipSample), irqChipState{chipSample}},
+		{encodePIT(pitSample), pitState{pitSample}},
 	}
 	for _, c := range cases {
 		got, err := currentDevices.decode(c.ds)
@@ -117,10 +139,11 @@ func FuzzDecodeDeviceState(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	kinds := []string{kindVCPU, kindClock, kindUART, kindHistory, kindBootTimer, kindVirtioBlk, kindVirtioNet, "gpu"}
+	kinds := []string{kindVCPU, kindClock, kindUART, kindHistory, kindBootTimer, kindVirtioBlk, kindVirtioNet, kindIRQChip, kindPIT, "gpu"}
 	for i, ds := range []DeviceState{v, encodeClock(clockState{}), encodeUART(devices.UARTState{Input: []byte("q")}),
 		encodeHistory(devices.HistoryState{End: 3, Data: []byte("abc")}), encodeBootTimer(devices.BootTimerState{}),
-		encodeVirtioBlk(virtioSample), encodeVirtioNet(virtioNetState{State: virtioSample.State})} {
+		encodeVirtioBlk(virtioSample), encodeVirtioNet(virtioNetState{State: virtioSample.State}),
+		encodeIRQChip(chipSample), encodePIT(pitSample)} {
 		f.Add(uint8(i), ds.Version, ds.Payload)
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, version uint16, payload []byte) {

@@ -78,15 +78,17 @@ const progressEvery = 16 << 20
 
 // source is one outgoing migration.
 type source struct {
-	cfg     SourceConfig
-	log     *slog.Logger
-	p       *peer
-	t       *tracker
-	prog    Progress
-	start   time.Time
-	paused  bool
-	pauseAt time.Time
-	lastPub uint64
+	cfg    SourceConfig
+	log    *slog.Logger
+	p      *peer
+	t      *tracker
+	prog   Progress
+	start  time.Time
+	paused bool
+	// quiesced: the VM's virtio transports are held (a Linux guest's).
+	quiesced bool
+	pauseAt  time.Time
+	lastPub  uint64
 	// bandwidth sums bytes and time of acknowledged rounds.
 	bwBytes uint64
 	bwTime  time.Duration
@@ -134,6 +136,9 @@ func (s *source) unwind(cause error) error {
 	var errs []error
 	if s.t != nil {
 		errs = append(errs, s.t.stop(true))
+	}
+	if s.quiesced {
+		s.cfg.VM.ResumeVirtio()
 	}
 	if s.paused {
 		errs = append(errs, s.cfg.VM.Resume())
@@ -250,6 +255,16 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 		return res, false, err
 	}
 	s.paused, s.pauseAt = true, pauseAt
+	if s.cfg.VM.IsLinux() {
+		// A Linux guest's virtio queues are served off the vCPUs: wait
+		// for the requests in flight, so memory and the transports stand
+		// still from here (tern's own guests' are served on the vCPU
+		// that notified, which Pause already stopped).
+		if err := s.cfg.VM.QuiesceVirtio(ctx); err != nil {
+			return res, false, err
+		}
+		s.quiesced = true
+	}
 	if err := s.cfg.Injector.failExport(PhasePause); err != nil {
 		return res, false, err
 	}
@@ -498,6 +513,16 @@ func captureDevices(vm *vmm.VM) ([]DeviceState, error) {
 		clk.HasKVM, clk.KVM = true, d
 	} else if !errors.Is(err, kvm.ErrNotSupported) {
 		return nil, fmt.Errorf("capturing device state: %w", err)
+	}
+	plat, err := vm.PlatformState()
+	if err != nil {
+		return nil, fmt.Errorf("capturing device state: %w", err)
+	}
+	if plat != nil {
+		for _, c := range plat.IRQChips {
+			out = append(out, encodeIRQChip(c))
+		}
+		out = append(out, encodePIT(plat.PIT))
 	}
 	out = append(out, encodeClock(clk), encodeUART(vm.Serial().State()),
 		encodeHistory(vm.Serial().Output().State()), encodeBootTimer(vm.BootTimer().State()))

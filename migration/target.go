@@ -254,6 +254,7 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if err := t.vm.Resume(); err != nil {
 			return false, err
 		}
+		t.vm.ResumeVirtio() // no-op but for a Linux guest's, held since applyDevices
 		res.BytesSent = t.prog.BytesSent
 		return true, t.p.send(empty{msgResumed})
 	default:
@@ -271,6 +272,10 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		disks = map[uint16]bool{}
 		cards = map[uint16]bool{}
 		apply []func() error
+		// A Linux guest's irqchip and PIT (vmm.PlatformState).
+		plat          vmm.PlatformState
+		chips         [3]bool
+		nChips, nPITs int
 	)
 	vm := t.vm
 	for _, ds := range list {
@@ -281,6 +286,16 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		switch v := v.(type) {
 		case clockState:
 			clock = &v
+		case irqChipState:
+			id := v.State.ChipID // the decoder bounds it
+			if chips[id] {
+				return fmt.Errorf("applying device state: %w: irqchip %d twice", ErrIncompatible, id)
+			}
+			chips[id], plat.IRQChips[id] = true, v.State
+			nChips++
+		case pitState:
+			plat.PIT = v.State
+			nPITs++
 		case vcpuState:
 			if int(v.ID) >= len(vm.KVMVCPUs()) || cpus[v.ID] != nil {
 				return fmt.Errorf("applying device state: %w: vCPU %d", ErrIncompatible, v.ID)
@@ -317,6 +332,10 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 	if len(cpus) != len(vm.KVMVCPUs()) || clock == nil {
 		return fmt.Errorf("applying device state: %w: %d of %d vCPUs, clock %v", ErrIncompatible, len(cpus), len(vm.KVMVCPUs()), clock != nil)
 	}
+	if want := vm.IsLinux(); want && (nChips != len(chips) || nPITs != 1) || !want && nChips+nPITs > 0 {
+		return fmt.Errorf("applying device state: %w: %d irqchips and %d PITs for a VM that runs a Linux guest: %v (it has 3 and 1, tern's own guests none)",
+			ErrIncompatible, nChips, nPITs, want)
+	}
 	if len(disks) != len(vm.VirtioBlks()) {
 		return fmt.Errorf("applying device state: %w: the source has %d disks, this VM %d", ErrIncompatible, len(disks), len(vm.VirtioBlks()))
 	}
@@ -333,6 +352,17 @@ func (t *target) applyDevices(reg registry, list []DeviceState) error {
 		}
 		if err := vm.KVM().SetClock(d); err != nil && !errors.Is(err, kvm.ErrNotSupported) {
 			return fmt.Errorf("applying clock state: %w", err)
+		}
+	}
+	if vm.IsLinux() {
+		// The interrupt controllers before the local APICs they feed;
+		// the transports held until commit (ResumeVirtio), so what the
+		// source was notified of is served only once the guest is ours.
+		if err := vm.SetPlatformState(&plat); err != nil {
+			return fmt.Errorf("applying device state: %w", err)
+		}
+		if err := vm.QuiesceVirtio(context.Background()); err != nil { // fresh transports: nothing to wait for
+			return fmt.Errorf("applying device state: %w", err)
 		}
 	}
 	spec, err := vm.KVM().StateSpec()

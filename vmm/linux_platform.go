@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"errors"
 	"fmt"
 
 	"tern/vmm/acpi"
@@ -80,9 +81,70 @@ func writeACPI(mem *memory.Memory, cfg Config) error {
 	return boot.SetACPIRSDP(mem, memory.GPA(img.RSDPAddr()))
 }
 
+// PlatformState is a Linux guest's in-kernel platform devices, what a
+// live migration carries besides the vCPUs (whose local APICs are in
+// their own state): the PIC pair and the IOAPIC, and the PIT.
+type PlatformState struct {
+	// IRQChips are the PIC master, the PIC slave and the IOAPIC, in that
+	// order.
+	IRQChips [3]kvm.IRQChipState
+	PIT      kvm.PITState
+}
+
+// platformChips are the chip IDs of PlatformState.IRQChips, in order.
+var platformChips = [3]uint32{kvm.IRQChipPICMaster, kvm.IRQChipPICSlave, kvm.IRQChipIOAPIC}
+
+// IsLinux reports whether the VM runs a Linux guest (Config.Linux): it has
+// the in-kernel irqchip and PIT, asynchronous virtio and ACPI power.
+func (vm *VM) IsLinux() bool { return vm.linux }
+
+// PlatformState captures the irqchip and PIT of a Linux guest's VM; nil
+// for tern's own guests, which have neither. Call it with the VM paused.
+func (vm *VM) PlatformState() (*PlatformState, error) {
+	if !vm.linux {
+		return nil, nil
+	}
+	st := &PlatformState{}
+	for i, chip := range platformChips {
+		c, err := vm.kvm.IRQChip(chip)
+		if err != nil {
+			return nil, fmt.Errorf("capturing the platform: %w", err)
+		}
+		st.IRQChips[i] = c
+	}
+	pit, err := vm.kvm.PIT()
+	if err != nil {
+		return nil, fmt.Errorf("capturing the platform: %w", err)
+	}
+	st.PIT = pit
+	return st, nil
+}
+
+// SetPlatformState loads st into a Linux guest's VM (before its vCPUs'
+// state, whose local APICs take interrupts from these). A chip whose ID
+// is not the one its place names is an error.
+func (vm *VM) SetPlatformState(st *PlatformState) error {
+	if !vm.linux {
+		return errors.New("loading the platform: this VM runs no Linux guest, so has no irqchip or PIT")
+	}
+	for i, chip := range platformChips {
+		if st.IRQChips[i].ChipID != chip {
+			return fmt.Errorf("loading the platform: irqchip %d in place %d, want chip %d", st.IRQChips[i].ChipID, i, chip)
+		}
+		if err := vm.kvm.SetIRQChip(st.IRQChips[i]); err != nil {
+			return fmt.Errorf("loading the platform: %w", err)
+		}
+	}
+	if err := vm.kvm.SetPIT(st.PIT); err != nil {
+		return fmt.Errorf("loading the platform: %w", err)
+	}
+	return nil
+}
+
 // createLinuxPlatform creates the in-kernel irqchip and PIT; before any
 // vCPU exists.
 func (vm *VM) createLinuxPlatform() error {
+	vm.linux = true
 	if err := vm.kvm.CreateIRQChip(); err != nil {
 		return fmt.Errorf("creating a Linux guest's interrupt controllers: %w", err)
 	}

@@ -64,6 +64,14 @@ func NewMigrationTarget(cfg Config, mem *memory.Memory) (_ *VM, err error) {
 			return nil, fmt.Errorf("setting memory slot of region %d: %w", i, err)
 		}
 	}
+	if cfg.Linux != nil {
+		// Before the devices (their irqfds need the irqchip) and the
+		// vCPUs (each gets its local APIC); the migration loads their
+		// state (SetPlatformState).
+		if err := vm.createLinuxPlatform(); err != nil {
+			return nil, err
+		}
+	}
 	supported, err := sys.SupportedCPUID()
 	if err != nil {
 		return nil, err

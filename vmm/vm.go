@@ -50,6 +50,9 @@ type VM struct {
 	mmio      *vcpu.MMIOBus
 	uart      *devices.UART
 	debugExit *devices.DebugExit
+	// linux is set for a Linux guest's VM (Config.Linux), with its
+	// irqchip and PIT; set once while building.
+	linux bool
 	// power is a Linux guest's ACPI power registers; nil for tern's own.
 	power     *devices.Power
 	bootTimer *devices.BootTimer

@@ -35,6 +35,21 @@ func (u *UART) SetState(s UARTState) {
 	u.input = append([]byte(nil), s.Input[:min(len(s.Input), uartInputMax)]...)
 }
 
+// Reassert pulses the UART's interrupt line if an interrupt it enables is
+// pending (received data, or the transmit holding register's empty
+// event): after SetState on a migration target, so a pending condition
+// is served even if the edge that announced it was consumed on the source
+// without the guest having run its handler. A pulse with nothing new is a
+// spurious interrupt the guest's driver reads IIR for and ignores.
+func (u *UART) Reassert() {
+	u.mu.Lock()
+	pending := u.ier&ierRDA != 0 && len(u.input) > 0 || u.ier&ierTHRE != 0 && u.threPending
+	u.mu.Unlock()
+	if pending {
+		u.irq.Trigger()
+	}
+}
+
 // HistoryState is a History's retained bytes and their absolute end.
 type HistoryState struct {
 	// End is the absolute offset one past the newest byte.

@@ -122,10 +122,6 @@ func (d *driver) migrateOut() (migrated bool) {
 		err = errors.New("no migration connection")
 	case err == nil && vm == nil:
 		err = errors.New("no VM to migrate")
-	case err == nil && spec.Guest.Kind == GuestLinux:
-		// Its interrupt controller, PIT and UART interrupt line are not
-		// device state the engine moves yet.
-		err = errors.New("a Linux guest does not migrate yet")
 	}
 	if err != nil {
 		if conn != nil {
@@ -335,7 +331,14 @@ func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, er
 		c.disks = d.disks
 		c.mu.Unlock()
 	}
-	vcfg := vmm.Config{Guest: spec.Guest.Path, MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, NICs: vmmNICs(spec), Logger: c.log}
+	vcfg := vmm.Config{MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, NICs: vmmNICs(spec), Logger: c.log}
+	if g := spec.Guest; g.Kind == GuestLinux {
+		// The kernel is in the migrated memory; its paths are validated
+		// (they must exist here too) but nothing is loaded from them.
+		vcfg.Linux = &vmm.LinuxGuest{Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: g.Cmdline}
+	} else {
+		vcfg.Guest = g.Path
+	}
 	for _, dk := range d.disks {
 		vcfg.Disks = append(vcfg.Disks, dk.backend)
 	}
