@@ -142,7 +142,9 @@ func (h *history) waitFor(c *client.Client, what string, done func(instance.Snap
 	if n := len(h.snaps); n > 0 {
 		after = h.snaps[n-1].Gen
 	}
-	snap, err := c.WaitFor(ctx(h.t), after, func(s instance.Snapshot) bool {
+	wctx, cancel := context.WithTimeout(h.t.Context(), kvmtest.Sized(generous, 4*generous)) // a Linux guest's migration in the emulated host
+	defer cancel()
+	snap, err := c.WaitFor(wctx, after, func(s instance.Snapshot) bool {
 		if n := len(h.snaps); n > 0 {
 			last := h.snaps[n-1]
 			switch {
@@ -193,7 +195,9 @@ func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *his
 // target printed and returns what it saw, for the log.
 func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *history, onTarget func(*consoleWatch) string) {
 	t.Helper()
-	c := ctx(t)
+	// A Linux guest's hundreds of MiB take minutes in the emulated host.
+	c, cancel := context.WithTimeout(t.Context(), kvmtest.Sized(generous, 4*generous))
+	defer cancel()
 	watcher := watchConsole(t, src.client, 0)
 	if v, err := dst.client.Ensure(c, spec); err != nil || v.State != instance.Migrating || v.Migration.In.ID != spec.Init.MigrationID {
 		t.Fatalf("ensuring the target: %+v, %v; want migrating with in.id %s", v, err, spec.Init.MigrationID)

@@ -29,7 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kvmtest.Main(m, kvmtest.WithTern(), kvmtest.WithPrepare(linuxtest.Prepare), kvmtest.WithEmulatedCPUs(2))
+	kvmtest.Main(m, kvmtest.WithTern(), kvmtest.WithPrepare(linuxtest.Prepare), kvmtest.WithPrepare(linuxtest.PrepareUserland), kvmtest.WithEmulatedCPUs(2))
 }
 
 // generous bounds every wait; nothing asserts on time.

@@ -1,0 +1,170 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"tern/vmm/instance"
+	"tern/vmm/internal/linuxtest"
+	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxguest"
+)
+
+// consoleShell is a Linux shell on an instance's serial websocket: it
+// types into the socket and reads lines from it (a consoleWatch), so the
+// tests drive a guest through the API as a user's terminal would.
+type consoleShell struct {
+	*linuxtest.Shell
+	w *consoleWatch
+}
+
+// wsInput types into a serial websocket.
+type wsInput struct{ conn *websocket.Conn }
+
+func (in wsInput) Write(p []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), generous)
+	defer cancel()
+	if err := in.conn.Write(ctx, websocket.MessageBinary, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// wsLines reads a consoleWatch's lines.
+type wsLines struct{ w *consoleWatch }
+
+func (l wsLines) NextLine(ctx context.Context) (string, error) { return l.w.next(ctx) }
+
+func newConsoleShell(w *consoleWatch) *consoleShell {
+	sh := &consoleShell{Shell: linuxtest.NewShell(wsInput{w.conn}, wsLines{w}), w: w}
+	sh.Limit = 5 * time.Minute // a command of the emulated host's, with the suite on the same cores
+	return sh
+}
+
+// run runs cmd in the shell and fails t unless it exits 0.
+func (sh *consoleShell) run(t *testing.T, cmd string) string {
+	t.Helper()
+	out, status, err := sh.Run(t.Context(), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != 0 {
+		t.Fatalf("%s: status %d, output %q; the console's last lines:\n%s", cmd, status, out, sh.Seen())
+	}
+	return out
+}
+
+// linuxCopyMiB is how much each copy of TestLinuxGuestMigratesMidCopy
+// writes: Propolis's migration load test copies 50 MiB.
+const linuxCopyMiB = 50
+
+// startCopy starts, in the background, a copy of /tmp/r onto /dev/vda at
+// MiB seekMiB, one MiB at a time with O_DIRECT (each reaches the disk
+// while it runs, not the page cache) and a pause after each, so the copy
+// is still running when the migration pauses the guest; each MiB done is
+// a line of /tmp/copied.N, and "done STATUS" ends it.
+func startCopy(t *testing.T, sh *consoleShell, n, seekMiB int) {
+	t.Helper()
+	sh.run(t, fmt.Sprintf(`( i=0; st=0; while [ $i -lt %d ]; do dd if=/tmp/r of=/dev/vda bs=1M count=1 skip=$i seek=$((i+%d)) oflag=direct conv=notrunc 2>/dev/null || { st=$?; break; }; echo $i >>/tmp/copied.%d; usleep 100000; i=$((i+1)); done; echo done $st >>/tmp/copied.%d ) </dev/null >/dev/null 2>&1 &`,
+		linuxCopyMiB, seekMiB, n, n))
+}
+
+// waitCopied waits for copy n to end and fails t unless all of it was
+// written.
+func waitCopied(t *testing.T, sh *consoleShell, n int) {
+	t.Helper()
+	out := sh.run(t, fmt.Sprintf(`while ! grep -q '^done' /tmp/copied.%d; do usleep 200000; done; grep -c -v '^done' /tmp/copied.%d; grep '^done' /tmp/copied.%d`, n, n, n))
+	if want := fmt.Sprintf("%d\ndone 0", linuxCopyMiB); out != want {
+		t.Fatalf("copy %d ended with %q; want %q (every MiB written)", n, out, want)
+	}
+}
+
+// TestLinuxGuestMigratesMidCopy boots Debian's kernel with tern's
+// userland, two vCPUs and a file disk on one vmm process, then, while the
+// guest copies 50 MiB of random data onto its disk, migrates it over QUIC
+// to a second process, and, during a second copy, on the same host to a
+// third (the memory handed over). Each time the source ends destroyed,
+// its console watcher is sent to the target, whose console continues the
+// source's, and the guest goes on where it was: the copy completes, the
+// data read back from the disk (past the page cache) has the checksum
+// written, the guest still has two CPUs and its clock moved on. One Linux
+// boot; under nested PVM it runs in the emulated test host.
+func TestLinuxGuestMigratesMidCopy(t *testing.T) {
+	kvmtest.Require(t)
+	u := linuxtest.Userland(t)
+	if linuxtest.UnderNestedPVM() {
+		linuxtest.RunInEmulatedHost(t)
+		return
+	}
+	a := startVMM(t, "")
+	b := startVMM(t, a.certs)
+	c := startVMM(t, a.certs)
+	disk := filepath.Join(t.TempDir(), "vda.img")
+	if err := os.WriteFile(disk, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, 2*linuxCopyMiB<<20); err != nil {
+		t.Fatal(err)
+	}
+	spec := instance.Spec{ID: "linux-mig", VCPUs: 2, MemoryMiB: 384,
+		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
+		Disks: []instance.DiskSpec{{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: disk}}},
+		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+	if _, err := a.client.Ensure(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.client.RequestState(ctx(t), instance.Run); err != nil {
+		t.Fatal(err)
+	}
+	sh := newConsoleShell(watchConsole(t, a.client, 0))
+	sh.Limit = 15 * time.Minute // the boot: minutes in the emulated host with the suite on the same cores
+	boot := time.Now()
+	if err := sh.WaitReady(t.Context()); err != nil {
+		t.Fatalf("%v; the console's last lines:\n%s", err, sh.Seen())
+	}
+	t.Logf("ready %.1fs after the run", time.Since(boot).Seconds())
+	sh.Limit = 5 * time.Minute
+	if cpus := sh.run(t, "grep -c ^processor /proc/cpuinfo"); cpus != "2" {
+		t.Fatalf("the guest sees %s CPUs, want 2", cpus)
+	}
+	sum := sh.run(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", linuxCopyMiB))
+	checkOnDisk := func(sh *consoleShell, seekMiB int) {
+		t.Helper()
+		got := sh.run(t, fmt.Sprintf("echo 3 >/proc/sys/vm/drop_caches && dd if=/dev/vda bs=1M skip=%d count=%d iflag=direct 2>/dev/null | sha256sum", seekMiB, linuxCopyMiB))
+		if got != sum {
+			t.Fatalf("/dev/vda at MiB %d reads back as %q on the target; the guest wrote %q", seekMiB, got, sum)
+		}
+	}
+	migrateMidCopy := func(src, dst *vmmProc, id string, sameHost bool, n, seekMiB int) {
+		t.Helper()
+		startCopy(t, sh, n, seekMiB)
+		// The copy runs; say how far it is as the migration starts.
+		t.Logf("copy %d: %s MiB written when %s starts", n, sh.run(t, fmt.Sprintf("cat /tmp/copied.%d 2>/dev/null | wc -l", n)), id)
+		target := targetSpec(spec.ID, migrationAddr(t, src), id)
+		target.Init.SameHost = sameHost
+		sh.w.conn.CloseNow() // migrateAndCheck watches the source's console itself
+		migrateAndCheck(t, src, dst, target, &history{t: t, name: "source of " + id}, func(w *consoleWatch) string {
+			sh = newConsoleShell(w)
+			waitCopied(t, sh, n)
+			checkOnDisk(sh, seekMiB)
+			return fmt.Sprintf("copy %d of %d MiB completed on the target with the checksum written", n, linuxCopyMiB)
+		})
+	}
+	migrateMidCopy(a, b, "linux-quic", false, 1, 0)
+	migrateMidCopy(b, c, "linux-same-host", true, 2, linuxCopyMiB)
+	// Both copies, once more, after two migrations; the machine is whole.
+	checkOnDisk(sh, 0)
+	if cpus := sh.run(t, "cat /sys/devices/system/cpu/online"); cpus != "0-1" {
+		t.Errorf("after two migrations CPUs %q are online, want 0-1", cpus)
+	}
+	if up := sh.run(t, "cut -d. -f1 /proc/uptime"); up == "0" || strings.HasPrefix(up, "-") {
+		t.Errorf("uptime %q after two migrations", up)
+	}
+}
