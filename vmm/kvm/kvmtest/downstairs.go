@@ -28,7 +28,14 @@ type Downstairs struct {
 // "listening" log record; t's cleanup stops it.
 func StartDownstairs(t testing.TB, dir, certs string) *Downstairs {
 	t.Helper()
-	cmd := exec.Command(Tern(t), "downstairs", "run", "--dir", dir, "--listen", "127.0.0.1:0", "--certs", certs)
+	return StartDownstairsAt(t, dir, certs, "127.0.0.1:0")
+}
+
+// StartDownstairsAt is StartDownstairs listening on addr: a downstairs
+// restarted where its upstairs reconnects.
+func StartDownstairsAt(t testing.TB, dir, certs, addr string) *Downstairs {
+	t.Helper()
+	cmd := exec.Command(Tern(t), "downstairs", "run", "--dir", dir, "--listen", addr, "--certs", certs)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -78,5 +85,15 @@ func (d *Downstairs) Stop() {
 		d.cmd.Process.Kill()
 		<-d.exited
 	}
+	d.cmd = nil
+}
+
+// Kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (d *Downstairs) Kill() {
+	if d.cmd == nil {
+		return
+	}
+	d.cmd.Process.Kill()
+	<-d.exited
 	d.cmd = nil
 }
