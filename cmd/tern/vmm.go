@@ -60,7 +60,9 @@ non-zero status.
 vmlinux, which skips the decompressor), with --initrd and --cmdline (its
 console is ttyS0). A Linux guest's --disk is /dev/vda once its initramfs
 loads the virtio_mmio and virtio_blk modules: the kernel finds the disk in
-the ACPI tables, and it interrupts through the in-kernel irqchip.
+the ACPI tables, and it interrupts through the in-kernel irqchip. The
+guest's poweroff or reboot (through the ACPI registers tern's tables name)
+ends the command with status 0; it does not boot the guest again.
 
 --net tap:NAME gives the guest a virtio-net card on the host's TAP
 interface NAME (created, down, if there is none; put it up and on a bridge
