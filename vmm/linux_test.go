@@ -86,7 +86,19 @@ func TestLinuxBootsToInit(t *testing.T) {
 				t.Fatalf("UART took %d of %d bytes", n, len(c.line)+1)
 			}
 			con.waitFor("the init's echo", func(l string) bool { return strings.Contains(l, linuxtest.EchoPrefix+c.line) })
-			if r := wait(t, done); !errors.Is(r.err, c.wantErr) || r.status != 0 {
+			var r runResult
+			select {
+			case r = <-done:
+			case <-time.After(linuxBoot()):
+				vm.Stop()
+				r = wait(t, done)
+				h := vm.Serial().Output()
+				start, end := h.Bounds()
+				out, _, _, _ := h.ReadFrom(max(start, end-4096), 4096)
+				t.Fatalf("Run did not return within %v of the %s (then stopped: %d, %v); the console ends:\n%s",
+					linuxBoot(), c.line, r.status, r.err, out)
+			}
+			if !errors.Is(r.err, c.wantErr) || r.status != 0 {
 				t.Fatalf("Run = %d, %v; want 0, %v (the kernel's %s through tern's ACPI power registers); the console's last lines:\n%s",
 					r.status, r.err, c.wantErr, c.line, tail(con.seen, 20))
 			}
