@@ -94,7 +94,11 @@ func TestLinuxBootsToInit(t *testing.T) {
 				r = wait(t, done)
 				h := vm.Serial().Output()
 				start, end := h.Bounds()
-				out, _, _, _ := h.ReadFrom(max(start, end-4096), 4096)
+				from := start
+				if end > start+4096 {
+					from = end - 4096
+				}
+				out, _, _, _ := h.ReadFrom(from, 4096)
 				t.Fatalf("Run did not return within %v of the %s (then stopped: %d, %v); the console ends:\n%s",
 					linuxBoot(), c.line, r.status, r.err, out)
 			}
