@@ -1,6 +1,6 @@
 // Package kvmhost runs a program inside the emulated KVM test host: Debian's
 // own kernel booted under QEMU with software emulation (TCG, one vCPU,
-// 2 GiB) on a CPU model that offers AMD-V, so that its kvm and kvm-amd
+// 6 GiB) on a CPU model that offers AMD-V, so that its kvm and kvm-amd
 // modules give a real /dev/kvm on a machine that has none. Its command,
 // tools/kvmhost/cmd/kvmhost, is `go test -exec`-able. The library lives
 // under internal/ rather than beside its command in tools/ because tern

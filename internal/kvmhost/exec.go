@@ -13,15 +13,19 @@ import (
 	"time"
 )
 
-// Emulated machine: one vCPU under TCG (CPUsEnv may ask for more) and 2
-// GiB of RAM. With two, the emulated kernel locked up about once in ten
+// Emulated machine: one vCPU under TCG (CPUsEnv may ask for more) and 6
+// GiB of RAM (QEMU allocates it as the guest touches it). With 2 GiB the
+// emulated host ran out of memory in a Linux guest's migration: each
+// page the race detector sees a syscall read or write (page copy into
+// and out of guest RAM) costs shadow memory several times its size, on
+// the source and on the target. With two, the emulated kernel locked up about once in ten
 // runs of vmm/kvm's tests (2026-12-02: "soft lockup - CPU#0 stuck for
 // 44s! [kthreadd:2]" and the same of CPU#1 in init, both spinning, until
 // the run's limit); with one, twenty runs in a row passed. Guests inside
 // may still have several vCPUs: KVM runs them as threads.
 const (
 	qemuBinary = "qemu-system-x86_64"
-	memoryMiB  = 2048
+	memoryMiB  = 6144
 	vcpus      = 1
 )
 
