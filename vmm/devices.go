@@ -29,7 +29,8 @@ func (vm *VM) attachDevices(cfg Config) error {
 	}
 	if cfg.Linux != nil {
 		vm.power = devices.NewPower()
-		errs = append(errs, vm.ports.Register("ACPI power", devices.SleepControlPort, devices.PowerPorts, powerPort{vm}))
+		errs = append(errs, vm.ports.Register("ACPI power", devices.SleepControlPort, devices.PowerPorts, powerPort{vm}),
+			vm.ports.Register("keyboard controller reset", devices.KeyboardCommandPort, 1, powerPort{vm}))
 	}
 	for i, d := range cfg.disks() {
 		name := diskName(i)

@@ -75,10 +75,35 @@ func writeACPI(mem *memory.Memory, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("building ACPI tables: %w", err)
 	}
+	if img.Base+uint64(len(img.Bytes)) > resetVector {
+		return fmt.Errorf("placing ACPI tables: %d bytes from %#x reach the reset vector at %#x", len(img.Bytes), img.Base, resetVector)
+	}
 	if err := mem.Write(memory.GPA(img.Base), img.Bytes); err != nil {
 		return fmt.Errorf("placing ACPI tables: %w", err)
 	}
+	if err := mem.Write(resetVector, resetStub); err != nil {
+		return fmt.Errorf("placing the reset vector's code: %w", err)
+	}
 	return boot.SetACPIRSDP(mem, memory.GPA(img.RSDPAddr()))
+}
+
+// resetVector is where a PC's CPU starts after a reset, F000:FFF0 in real
+// mode: the BIOS's first instruction. A Linux kernel that reboots the
+// "BIOS" way (machine_real_restart) jumps there in real mode. On a
+// hardware-reduced ACPI machine without EFI that is its default route:
+// the kernel prefers EFI's reset when the FADT says hardware-reduced, and
+// without EFI runtime services falls back to the BIOS, not to the FADT's
+// reset register. There is no BIOS here, so tern puts resetStub there.
+const resetVector = 0xffff0
+
+// resetStub is real-mode code writing the ACPI reset value to the reset
+// register, then halting, for a reboot through the reset vector.
+var resetStub = []byte{
+	0xba, devices.ResetPort & 0xff, devices.ResetPort >> 8, // mov dx, ResetPort
+	0xb0, devices.ResetValue, // mov al, ResetValue
+	0xee,       // out dx, al
+	0xf4,       // hlt
+	0xeb, 0xfd, // jmp back to the hlt
 }
 
 // PlatformState is a Linux guest's in-kernel platform devices, what a

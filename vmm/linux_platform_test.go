@@ -84,6 +84,7 @@ func TestWriteACPIDescribesTheVCPUsAndTheOccupiedSlots(t *testing.T) {
 			{Slot: 0, Base: 0xfeb00000, Size: 0x200, GSI: 16},
 			{Slot: 1, Base: 0xfeb00200, Size: 0x200, GSI: 17},
 		},
+		Power: &acpi.Power{SleepControl: 0x600, SleepStatus: 0x601, Reset: 0x602, ResetValue: 1, S5Type: 5},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,15 @@ func TestWriteACPIDescribesTheVCPUsAndTheOccupiedSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want.Bytes) {
-		t.Error("the tables in guest memory are not those of 3 vCPUs, COM1 and disks in slots 0 and 1")
+		t.Error("the tables in guest memory are not those of 3 vCPUs, COM1, the power registers and disks in slots 0 and 1")
+	}
+	// The reset vector writes the reset value to the reset register.
+	stub, err := mem.Slice(0xffff0, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0xba, 0x02, 0x06, 0xb0, 0x01, 0xee, 0xf4}; !bytes.HasPrefix(stub, want) {
+		t.Errorf("the reset vector holds % x, want % x… (mov dx, 0x602; mov al, 1; out dx, al; hlt)", stub, want)
 	}
 	zp, err := mem.Slice(boot.ZeroPageAddr, 0x78)
 	if err != nil {

@@ -199,6 +199,8 @@ func TestPowerRecordsTheFirstPowerOffOrReset(t *testing.T) {
 		{"another sleep type", [][2]uint16{{SleepControlPort, 3<<2 | 1<<5}}, PowerNone},
 		{"reset", [][2]uint16{{ResetPort, ResetValue}}, PowerReset},
 		{"a wrong reset value", [][2]uint16{{ResetPort, 0xfe}}, PowerNone},
+		{"the keyboard controller's pulse reset", [][2]uint16{{KeyboardCommandPort, KeyboardResetCommand}}, PowerReset},
+		{"another keyboard controller command", [][2]uint16{{KeyboardCommandPort, 0xad}}, PowerNone},
 		{"reset then power off", [][2]uint16{{ResetPort, ResetValue}, {SleepControlPort, SleepTypeS5<<2 | 1<<5}}, PowerReset},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -17,6 +17,13 @@ const (
 	ResetValue = 0x01
 	// SleepTypeS5 is the sleep type of soft-off, \_S5's value.
 	SleepTypeS5 = 5
+	// KeyboardCommandPort is the i8042 keyboard controller's command
+	// port; its pulse-reset command (KeyboardResetCommand) resets the
+	// machine, as on a PC. Linux tries it when the ACPI reset did not
+	// reset (and first with reboot=k, Firecracker's advice); the
+	// controller is otherwise absent (reads as idle, no data).
+	KeyboardCommandPort  = 0x64
+	KeyboardResetCommand = 0xfe
 	// PowerPorts is how many ports from SleepControlPort the device takes.
 	PowerPorts = 3
 )
@@ -80,8 +87,9 @@ func (p *Power) Event() PowerEvent {
 	}
 }
 
-// ReadPort reads zeros: no wake event, and the write-only registers read
-// as nothing.
+// ReadPort reads zeros: no wake event, the write-only registers read as
+// nothing, and the keyboard controller's status says its input buffer is
+// empty (the kernel waits for that before its reset command).
 func (p *Power) ReadPort(_ uint16, data []byte) { clear(data) }
 
 // WritePort decodes a write to one of the registers.
@@ -102,6 +110,10 @@ func (p *Power) Write(port uint16, data []byte) bool {
 		}
 	case ResetPort:
 		if v == ResetValue {
+			ev = PowerReset
+		}
+	case KeyboardCommandPort:
+		if v == KeyboardResetCommand {
 			ev = PowerReset
 		}
 	}
