@@ -113,7 +113,7 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	if err := os.Truncate(disk, 2*linuxCopyMiB<<20); err != nil {
 		t.Fatal(err)
 	}
-	spec := instance.Spec{ID: "linux-mig", VCPUs: 2, MemoryMiB: 256,
+	spec := instance.Spec{ID: "linux-mig", VCPUs: 2, MemoryMiB: 384,
 		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
 		Disks: []instance.DiskSpec{{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: disk}}},
 		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
