@@ -1,6 +1,7 @@
 package vmm_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,111 +15,150 @@ import (
 	"tern/vmm/tap/taptest"
 )
 
-// The addresses of TestLinuxGuestPingsAcrossItsTAP's link.
+// The link of TestTwoLinuxGuestsOnABridgePingEachOther: a TAP per guest,
+// both on a bridge that has the host's address.
 const (
-	netTestTAP     = "tern-lt0"
-	netTestHostIP  = "10.77.0.1"
-	netTestGuestIP = "10.77.0.2"
+	netTestBridge = "tern-lbr0"
+	netTestHostIP = "10.77.0.1"
 )
 
-// TestLinuxGuestPingsAcrossItsTAP boots tern's Linux userland with one
-// network card on a TAP whose host side has an address, and has the guest
-// find its interface with the MAC tern gave it and ping the host: ARP and
-// ICMP both ways through virtio-net's transmit and receive queues and the
-// card's interrupt.
-func TestLinuxGuestPingsAcrossItsTAP(t *testing.T) {
+var (
+	netTestTAPs     = [2]string{"tern-lt0", "tern-lt1"}
+	netTestGuestIPs = [2]string{"10.77.0.2", "10.77.0.3"}
+)
+
+// TestTwoLinuxGuestsOnABridgePingEachOther boots tern's Linux userland
+// twice at once, each VM with one network card on its own TAP, the two
+// TAPs on one bridge that has the host's address: each guest finds its
+// interface with the MAC tern gave it, pings the other guest and the
+// host: ARP and ICMP both ways through each card's transmit and receive
+// queues and interrupt, and through the host's bridge between the TAPs.
+func TestTwoLinuxGuestsOnABridgePingEachOther(t *testing.T) {
 	kvmtest.Require(t)
 	u := linuxtest.Userland(t)
 	if linuxtest.UnderNestedPVM() {
 		linuxtest.RunInEmulatedHost(t)
 		return
 	}
-	mac := vmm.NICMAC(netTestTAP)
-	cfg := vmm.Config{
-		Linux:       &vmm.LinuxGuest{Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
-		MemoryBytes: 256 << 20,
-		NICs:        []vmm.NIC{{TAP: netTestTAP}},
-	}
 	// Inside the emulated host the machine is the test's own; elsewhere
-	// the TAP and its address go in a namespace of the test's.
-	var vm *vmm.VM
-	build := func() (err error) {
-		if vm, err = vmm.New(cfg); err != nil {
-			return err
+	// the TAPs, the bridge and its address go in a namespace of the
+	// test's.
+	var vms [2]*vmm.VM
+	build := func() error {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: netTestBridge}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return fmt.Errorf("adding bridge %s: %w", netTestBridge, err)
 		}
-		link, err := netlink.LinkByName(netTestTAP)
-		if err != nil {
-			return err
+		for i, tap := range netTestTAPs {
+			vm, err := vmm.New(vmm.Config{
+				Linux:       &vmm.LinuxGuest{Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
+				MemoryBytes: 256 << 20,
+				NICs:        []vmm.NIC{{TAP: tap}},
+			})
+			if err != nil {
+				return err
+			}
+			vms[i] = vm
+			link, err := netlink.LinkByName(tap)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetMaster(link, br); err != nil {
+				return fmt.Errorf("putting %s on %s: %w", tap, netTestBridge, err)
+			}
+			if err := netlink.LinkSetUp(link); err != nil {
+				return err
+			}
 		}
 		addr, err := netlink.ParseAddr(netTestHostIP + "/24")
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(link, addr); err != nil {
+		if err := netlink.AddrAdd(br, addr); err != nil {
 			return err
 		}
-		return netlink.LinkSetUp(link)
+		return netlink.LinkSetUp(br)
 	}
 	var err error
 	if kvmtest.Inside() {
 		err = build()
+		defer func() {
+			if br, err := netlink.LinkByName(netTestBridge); err == nil {
+				netlink.LinkDel(br)
+			}
+		}()
 	} else {
 		err = taptest.New(t).Do(build)
 	}
-	if vm != nil {
-		t.Cleanup(func() { vm.Close() })
+	for _, vm := range vms {
+		if vm != nil {
+			t.Cleanup(func() { vm.Close() })
+		}
 	}
 	if err != nil {
-		t.Fatalf("building the VM on %s: %v", netTestTAP, err)
+		t.Fatalf("building the VMs on %v and bridge %s: %v", netTestTAPs, netTestBridge, err)
 	}
-	sh := linuxtest.NewUARTShell(vm.Serial())
-	defer sh.Close()
-	done := startWithin(t, vm, 2*linuxBoot())
-	sh.Limit = linuxBoot()
+	var shells [2]*linuxtest.UARTShell
+	var dones [2]<-chan runResult
+	for i, vm := range vms {
+		shells[i] = linuxtest.NewUARTShell(vm.Serial())
+		defer shells[i].Close()
+		dones[i] = startWithin(t, vm, 2*linuxBoot())
+	}
 	start := time.Now()
-	if err := sh.WaitReady(t.Context()); err != nil {
-		t.Fatal(err)
+	for i, sh := range shells {
+		sh.Limit = linuxBoot()
+		if err := sh.WaitReady(t.Context()); err != nil {
+			t.Fatalf("guest %d: %v", i, err)
+		}
+		sh.Limit = kvmtest.Sized(generous, 4*time.Minute)
 	}
-	t.Logf("ready after %.1fs", time.Since(start).Seconds())
-	sh.Limit = kvmtest.Sized(generous, 4*time.Minute)
-	run := func(cmd string) string {
+	t.Logf("both ready after %.1fs", time.Since(start).Seconds())
+	run := func(i int, cmd string) string {
 		t.Helper()
-		out, status, err := sh.Run(t.Context(), cmd)
+		out, status, err := shells[i].Run(t.Context(), cmd)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("guest %d: %v", i, err)
 		}
 		if status != 0 {
-			t.Fatalf("%s: status %d, output:\n%s", cmd, status, out)
+			t.Fatalf("guest %d: %s: status %d, output:\n%s", i, cmd, status, out)
 		}
 		return out
 	}
-	ifname := ""
-	for _, name := range strings.Fields(run("ls /sys/class/net")) {
-		if name != "lo" {
-			ifname = name
+	for i := range vms {
+		ifname := ""
+		for _, name := range strings.Fields(run(i, "ls /sys/class/net")) {
+			if name != "lo" {
+				ifname = name
+			}
+		}
+		if ifname == "" {
+			t.Fatalf("guest %d has no network interface but lo", i)
+		}
+		if got, want := run(i, "cat /sys/class/net/"+ifname+"/address"), vmm.NICMAC(netTestTAPs[i]); got != want.String() {
+			t.Errorf("guest %d: %s's MAC %q; want %v", i, ifname, got, want)
+		}
+		run(i, "ip addr add "+netTestGuestIPs[i]+"/24 dev "+ifname+" && ip link set "+ifname+" up")
+	}
+	for i := range vms {
+		for _, to := range []string{netTestGuestIPs[1-i], netTestHostIP} {
+			out := run(i, "ping -c 3 -W 10 "+to)
+			if !strings.Contains(out, "3 packets received") {
+				t.Errorf("guest %d: ping %s: %s; want 3 replies", i, to, out)
+			}
 		}
 	}
-	if ifname == "" {
-		t.Fatal("the guest has no network interface but lo")
-	}
-	if got := run("cat /sys/class/net/" + ifname + "/address"); got != mac.String() {
-		t.Errorf("%s's MAC %q; want %v", ifname, got, mac)
-	}
-	run("ip addr add " + netTestGuestIP + "/24 dev " + ifname + " && ip link set " + ifname + " up")
-	out := run("ping -c 3 -W 10 " + netTestHostIP)
-	if !strings.Contains(out, "3 packets received") {
-		t.Errorf("ping: %s; want 3 replies", out)
-	}
-	t.Logf("ping from the guest:\n%s", out)
-	if err := sh.Type("exit 0"); err != nil {
-		t.Fatal(err)
-	}
-	if r := wait(t, done); r.err != nil || r.status != 0 {
-		t.Fatalf("Run = %d, %v; want 0; the console's last lines:\n%s", r.status, r.err, sh.Seen())
-	}
-	stats := vm.VirtioNets()[0].Stats()
-	t.Logf("card: %+v", stats)
-	if stats.TxFrames == 0 || stats.RxFrames == 0 {
-		t.Errorf("card stats %+v: frames went neither way", stats)
+	for i, sh := range shells {
+		if err := sh.Type("exit 0"); err != nil {
+			t.Fatal(err)
+		}
+		if r := wait(t, dones[i]); r.err != nil || r.status != 0 {
+			t.Fatalf("guest %d: Run = %d, %v; want 0; the console's last lines:\n%s", i, r.status, r.err, sh.Seen())
+		}
+		stats := vms[i].VirtioNets()[0].Stats()
+		t.Logf("guest %d's card: %+v", i, stats)
+		if stats.TxFrames == 0 || stats.RxFrames == 0 {
+			t.Errorf("guest %d's card stats %+v: frames went neither way", i, stats)
+		}
 	}
 }
