@@ -86,14 +86,7 @@ func TestLinuxUserlandRunsItsShell(t *testing.T) {
 	// and read back past the page cache, then ext4 on it.
 	run := func(cmd string) string {
 		t.Helper()
-		out, status, err := sh.Run(t.Context(), cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if status != 0 {
-			t.Fatalf("%s: status %d, output %q; the console's last lines:\n%s", cmd, status, out, sh.Seen())
-		}
-		return out
+		return sh.MustRun(t, cmd)
 	}
 	if out := run("cat /sys/block/vda/size"); out != fmt.Sprint(diskBytes/512) {
 		t.Errorf("/sys/block/vda/size = %q, want %d sectors", out, diskBytes/512)

@@ -48,19 +48,6 @@ func newConsoleShell(w *consoleWatch) *consoleShell {
 	return sh
 }
 
-// run runs cmd in the shell and fails t unless it exits 0.
-func (sh *consoleShell) run(t *testing.T, cmd string) string {
-	t.Helper()
-	out, status, err := sh.Run(t.Context(), cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status != 0 {
-		t.Fatalf("%s: status %d, output %q; the console's last lines:\n%s", cmd, status, out, sh.Seen())
-	}
-	return out
-}
-
 // linuxCopyMiB is how much each copy of TestLinuxGuestMigratesMidCopy
 // writes: Propolis's migration load test copies 50 MiB.
 const linuxCopyMiB = 50
@@ -72,7 +59,7 @@ const linuxCopyMiB = 50
 // a line of /tmp/copied.N, and "done STATUS" ends it.
 func startCopy(t *testing.T, sh *consoleShell, n, seekMiB int) {
 	t.Helper()
-	sh.run(t, fmt.Sprintf(`( i=0; st=0; while [ $i -lt %d ]; do dd if=/tmp/r of=/dev/vda bs=1M count=1 skip=$i seek=$((i+%d)) oflag=direct conv=notrunc 2>/dev/null || { st=$?; break; }; echo $i >>/tmp/copied.%d; usleep 100000; i=$((i+1)); done; echo done $st >>/tmp/copied.%d ) </dev/null >/dev/null 2>&1 &`,
+	sh.MustRun(t, fmt.Sprintf(`( i=0; st=0; while [ $i -lt %d ]; do dd if=/tmp/r of=/dev/vda bs=1M count=1 skip=$i seek=$((i+%d)) oflag=direct conv=notrunc 2>/dev/null || { st=$?; break; }; echo $i >>/tmp/copied.%d; usleep 100000; i=$((i+1)); done; echo done $st >>/tmp/copied.%d ) </dev/null >/dev/null 2>&1 &`,
 		linuxCopyMiB, seekMiB, n, n))
 }
 
@@ -80,7 +67,7 @@ func startCopy(t *testing.T, sh *consoleShell, n, seekMiB int) {
 // written.
 func waitCopied(t *testing.T, sh *consoleShell, n int) {
 	t.Helper()
-	out := sh.run(t, fmt.Sprintf(`while ! grep -q '^done' /tmp/copied.%d; do usleep 200000; done; grep -c -v '^done' /tmp/copied.%d; grep '^done' /tmp/copied.%d`, n, n, n))
+	out := sh.MustRun(t, fmt.Sprintf(`while ! grep -q '^done' /tmp/copied.%d; do usleep 200000; done; grep -c -v '^done' /tmp/copied.%d; grep '^done' /tmp/copied.%d`, n, n, n))
 	if want := fmt.Sprintf("%d\ndone 0", linuxCopyMiB); out != want {
 		t.Fatalf("copy %d ended with %q; want %q (every MiB written)", n, out, want)
 	}
@@ -131,13 +118,13 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	}
 	t.Logf("ready %.1fs after the run", time.Since(boot).Seconds())
 	sh.Limit = 5 * time.Minute
-	if cpus := sh.run(t, "grep -c ^processor /proc/cpuinfo"); cpus != "2" {
+	if cpus := sh.MustRun(t, "grep -c ^processor /proc/cpuinfo"); cpus != "2" {
 		t.Fatalf("the guest sees %s CPUs, want 2", cpus)
 	}
-	sum := sh.run(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", linuxCopyMiB))
+	sum := sh.MustRun(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", linuxCopyMiB))
 	checkOnDisk := func(sh *consoleShell, seekMiB int) {
 		t.Helper()
-		got := sh.run(t, fmt.Sprintf("echo 3 >/proc/sys/vm/drop_caches && dd if=/dev/vda bs=1M skip=%d count=%d iflag=direct 2>/dev/null | sha256sum", seekMiB, linuxCopyMiB))
+		got := sh.MustRun(t, fmt.Sprintf("echo 3 >/proc/sys/vm/drop_caches && dd if=/dev/vda bs=1M skip=%d count=%d iflag=direct 2>/dev/null | sha256sum", seekMiB, linuxCopyMiB))
 		if got != sum {
 			t.Fatalf("/dev/vda at MiB %d reads back as %q on the target; the guest wrote %q", seekMiB, got, sum)
 		}
@@ -146,7 +133,7 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 		t.Helper()
 		startCopy(t, sh, n, seekMiB)
 		// The copy runs; say how far it is as the migration starts.
-		t.Logf("copy %d: %s MiB written when %s starts", n, sh.run(t, fmt.Sprintf("cat /tmp/copied.%d 2>/dev/null | wc -l", n)), id)
+		t.Logf("copy %d: %s MiB written when %s starts", n, sh.MustRun(t, fmt.Sprintf("cat /tmp/copied.%d 2>/dev/null | wc -l", n)), id)
 		target := targetSpec(spec.ID, migrationAddr(t, src), id)
 		target.Init.SameHost = sameHost
 		sh.w.conn.CloseNow() // migrateAndCheck watches the source's console itself
@@ -161,10 +148,10 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	migrateMidCopy(b, c, "linux-same-host", true, 2, linuxCopyMiB)
 	// Both copies, once more, after two migrations; the machine is whole.
 	checkOnDisk(sh, 0)
-	if cpus := sh.run(t, "cat /sys/devices/system/cpu/online"); cpus != "0-1" {
+	if cpus := sh.MustRun(t, "cat /sys/devices/system/cpu/online"); cpus != "0-1" {
 		t.Errorf("after two migrations CPUs %q are online, want 0-1", cpus)
 	}
-	if up := sh.run(t, "cut -d. -f1 /proc/uptime"); up == "0" || strings.HasPrefix(up, "-") {
+	if up := sh.MustRun(t, "cut -d. -f1 /proc/uptime"); up == "0" || strings.HasPrefix(up, "-") {
 		t.Errorf("uptime %q after two migrations", up)
 	}
 }

@@ -5,12 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"tern/vmm/instance"
 	"tern/vmm/internal/linuxtest"
@@ -47,24 +44,8 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 		extents     = 64  // a 64 MiB volume
 		copyMiB     = 24
 	)
-	base := t.TempDir()
-	certs := filepath.Join(base, "certs")
-	if _, stderr, code := runTern(t, "certs", "init", "--dir", certs); code != 0 {
-		t.Fatalf("certs init: %s", stderr)
-	}
-	id := uuid.NewString()
-	var dirs [3]string
-	var procs [3]*kvmtest.Downstairs
-	var addrs []string
-	for i := range dirs {
-		dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
-		if _, stderr, code := runTern(t, "downstairs", "create", "--dir", dirs[i], "--uuid", id,
-			"--block-size", strconv.Itoa(blockSize), "--extent-size", "1MiB", "--extent-count", strconv.Itoa(extents)); code != 0 {
-			t.Fatalf("downstairs create: %s", stderr)
-		}
-		procs[i] = kvmtest.StartDownstairs(t, dirs[i], certs)
-		addrs = append(addrs, procs[i].Addr)
-	}
+	certs, dirs, procs, addrs := startDownstairsProcs(t, t.TempDir(),
+		"--block-size", strconv.Itoa(blockSize), "--extent-size", "1MiB", "--extent-count", strconv.Itoa(extents))
 	wait := uint64(60_000)
 	specAt := func(gen uint64) instance.Spec {
 		return instance.Spec{ID: "linux-vol", VCPUs: 2, MemoryMiB: 256,
@@ -94,31 +75,31 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 
 	a := startVMM(t, certs)
 	sh := boot(a, 1)
-	if cpus := sh.run(t, "grep -c ^processor /proc/cpuinfo"); cpus != "2" {
+	if cpus := sh.MustRun(t, "grep -c ^processor /proc/cpuinfo"); cpus != "2" {
 		t.Fatalf("the guest sees %s CPUs, want 2", cpus)
 	}
-	if sectors := sh.run(t, "cat /sys/block/vda/size"); sectors != strconv.Itoa(extents*extentBlock*blockSize/512) {
+	if sectors := sh.MustRun(t, "cat /sys/block/vda/size"); sectors != strconv.Itoa(extents*extentBlock*blockSize/512) {
 		t.Fatalf("/dev/vda has %s sectors, want the volume's %d", sectors, extents*extentBlock*blockSize/512)
 	}
-	sum := sh.run(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", copyMiB))
-	sh.run(t, "mkfs.ext4 -q -F /dev/vda && mkdir -p /mnt && mount /dev/vda /mnt")
-	sh.run(t, fmt.Sprintf(`( i=0; st=0; while [ $i -lt %d ]; do dd if=/tmp/r of=/mnt/r bs=1M count=1 skip=$i seek=$i oflag=direct conv=notrunc 2>/tmp/dd.err || { st=$?; break; }; echo $i >>/tmp/copied; usleep 100000; i=$((i+1)); done; echo done $st >>/tmp/copied ) </dev/null >/dev/null 2>&1 &`, copyMiB))
+	sum := sh.MustRun(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", copyMiB))
+	sh.MustRun(t, "mkfs.ext4 -q -F /dev/vda && mkdir -p /mnt && mount /dev/vda /mnt")
+	sh.MustRun(t, fmt.Sprintf(`( i=0; st=0; while [ $i -lt %d ]; do dd if=/tmp/r of=/mnt/r bs=1M count=1 skip=$i seek=$i oflag=direct conv=notrunc 2>/tmp/dd.err || { st=$?; break; }; echo $i >>/tmp/copied; usleep 100000; i=$((i+1)); done; echo done $st >>/tmp/copied ) </dev/null >/dev/null 2>&1 &`, copyMiB))
 	// Kill a downstairs once a few MiB are written: the rest of the copy
 	// runs on two replicas.
-	sh.run(t, "while [ $(cat /tmp/copied 2>/dev/null | wc -l) -lt 4 ]; do usleep 100000; done")
+	sh.MustRun(t, "while [ $(cat /tmp/copied 2>/dev/null | wc -l) -lt 4 ]; do usleep 100000; done")
 	const victim = 1
 	procs[victim].Kill()
-	t.Logf("downstairs %d killed with %s MiB copied", victim, sh.run(t, "cat /tmp/copied | wc -l"))
-	out := sh.run(t, `while ! grep -q '^done' /tmp/copied; do usleep 200000; done; grep -c -v '^done' /tmp/copied; grep '^done' /tmp/copied; dmesg | grep -c 'I/O error' || true`)
+	t.Logf("downstairs %d killed with %s MiB copied", victim, sh.MustRun(t, "cat /tmp/copied | wc -l"))
+	out := sh.MustRun(t, `while ! grep -q '^done' /tmp/copied; do usleep 200000; done; grep -c -v '^done' /tmp/copied; grep '^done' /tmp/copied; dmesg | grep -c 'I/O error' || true`)
 	if want := fmt.Sprintf("%d\ndone 0\n0", copyMiB); out != want {
 		t.Fatalf("the copy with a downstairs killed ended with %q (MiB copied, its status, I/O errors in the kernel's log); want %q; dd said %q",
-			out, want, sh.run(t, "cat /tmp/dd.err"))
+			out, want, sh.MustRun(t, "cat /tmp/dd.err"))
 	}
-	if got := sh.run(t, "sync && echo 3 >/proc/sys/vm/drop_caches && sha256sum </mnt/r"); got != sum {
+	if got := sh.MustRun(t, "sync && echo 3 >/proc/sys/vm/drop_caches && sha256sum </mnt/r"); got != sum {
 		t.Fatalf("/mnt/r hashes to %q, the data to %q", got, sum)
 	}
-	if fsck := sh.run(t, "umount /mnt && e2fsck -fn /dev/vda >/tmp/fsck 2>&1; echo $?"); fsck != "0" {
-		t.Fatalf("e2fsck -fn after the kill: status %s:\n%s", fsck, sh.run(t, "cat /tmp/fsck"))
+	if fsck := sh.MustRun(t, "umount /mnt && e2fsck -fn /dev/vda >/tmp/fsck 2>&1; echo $?"); fsck != "0" {
+		t.Fatalf("e2fsck -fn after the kill: status %s:\n%s", fsck, sh.MustRun(t, "cat /tmp/fsck"))
 	}
 	// The killed downstairs comes back where it listened and is repaired.
 	procs[victim] = kvmtest.StartDownstairsAt(t, dirs[victim], certs, addrs[victim])
@@ -140,11 +121,11 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 	// A new VM at the next generation finds the file.
 	b := startVMM(t, certs)
 	sh = boot(b, 2)
-	if got := sh.run(t, "mkdir -p /mnt && mount /dev/vda /mnt && sha256sum </mnt/r"); got != sum {
+	if got := sh.MustRun(t, "mkdir -p /mnt && mount /dev/vda /mnt && sha256sum </mnt/r"); got != sum {
 		t.Fatalf("at generation 2 /mnt/r hashes to %q, written %q", got, sum)
 	}
-	if fsck := sh.run(t, "umount /mnt && e2fsck -fn /dev/vda >/tmp/fsck 2>&1; echo $?"); fsck != "0" {
-		t.Fatalf("e2fsck -fn at generation 2: status %s:\n%s", fsck, sh.run(t, "cat /tmp/fsck"))
+	if fsck := sh.MustRun(t, "umount /mnt && e2fsck -fn /dev/vda >/tmp/fsck 2>&1; echo $?"); fsck != "0" {
+		t.Fatalf("e2fsck -fn at generation 2: status %s:\n%s", fsck, sh.MustRun(t, "cat /tmp/fsck"))
 	}
 	if err := sh.Type("poweroff -f"); err != nil {
 		t.Fatal(err)

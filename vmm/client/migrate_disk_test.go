@@ -138,23 +138,7 @@ func TestMigrateDiskGuestWithAFileDisk(t *testing.T) {
 func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 	kvmtest.Require(t)
 	base := t.TempDir()
-	certs := filepath.Join(base, "certs")
-	if _, stderr, code := runTern(t, "certs", "init", "--dir", certs); code != 0 {
-		t.Fatalf("certs init: %s", stderr)
-	}
-	id := uuid.NewString()
-	var dirs [3]string
-	var procs [3]*kvmtest.Downstairs
-	var addrs []string
-	for i := range dirs {
-		dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
-		if _, stderr, code := runTern(t, "downstairs", "create", "--dir", dirs[i], "--uuid", id,
-			"--block-size", "512", "--extent-size", "64KiB", "--extent-count", "4"); code != 0 {
-			t.Fatalf("downstairs create: %s", stderr)
-		}
-		procs[i] = kvmtest.StartDownstairs(t, dirs[i], certs)
-		addrs = append(addrs, procs[i].Addr)
-	}
+	certs, dirs, procs, addrs := startDownstairsProcs(t, base, "--block-size", "512", "--extent-size", "64KiB", "--extent-count", "4")
 	src := startVMM(t, certs)
 	dst := startVMM(t, certs)
 	wait := uint64(60_000)
@@ -190,4 +174,26 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 		}
 		checkDiskPattern(t, fmt.Sprintf("replica %d", i), got, passes)
 	}
+}
+
+// startDownstairsProcs makes certificates and three regions of one UUID
+// under base (`tern certs init`, `tern downstairs create` with
+// createArgs) and serves each with a `tern downstairs run` process.
+func startDownstairsProcs(t *testing.T, base string, createArgs ...string) (certs string, dirs [3]string, procs [3]*kvmtest.Downstairs, addrs []string) {
+	t.Helper()
+	certs = filepath.Join(base, "certs")
+	if _, stderr, code := runTern(t, "certs", "init", "--dir", certs); code != 0 {
+		t.Fatalf("certs init: %s", stderr)
+	}
+	id := uuid.NewString()
+	for i := range dirs {
+		dirs[i] = filepath.Join(base, "r"+strconv.Itoa(i))
+		args := append([]string{"downstairs", "create", "--dir", dirs[i], "--uuid", id}, createArgs...)
+		if _, stderr, code := runTern(t, args...); code != 0 {
+			t.Fatalf("downstairs create: %s", stderr)
+		}
+		procs[i] = kvmtest.StartDownstairs(t, dirs[i], certs)
+		addrs = append(addrs, procs[i].Addr)
+	}
+	return certs, dirs, procs, addrs
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"tern/vmm/devices"
@@ -168,6 +169,20 @@ func (s *Shell) Run(ctx context.Context, cmd string) (string, int, error) {
 		}
 		return strings.Join(out, "\n"), status, nil
 	}
+}
+
+// MustRun is Run for a test: it fails t unless cmd ran and exited 0, and
+// returns its output.
+func (s *Shell) MustRun(t testing.TB, cmd string) string {
+	t.Helper()
+	out, status, err := s.Run(t.Context(), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != 0 {
+		t.Fatalf("%s: status %d, output %q; the console's last lines:\n%s", cmd, status, out, s.Seen())
+	}
+	return out
 }
 
 // UARTShell is a Shell on a VM's serial port: it types through the
