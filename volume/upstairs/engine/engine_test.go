@@ -576,15 +576,21 @@ func TestDisconnectMovesReadsElsewhere(t *testing.T) {
 	}
 	h.e.Disconnected(at)
 	h.drain()
+	if !h.readMovedFrom(rd, at) {
+		t.Fatal("read not rerouted")
+	}
+}
+
+// readMovedFrom sends every replica's queue and reports whether read rd
+// went to a replica other than at.
+func (h *harness) readMovedFrom(rd wire.JobID, at int) bool {
 	moved := false
 	for r := range 3 {
 		if ids, _ := h.send(r); slices.Equal(ids, []wire.JobID{rd}) {
 			moved = r != at
 		}
 	}
-	if !moved {
-		t.Fatal("read not rerouted")
-	}
+	return moved
 }
 
 // TestReadBeingSentWhenItsReplicaFaultsMovesElsewhere: a replica faulted
@@ -611,13 +617,7 @@ func TestReadBeingSentWhenItsReplicaFaultsMovesElsewhere(t *testing.T) {
 	h.drain()
 	h.e.Sent(at, rd)
 	h.drain()
-	moved := false
-	for r := range 3 {
-		if ids, _ := h.send(r); slices.Equal(ids, []wire.JobID{rd}) {
-			moved = r != at
-		}
-	}
-	if !moved {
+	if !h.readMovedFrom(rd, at) {
 		t.Fatalf("the read sent to replica %d when it faulted was not rerouted", at)
 	}
 }
