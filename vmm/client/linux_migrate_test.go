@@ -111,7 +111,7 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	sh := newConsoleShell(watchConsole(t, a.client, 0))
-	sh.Limit = 15 * time.Minute // the boot: minutes in the emulated host with the suite on the same cores
+	sh.Limit = 8 * time.Minute // the boot: minutes in the emulated host with the suite on the same cores
 	boot := time.Now()
 	if err := sh.WaitReady(t.Context()); err != nil {
 		t.Fatalf("%v; the console's last lines:\n%s", err, sh.Seen())

@@ -75,7 +75,7 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 			t.Fatal(err)
 		}
 		sh := newConsoleShell(watchConsole(t, p.client, 0))
-		sh.Limit = 15 * time.Minute // activation and the boot, in the emulated host with the suite on the same cores
+		sh.Limit = 8 * time.Minute // activation and the boot, in the emulated host with the suite on the same cores
 		start := time.Now()
 		if err := sh.WaitReady(t.Context()); err != nil {
 			t.Fatalf("%v; the console's last lines:\n%s", err, sh.Seen())
