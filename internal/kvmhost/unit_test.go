@@ -416,3 +416,25 @@ func TestEmulatedCPUsComeFromTheOptionsThenTheEnvironment(t *testing.T) {
 		t.Error("CPUs 9 accepted")
 	}
 }
+
+// TestQEMUVersionIsParsedFromItsBanner: the check names QEMU's version
+// and knows 7.2 from 10.
+func TestQEMUVersionIsParsedFromItsBanner(t *testing.T) {
+	for _, c := range []struct {
+		out     string
+		major   int
+		version string
+		ok      bool
+	}{
+		{"QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)\nCopyright (c) 2003-2025 Fabrice Bellard\n", 10, "10.0.2", true},
+		{"QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\n", 7, "7.2.22", true},
+		{"QEMU emulator version 9.1.0\n", 9, "9.1.0", true},
+		{"qemu-system-x86_64: unknown option\n", 0, "", false},
+		{"", 0, "", false},
+	} {
+		major, version, ok := qemuVersion(c.out)
+		if major != c.major || version != c.version || ok != c.ok {
+			t.Errorf("qemuVersion(%q) = %d, %q, %v; want %d, %q, %v", c.out, major, version, ok, c.major, c.version, c.ok)
+		}
+	}
+}
