@@ -145,9 +145,9 @@ func RunBoot(ctx context.Context, opts BootOptions) (*BootReport, error) {
 		say("%s", r.QEMUSkipped)
 	}
 	ternArgs := []string{opts.Tern, "vmm", "run", "--guest", "hello", "--timeout", "60s"}
-	qemuArgs := []string{qemu, "-enable-kvm", "-M", "microvm", "-m", "128M",
+	qemuArgs := append(append([]string{qemu, "-enable-kvm"}, guests.QEMUMachineArgs()...), "-m", "128M",
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
-		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-kernel", elfPath}
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-kernel", elfPath)
 
 	say("%d whole-process runs of tern vmm run --guest hello%s (plus one warm-up)", opts.Runs, map[bool]string{true: " alternating with QEMU microvm", false: ""}[qemu != ""])
 	var ternS, qemuS samples

@@ -45,10 +45,10 @@ func startQEMUProc(ctx context.Context, qemu, dir, name, elf, params string, siz
 		return nil, fmt.Errorf("starting QEMU %s: %w", name, err)
 	}
 	defer ln.Close()
-	args := append([]string{"-M", "microvm", "-enable-kvm", "-m", fmt.Sprintf("%dM", sizeMiB),
+	args := append(append(guests.QEMUMachineArgs(), "-enable-kvm", "-m", fmt.Sprintf("%dM", sizeMiB),
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
-		"-qmp", "unix:" + sock, "-kernel", elf,
-		"-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", params, guests.ParamsAddr)}, extra...)
+		"-qmp", "unix:"+sock, "-kernel", elf,
+		"-device", fmt.Sprintf("loader,file=%s,addr=%#x,force-raw=on", params, guests.ParamsAddr)), extra...)
 	cmd := exec.CommandContext(ctx, qemu, args...)
 	logFile, err := os.Create(filepath.Join(dir, name+".qemu.log"))
 	if err != nil {

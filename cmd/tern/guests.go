@@ -25,7 +25,7 @@ func newGuestsCmd() *cobra.Command {
 		Short: "Write each built-in test guest as DIR/<name>.elf",
 		Long: `Write each built-in test guest as DIR/<name>.elf. The files are the ones
 embedded in tern; each runs under tern (64-bit entry) and under
-qemu-system-x86_64 -M microvm -kernel FILE (PVH entry).`,
+qemu-system-x86_64 -M microvm -bios qboot.rom -kernel FILE (PVH entry).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {

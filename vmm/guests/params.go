@@ -155,3 +155,11 @@ func DemoRoundFirstSector(round, perRound, capacity uint64) uint64 {
 func DemoPattern(seed, sector, round uint64) []byte {
 	return DiskPattern(seed^round*demoRoundMix, sector)
 }
+
+// QEMUMachineArgs returns the arguments that make QEMU run a built-in
+// guest: the microvm machine on the qboot firmware, which boots
+// -kernel's PVH entry and leaves low memory alone. The machine's default
+// firmware (bios-microvm.bin, SeaBIOS; from Debian's seabios 1.16.3 on)
+// overwrote the page at ParamsAddr, so parameters given with -device
+// loader were lost and the guest ran on its defaults. The slice is new.
+func QEMUMachineArgs() []string { return []string{"-M", "microvm", "-bios", "qboot.rom"} }

@@ -74,7 +74,7 @@ func startQEMU(t *testing.T, accel []string, guest string, p *Params, extra ...s
 	// Generous for TCG on a loaded machine: only a hung guest waits it out.
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	t.Cleanup(cancel)
-	args := append(append([]string{"-M", "microvm"}, accel...), "-m", "512M",
+	args := append(append(QEMUMachineArgs(), accel...), "-m", "512M",
 		"-nodefaults", "-no-reboot", "-nographic", "-display", "none", "-serial", "stdio",
 		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-kernel", path)
 	g := &qemuGuest{t: t, name: guest, lines: make(chan string, 64), ctx: ctx, kvm: accel[0] == kvm[0]}
