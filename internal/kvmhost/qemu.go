@@ -142,6 +142,9 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 	if qemuStderr.Len() > 0 {
 		fmt.Fprintf(o.Log, "kvmhost: QEMU said: %s\n", strings.TrimSpace(qemuStderr.String()))
 	}
+	if console.panicked() {
+		return 0, fmt.Errorf("%w before reporting the exit status of %s (QEMU: %v)", ErrPanicked, o.Binary, waitErr)
+	}
 	return 0, fmt.Errorf("emulated host stopped without reporting the exit status of %s (QEMU: %v)", o.Binary, waitErr)
 }
 
@@ -196,6 +199,19 @@ func (c *consoleLog) silentFor(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return now.Sub(c.lastBeat), true
+}
+
+// panicked reports whether the emulated kernel said it panicked, in the
+// lines kept.
+func (c *consoleLog) panicked() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		if strings.Contains(l, "Kernel panic - not syncing") {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *consoleLog) status() (int, bool) {

@@ -438,3 +438,18 @@ func TestQEMUVersionIsParsedFromItsBanner(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleLogSeesAKernelPanic: a panic in the kept lines is told
+// apart from a machine that merely stopped.
+func TestConsoleLogSeesAKernelPanic(t *testing.T) {
+	c := newConsoleLog()
+	c.read(strings.NewReader("[    1.0] booting\n[  556.7] RIP: 0010:error_entry+0x10/0x130\n"))
+	if c.panicked() {
+		t.Fatal("panicked before any panic line")
+	}
+	c = newConsoleLog()
+	c.read(strings.NewReader("[  556.7] RIP: 0010:error_entry+0x10/0x130\n[  556.739945] Kernel panic - not syncing: Fatal exception in interrupt\n"))
+	if !c.panicked() {
+		t.Fatal("the panic line was not seen")
+	}
+}

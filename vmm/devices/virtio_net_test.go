@@ -462,8 +462,14 @@ func TestVirtioNetCloseStopsItsReceiveGoroutine(t *testing.T) {
 		if err := d.dev.Close(); err != nil {
 			t.Fatalf("holding %v: Close: %v", holding, err)
 		}
+		// Close returns once the loop closed rxDone, in its deferred
+		// call: the goroutine itself ends a moment later.
+		deadline := time.Now().Add(10 * time.Second)
+		for receiveGoroutines() != 0 && time.Now().Before(deadline) {
+			runtime.Gosched()
+		}
 		if n := receiveGoroutines(); n != 0 {
-			t.Fatalf("holding %v: %d receive goroutines after Close", holding, n)
+			t.Fatalf("holding %v: %d receive goroutines 10 s after Close", holding, n)
 		}
 		if err := d.dev.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
