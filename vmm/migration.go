@@ -82,6 +82,9 @@ func NewMigrationTarget(cfg Config, mem *memory.Memory) (_ *VM, err error) {
 	if err := vm.attachNICs(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.Linux != nil {
+		vm.startInterruptWatchdog()
+	}
 	for id := range max(cfg.VCPUs, 1) {
 		// As in New: each vCPU is created on its own locked thread and
 		// parks before its first instruction; the migration restores its

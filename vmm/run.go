@@ -94,11 +94,13 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 // are parked. Before Run it makes Run start them parked. If one cannot
 // pause (it ended), the others are resumed and its error returned.
 func (vm *VM) Pause() error {
+	vm.setPaused(true)
 	vm.pauseNICs()
 	running, err := vm.requestBeforeRun(true)
 	if running == nil || err != nil {
 		if err != nil {
 			vm.resumeNICs()
+			vm.setPaused(false)
 		}
 		return err
 	}
@@ -108,6 +110,7 @@ func (vm *VM) Pause() error {
 				p.Resume()
 			}
 			vm.resumeNICs()
+			vm.setPaused(false)
 			return fmt.Errorf("pausing VM: %w", err)
 		}
 	}
@@ -120,6 +123,7 @@ func (vm *VM) Resume() error {
 	if err != nil {
 		return err
 	}
+	defer vm.setPaused(false)
 	vm.resumeNICs()
 	if running == nil {
 		return nil
@@ -134,6 +138,20 @@ func (vm *VM) Resume() error {
 		return fmt.Errorf("resuming VM: %w", err)
 	}
 	return nil
+}
+
+// setPaused records whether the vCPUs are (being) paused.
+func (vm *VM) setPaused(p bool) {
+	vm.mu.Lock()
+	vm.paused = p
+	vm.mu.Unlock()
+}
+
+// guestRunning reports whether the vCPUs run: after Run and not paused.
+func (vm *VM) guestRunning() bool {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.ran && !vm.paused && !vm.closed
 }
 
 // requestBeforeRun records a Pause (paused) or Resume before Run and

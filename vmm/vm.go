@@ -64,6 +64,9 @@ type VM struct {
 	nics []*devices.VirtioNet
 	// irqfds are a Linux guest's virtio interrupts; closed by Close.
 	irqfds []*irqfd
+	// stopWatchdog stops a Linux guest's interrupt watchdog and waits for
+	// it (interrupt_watchdog.go); nil without one. Called by Close.
+	stopWatchdog func()
 	// devCtx bounds the devices' backend IO; cancelled by Close.
 	devCtx    context.Context
 	devCancel context.CancelFunc
@@ -80,6 +83,9 @@ type VM struct {
 	// startPaused is set by a Pause before Run: Run leaves the vCPUs
 	// parked.
 	startPaused bool
+	// paused is set by Pause and cleared by Resume (before Run too, with
+	// startPaused).
+	paused bool
 }
 
 // New validates cfg, reporting every problem at once, then builds the VM:
@@ -183,6 +189,9 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 	}
 	if err := vm.attachNICs(cfg); err != nil {
 		return err
+	}
+	if linux {
+		vm.startInterruptWatchdog()
 	}
 	supported, err := vm.sys.SupportedCPUID()
 	if err != nil {
@@ -346,6 +355,9 @@ func (vm *VM) Close() error {
 	vm.mu.Unlock()
 	for _, v := range running {
 		v.Wait() // its error was Run's to report
+	}
+	if vm.stopWatchdog != nil {
+		vm.stopWatchdog()
 	}
 	// The cards' receive goroutines write guest memory: they end first,
 	// with their transports' workers and ioeventfds.

@@ -129,6 +129,8 @@ func startVMMEnv(t *testing.T, certs string, env []string, extraArgs ...string) 
 		}
 		if t.Failed() {
 			t.Logf("tern vmm serve stderr:\n%s", p.stderr)
+		} else if n := strings.Count(p.stderr.String(), "interrupt unacknowledged"); n > 0 {
+			t.Logf("tern vmm serve raised an unacknowledged interrupt again %d times", n)
 		}
 	})
 	return p

@@ -235,3 +235,34 @@ func TestPowerRecordsTheFirstPowerOffOrReset(t *testing.T) {
 		})
 	}
 }
+
+func TestUARTRaisesAgainOnlyWhatStandsUnserved(t *testing.T) {
+	irq := &countingIRQ{}
+	u := NewUART(NewHistory(64), irq)
+	if ok, _ := u.RaiseUnacknowledged(0); ok {
+		t.Fatal("raised again with nothing enabled")
+	}
+	uartWrite(u, uartIER, ierTHRE) // the driver wants to transmit
+	if ok, _ := u.RaiseUnacknowledged(time.Hour); ok || irq.n.Load() != 1 {
+		t.Fatalf("raised again before the interval: %d interrupts in all, want 1", irq.n.Load())
+	}
+	if ok, _ := u.RaiseUnacknowledged(0); !ok || irq.n.Load() != 2 {
+		t.Fatalf("an unserved THRE was not raised again: %d interrupts in all, want 2", irq.n.Load())
+	}
+	if uartRead(u, uartIIRFCR)&0x0f != iirTHRE {
+		t.Fatal("IIR does not report THRE")
+	}
+	if ok, _ := u.RaiseUnacknowledged(0); ok {
+		t.Fatal("raised again after the driver read IIR")
+	}
+	uartWrite(u, uartIER, ierRDA)
+	u.Input([]byte("xy"))
+	uartRead(u, uartRBRTHR)
+	if ok, _ := u.RaiseUnacknowledged(0); !ok {
+		t.Fatal("a byte left unread was not raised again")
+	}
+	uartRead(u, uartRBRTHR)
+	if ok, _ := u.RaiseUnacknowledged(0); ok {
+		t.Fatal("raised again with the input read")
+	}
+}

@@ -176,5 +176,8 @@ func (t *VirtioMMIO) SetState(s VirtioMMIOState) error {
 	}
 	t.status, t.deviceFeaturesSel, t.driverFeaturesSel, t.queueSel = s.Status, s.DeviceFeaturesSel, s.DriverFeaturesSel, s.QueueSel
 	t.driverFeatures, t.interruptStatus, t.queues = s.DriverFeatures, s.InterruptStatus, queues
+	if t.interruptStatus != 0 {
+		t.raisedAt = time.Now() // raised on the source, so RaiseUnacknowledged covers an edge lost in the move
+	}
 	return nil
 }

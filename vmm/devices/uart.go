@@ -1,6 +1,9 @@
 package devices
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // UARTBase is the COM1 port base.
 const UARTBase = 0x3f8
@@ -57,6 +60,8 @@ type UART struct {
 	threPending bool
 	// input is the receive queue; input[0] is in RBR.
 	input []byte
+	// raisedAt is when the interrupt was last raised (RaiseUnacknowledged).
+	raisedAt time.Time
 }
 
 // NewUART returns a UART writing transmitted bytes to out and raising irq
@@ -75,6 +80,9 @@ func (u *UART) Input(p []byte) int {
 	n := min(len(p), uartInputMax-len(u.input))
 	u.input = append(u.input, p[:n]...)
 	raise := n > 0 && u.ier&ierRDA != 0
+	if raise {
+		u.raisedAt = time.Now()
+	}
 	u.mu.Unlock()
 	if raise {
 		u.irq.Trigger()
@@ -197,6 +205,9 @@ func (u *UART) WritePort(port uint16, data []byte) {
 	case uartSCR:
 		u.scr = v
 	}
+	if raise {
+		u.raisedAt = time.Now()
+	}
 	u.mu.Unlock()
 	if tx {
 		u.out.Write([]byte{v})
@@ -204,4 +215,26 @@ func (u *UART) WritePort(port uint16, data []byte) {
 	if raise {
 		u.irq.Trigger()
 	}
+}
+
+// RaiseUnacknowledged raises the interrupt again when an enabled
+// condition (received data, or an empty holding register the driver asked
+// to hear of) has stood unserved for at least after since the interrupt
+// was last raised, and reports whether it did. A 16550's line stays
+// asserted while such a condition holds; this one pulses an
+// edge-triggered line per event, so an edge lost on the way would leave
+// the driver waiting to transmit, or input unread, for good. The VM calls
+// it from a watchdog for interrupt-driven guests.
+func (u *UART) RaiseUnacknowledged(after time.Duration) (bool, error) {
+	u.mu.Lock()
+	pending := u.ier&ierRDA != 0 && len(u.input) > 0 || u.ier&ierTHRE != 0 && u.threPending
+	stale := pending && time.Since(u.raisedAt) >= after
+	if stale {
+		u.raisedAt = time.Now()
+	}
+	u.mu.Unlock()
+	if !stale {
+		return false, nil
+	}
+	return true, u.irq.Trigger()
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"tern/vmm/memory"
 )
@@ -392,4 +393,37 @@ func TestVirtioMMIORefusesRingsOutsideRAM(t *testing.T) {
 		t.Error("reset did not clear NEEDS_RESET")
 	}
 	d.setUp(FeatureVersion1)
+}
+
+func TestVirtioMMIORaisesAnUnacknowledgedInterruptAgain(t *testing.T) {
+	d := newTestDriver(t, 4096, 1<<20)
+	d.setUp(FeatureVersion1 | FeatureBlkSize)
+	if ok, _ := d.dev.RaiseUnacknowledged(0); ok {
+		t.Fatal("raised with nothing used")
+	}
+	if st := d.write(0, pattern(4096, 1)); st != BlkStatusOK {
+		t.Fatalf("write status %d", st)
+	}
+	raised := d.irq.n.Load()
+	if ok, _ := d.dev.RaiseUnacknowledged(time.Hour); ok || d.irq.n.Load() != raised {
+		t.Fatal("raised again before the interval")
+	}
+	if ok, err := d.dev.RaiseUnacknowledged(0); !ok || err != nil || d.irq.n.Load() != raised+1 {
+		t.Fatalf("an unacknowledged used buffer was not raised again: %v, %v, %d interrupts", ok, err, d.irq.n.Load())
+	}
+	d.setReg(mmioInterruptACK, d.reg(mmioInterruptStatus))
+	if ok, _ := d.dev.RaiseUnacknowledged(0); ok {
+		t.Fatal("raised again after the driver's acknowledgement")
+	}
+	// The state a migration carries keeps the watch on an unacknowledged
+	// status.
+	if st := d.write(0, pattern(4096, 2)); st != BlkStatusOK {
+		t.Fatalf("write status %d", st)
+	}
+	if err := d.dev.SetState(d.dev.State()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := d.dev.RaiseUnacknowledged(0); !ok {
+		t.Fatal("a restored unacknowledged status was not raised again")
+	}
 }

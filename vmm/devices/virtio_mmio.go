@@ -3,6 +3,7 @@ package devices
 import (
 	"context"
 	"sync"
+	"time"
 
 	"tern/vmm/memory"
 )
@@ -128,6 +129,10 @@ type VirtioMMIO struct {
 	driverFeatures uint64
 	// interruptStatus is the InterruptStatus register.
 	interruptStatus uint32
+	// raisedAt is when the interrupt was last raised with
+	// interruptStatus set; zero while interruptStatus is clear (see
+	// RaiseUnacknowledged).
+	raisedAt time.Time
 	// queues is per queue of the device.
 	queues []queueState
 	// workers is per queue: its goroutine, or nil (synchronous, or not
@@ -169,7 +174,7 @@ func (t *VirtioMMIO) Status() uint32 {
 
 func (t *VirtioMMIO) resetLocked() {
 	t.status, t.deviceFeaturesSel, t.driverFeaturesSel, t.queueSel = 0, 0, 0, 0
-	t.driverFeatures, t.interruptStatus = 0, 0
+	t.driverFeatures, t.interruptStatus, t.raisedAt = 0, 0, time.Time{}
 	t.queues = make([]queueState, len(t.dev.QueueMaxSizes()))
 }
 
@@ -287,6 +292,9 @@ func (t *VirtioMMIO) WriteMMIO(offset uint64, data []byte) {
 		}
 	case mmioInterruptACK:
 		t.interruptStatus &^= v
+		if t.interruptStatus == 0 {
+			t.raisedAt = time.Time{}
+		}
 	}
 }
 
@@ -417,8 +425,38 @@ func (t *VirtioMMIO) processQueue(q int) {
 	if !t.dev.Process(t.ctx, q, vq, features) {
 		return
 	}
+	t.raise()
+}
+
+// raise sets the used-buffer bit of InterruptStatus and raises the
+// interrupt.
+func (t *VirtioMMIO) raise() error {
 	t.mu.Lock()
 	t.interruptStatus |= interruptUsedBuffer
+	t.raisedAt = time.Now()
 	t.mu.Unlock()
-	t.irq.Trigger()
+	return t.irq.Trigger()
+}
+
+// RaiseUnacknowledged raises the interrupt again when InterruptStatus has
+// stood set, unacknowledged, for at least after since it was last raised,
+// and reports whether it did. A driver acknowledges what it reads from
+// InterruptStatus in its handler, so a status left standing means the
+// guest never ran the handler: the edge was lost on its way (the line is
+// edge-triggered, and an edge that meets a masked or busy pin is gone)
+// and the driver waits for a completion it will never be told of. An
+// extra edge costs a guest that was merely slow one handler call that
+// finds nothing to do. The VM calls it from a watchdog for interrupt-driven
+// guests.
+func (t *VirtioMMIO) RaiseUnacknowledged(after time.Duration) (bool, error) {
+	t.mu.Lock()
+	stale := t.interruptStatus != 0 && !t.raisedAt.IsZero() && time.Since(t.raisedAt) >= after
+	if stale {
+		t.raisedAt = time.Now()
+	}
+	t.mu.Unlock()
+	if !stale {
+		return false, nil
+	}
+	return true, t.irq.Trigger()
 }

@@ -31,8 +31,5 @@ func (t *VirtioMMIO) Deliver(q int, fill func(vq *Virtqueue, features uint64) (u
 	if !fill(vq, features) {
 		return nil
 	}
-	t.mu.Lock()
-	t.interruptStatus |= interruptUsedBuffer
-	t.mu.Unlock()
-	return t.irq.Trigger()
+	return t.raise()
 }
