@@ -2,6 +2,7 @@ package vmm
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"tern/vmm/devices"
@@ -16,7 +17,15 @@ func (vm *VM) attachDevices(cfg Config) error {
 	}
 	var uartIRQLine devices.Interrupt = devices.NoInterrupt{}
 	if cfg.Linux != nil {
-		uartIRQLine = isaIRQ{vm: vm.kvm, line: uartIRQ}
+		// An irqfd, as the virtio devices' (virtio_irq.go): a transmitting
+		// vCPU signals an eventfd, where a KVM_IRQ_LINE pair would make it
+		// two ioctls, and KVM pulses COM1's ISA line from its own worker.
+		fd, err := newIRQFD(vm.kvm, uartIRQ)
+		if err != nil {
+			return fmt.Errorf("wiring the UART's interrupt: %w", err)
+		}
+		vm.irqfds = append(vm.irqfds, fd)
+		uartIRQLine = fd
 	}
 	vm.uart = devices.NewUART(devices.NewHistory(hist), uartIRQLine)
 	vm.debugExit = devices.NewDebugExit()

@@ -192,20 +192,3 @@ func linuxCPUID(entries []kvm.CPUIDEntry2, tscDeadline bool) []kvm.CPUIDEntry2 {
 	}
 	return entries
 }
-
-// isaIRQ pulses one interrupt line of the in-kernel irqchip: an
-// edge-triggered ISA interrupt, as the UART raises it.
-type isaIRQ struct {
-	vm   *kvm.VM
-	line uint32
-}
-
-var _ devices.Interrupt = isaIRQ{}
-
-// Trigger raises and lowers the line.
-func (q isaIRQ) Trigger() error {
-	if err := q.vm.IRQLine(q.line, true); err != nil {
-		return err
-	}
-	return q.vm.IRQLine(q.line, false)
-}
