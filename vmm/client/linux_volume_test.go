@@ -88,9 +88,9 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 	sh.MustRun(t, fmt.Sprintf(`( i=0; st=0; while [ $i -lt %d ]; do dd if=/tmp/r of=/mnt/r bs=1M count=1 skip=$i seek=$i oflag=direct conv=notrunc 2>/tmp/dd.err || { st=$?; break; }; echo $i >>/tmp/copied; usleep 100000; i=$((i+1)); done; echo done $st >>/tmp/copied ) </dev/null >/dev/null 2>&1 &`, copyMiB))
 	// Kill a downstairs once a few MiB are written: the rest of the copy
 	// runs on two replicas. A copy that ended first, or wrote less within
-	// three minutes, fails the test with the guest's view of its disk and
+	// four minutes, fails the test with the guest's view of its disk and
 	// interrupts.
-	progress := sh.MustRun(t, `end=$(($(date +%s)+180)); while [ $(cat /tmp/copied 2>/dev/null | wc -l) -lt 3 ] && ! grep -q '^done' /tmp/copied 2>/dev/null && [ $(date +%s) -lt $end ]; do usleep 100000; done; cat /tmp/copied 2>/dev/null | tr '\n' ' '`)
+	progress := sh.MustRun(t, `end=$(($(date +%s)+240)); while [ $(cat /tmp/copied 2>/dev/null | wc -l) -lt 3 ] && ! grep -q '^done' /tmp/copied 2>/dev/null && [ $(date +%s) -lt $end ]; do usleep 100000; done; cat /tmp/copied 2>/dev/null | tr '\n' ' '`)
 	if f := strings.Fields(progress); len(f) < 3 || slices.Contains(f, "done") {
 		t.Fatalf("before the kill the copy wrote %q (the MiB copied, then \"done\" and its status if it ended); dd said %q; the guest's state:\n%s",
 			progress, sh.MustRun(t, "cat /tmp/dd.err"),
