@@ -48,6 +48,21 @@ func newConsoleShell(w *consoleWatch) *consoleShell {
 	return sh
 }
 
+// waitInGuest is shell text that waits, in the guest, until cond (a
+// shell condition) holds or four and a half minutes have passed, within
+// the shell's five-minute limit: a guest whose IO stopped still answers the commands
+// that show why (guestState).
+func waitInGuest(cond string) string {
+	return `end=$(($(date +%s)+270)); until ` + cond + ` || [ $(date +%s) -ge $end ]; do usleep 200000; done`
+}
+
+// guestState is what the guest says of its disk, its interrupts and its
+// kernel's last lines, for a failure message.
+func guestState(t *testing.T, sh *consoleShell) string {
+	t.Helper()
+	return sh.MustRun(t, "cat /sys/block/vda/inflight; grep -i -E 'virtio|ttyS|CPU' /proc/interrupts; dmesg | tail -n 20")
+}
+
 // linuxCopyMiB is how much each copy of TestLinuxGuestMigratesMidCopy
 // writes: Propolis's migration load test copies 50 MiB.
 const linuxCopyMiB = 50
@@ -67,9 +82,10 @@ func startCopy(t *testing.T, sh *consoleShell, n, seekMiB int) {
 // written.
 func waitCopied(t *testing.T, sh *consoleShell, n int) {
 	t.Helper()
-	out := sh.MustRun(t, fmt.Sprintf(`while ! grep -q '^done' /tmp/copied.%d; do usleep 200000; done; grep -c -v '^done' /tmp/copied.%d; grep '^done' /tmp/copied.%d`, n, n, n))
+	f := fmt.Sprintf("/tmp/copied.%d", n)
+	out := sh.MustRun(t, waitInGuest("grep -q '^done' "+f)+"; grep -c -v '^done' "+f+"; grep '^done' "+f+" || true")
 	if want := fmt.Sprintf("%d\ndone 0", linuxCopyMiB); out != want {
-		t.Fatalf("copy %d ended with %q; want %q (every MiB written)", n, out, want)
+		t.Fatalf("copy %d ended with %q; want %q (every MiB written); the guest's state:\n%s", n, out, want, guestState(t, sh))
 	}
 }
 
