@@ -28,8 +28,11 @@ import (
 	"tern/vmm/kvm/kvmtest"
 )
 
+// TestMain: in the emulated host, the Linux tests (two vCPUs) and the
+// live-repair test (a busy guest beside the repair) get two emulated CPUs
+// of their own; the rest, migrations among them, run on one.
 func TestMain(m *testing.M) {
-	kvmtest.Main(m, kvmtest.WithTern(), kvmtest.WithPrepare(linuxtest.Prepare), kvmtest.WithPrepare(linuxtest.PrepareUserland), kvmtest.WithEmulatedCPUs(2))
+	kvmtest.Main(m, kvmtest.WithTern(), kvmtest.WithPrepare(linuxtest.Prepare), kvmtest.WithPrepare(linuxtest.PrepareUserland), kvmtest.WithEmulatedCPUsFor(2, "Linux|LiveRepair"))
 }
 
 // generous bounds every wait; nothing asserts on time.

@@ -32,6 +32,9 @@ type config struct {
 	tern    bool
 	prepare []func() ([]kvmhost.File, func(), error)
 	cpus    int
+	// ownRun and ownCPUs are WithEmulatedCPUsFor's.
+	ownRun  string
+	ownCPUs int
 }
 
 // WithEmulatedCPUs gives the emulated host n CPUs (kvmhost.Options.CPUs)
@@ -41,6 +44,19 @@ type config struct {
 // Linux guest stalled the machine (kvmhost.CPUsEnv).
 func WithEmulatedCPUs(n int) Option {
 	return func(c *config) { c.cpus = n }
+}
+
+// WithEmulatedCPUsFor runs the top-level tests matching run (a
+// -test.run pattern without '/') in an emulated host of their own with
+// cpus CPUs, and the rest of the package in one with WithEmulatedCPUs's
+// count (default 1), when the whole package goes to the emulated host.
+// Two emulated CPUs run on two host threads (multi-threaded TCG), where
+// migrated guests have triple-faulted and the emulated kernel has
+// panicked (docs/reliability.md); only the tests that need a second CPU
+// should run there. With -test.run given, every chosen test runs in the
+// cpus-CPU host, as with WithEmulatedCPUs(cpus).
+func WithEmulatedCPUsFor(cpus int, run string) Option {
+	return func(c *config) { c.ownCPUs, c.ownRun = cpus, run }
 }
 
 // WithPrepare runs prepare on the host before the tests run, here or in
@@ -176,12 +192,69 @@ func reexec(c config) int {
 		o.Files = append(o.Files, kvmhost.File{Host: path})
 		o.Env = append(os.Environ(), TernEnv+"="+path)
 	}
-	status, err := kvmhost.Exec(context.Background(), o)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kvmtest: running the tests in the emulated test host: %v\n", err)
-		return 1
+	var runs []kvmhost.Options
+	switch _, chosen := flagValue(o.Args, "test.run"); {
+	case c.ownRun == "":
+		runs = []kvmhost.Options{o}
+	case chosen:
+		o.CPUs = c.ownCPUs
+		runs = []kvmhost.Options{o}
+	default:
+		rest, own := o, o
+		skip, _ := flagValue(o.Args, "test.skip")
+		rest.Args = withFlag(o.Args, "test.skip", joinPatterns(skip, c.ownRun))
+		own.Args, own.CPUs = withFlag(o.Args, "test.run", c.ownRun), c.ownCPUs
+		runs = []kvmhost.Options{rest, own}
+		fmt.Printf("kvmtest: the tests matching %q run in an emulated host of %d CPUs of their own, after the rest\n", c.ownRun, c.ownCPUs)
+	}
+	status := 0
+	for _, r := range runs {
+		st, err := kvmhost.Exec(context.Background(), r)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kvmtest: running the tests in the emulated test host: %v\n", err)
+			st = 1
+		}
+		if status == 0 {
+			status = st
+		}
 	}
 	return status
+}
+
+// flagValue returns the value of -name=V or -name V in args.
+func flagValue(args []string, name string) (string, bool) {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "-"+name+"="); ok {
+			return v, true
+		}
+		if a == "-"+name && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
+}
+
+// withFlag returns args with -name set to v, any earlier setting removed.
+func withFlag(args []string, name, v string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case strings.HasPrefix(a, "-"+name+"="):
+		case a == "-"+name && i+1 < len(args):
+			i++
+		default:
+			out = append(out, a)
+		}
+	}
+	return append(out, "-"+name+"="+v)
+}
+
+// joinPatterns is a pattern matching either of a (may be empty) and b.
+func joinPatterns(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return "(" + a + ")|(" + b + ")"
 }
 
 // fuzzing reports whether args make the test binary fuzz (-test.fuzz

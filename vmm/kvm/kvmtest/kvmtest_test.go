@@ -152,3 +152,27 @@ func TestFuzzingIsToldFromTheArguments(t *testing.T) {
 		}
 	}
 }
+
+func TestTheOwnHostsArgumentsSplitThePackage(t *testing.T) {
+	args := []string{"-test.timeout=45m", "-test.skip=Slow", "-test.v"}
+	if v, ok := flagValue(args, "test.skip"); !ok || v != "Slow" {
+		t.Fatalf("flagValue(test.skip) = %q, %v", v, ok)
+	}
+	if _, ok := flagValue(args, "test.run"); ok {
+		t.Fatal("flagValue found a -test.run that is not there")
+	}
+	if v, ok := flagValue([]string{"-test.run", "X"}, "test.run"); !ok || v != "X" {
+		t.Fatalf("flagValue of a separate value = %q, %v", v, ok)
+	}
+	rest := withFlag(args, "test.skip", joinPatterns("Slow", "Linux"))
+	if got, want := strings.Join(rest, " "), "-test.timeout=45m -test.v -test.skip=(Slow)|(Linux)"; got != want {
+		t.Errorf("the rest's arguments: %q, want %q", got, want)
+	}
+	own := withFlag([]string{"-test.run", "Old", "-test.v"}, "test.run", "Linux")
+	if got, want := strings.Join(own, " "), "-test.v -test.run=Linux"; got != want {
+		t.Errorf("the own host's arguments: %q, want %q", got, want)
+	}
+	if got := joinPatterns("", "Linux"); got != "Linux" {
+		t.Errorf("joinPatterns with no skip = %q", got)
+	}
+}
