@@ -283,15 +283,9 @@ func testTimeout(args []string) time.Duration {
 	if os.Getenv(kvmhost.TimeoutEnv) != "" {
 		return 0 // the explicit limit wins
 	}
-	for i, a := range args {
-		v, ok := strings.CutPrefix(a, "-test.timeout=")
-		if !ok && a == "-test.timeout" && i+1 < len(args) {
-			v, ok = args[i+1], true
-		}
-		if ok {
-			if d, err := time.ParseDuration(v); err == nil && d > 0 {
-				return d + bootAllowance
-			}
+	if v, ok := flagValue(args, "test.timeout"); ok {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d + bootAllowance
 		}
 	}
 	return 0
