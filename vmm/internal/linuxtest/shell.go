@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tern/vmm/devices"
+	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 )
 
@@ -149,7 +150,7 @@ func (s *Shell) Run(ctx context.Context, cmd string) (string, int, error) {
 			if started {
 				what = "its end"
 			}
-			return strings.Join(out, "\n"), 0, fmt.Errorf("running %q on the console: no marker of %s within %v: %w; its last lines:\n%s", cmd, what, s.Limit, err, s.Seen())
+			return strings.Join(out, "\n"), 0, fmt.Errorf("running %q %s %s within %v: %w; its last lines:\n%s", cmd, kvmtest.ConsoleStall, what, s.Limit, err, s.Seen())
 		}
 		if !started {
 			started = strings.Contains(l, begin)

@@ -3,9 +3,11 @@ package kvmtest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -209,16 +211,89 @@ func reexec(c config) int {
 	}
 	status := 0
 	for _, r := range runs {
-		st, err := kvmhost.Exec(context.Background(), r)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "kvmtest: running the tests in the emulated test host: %v\n", err)
-			st = 1
-		}
-		if status == 0 {
+		if st := execRetryingStalls(r); status == 0 {
 			status = st
 		}
 	}
 	return status
+}
+
+// ConsoleStall is in the error of a Linux test whose guest console stopped
+// answering (linuxtest's Shell.Run): inside the emulated host a Linux
+// guest has, rarely, stopped whole (docs/reliability.md: open, never seen
+// on /dev/kvm).
+const ConsoleStall = "on the console: no marker of"
+
+// execRetryingStalls runs o in the emulated host and returns the test
+// binary's exit status. When it fails and every top-level test that
+// failed says ConsoleStall, those tests run once more, alone, in a new
+// emulated host, as kvmhost boots a stalled emulated host once more
+// (RetryStall), and that run's status is the result: a second stall
+// fails them.
+func execRetryingStalls(o kvmhost.Options) int {
+	stdout := o.Stdout
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	var out strings.Builder
+	first := o
+	first.Stdout = io.MultiWriter(stdout, &out)
+	st := execOnce(first)
+	if st == 0 {
+		return 0
+	}
+	stalled := stalledTests(out.String())
+	if len(stalled) == 0 {
+		return st
+	}
+	for i, name := range stalled {
+		stalled[i] = regexp.QuoteMeta(name)
+	}
+	again := o
+	again.Args = withFlag(o.Args, "test.run", "^("+strings.Join(stalled, "|")+")$")
+	fmt.Fprintf(stdout, "STALL: kvmtest: %s failed with a guest console that stopped in the emulated host; running them once more\n", strings.Join(stalled, ", "))
+	return execOnce(again)
+}
+
+// execOnce runs o in the emulated host and returns the binary's status.
+func execOnce(o kvmhost.Options) int {
+	st, err := kvmhost.Exec(context.Background(), o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kvmtest: running the tests in the emulated test host: %v\n", err)
+		return 1
+	}
+	return st
+}
+
+// stalledTests returns the top-level tests that failed in a test binary's
+// output, when there are some and each one's output says ConsoleStall;
+// otherwise nil. A test's output is what came after the previous
+// top-level result line up to the end of the indented lines under its
+// own "--- FAIL:" line, which holds its log with or without -test.v.
+func stalledTests(out string) []string {
+	lines := strings.Split(out, "\n")
+	var stalled []string
+	from := 0
+	for i := 0; i < len(lines); i++ {
+		rest, ok := strings.CutPrefix(lines[i], "--- FAIL: ")
+		if !ok {
+			if strings.HasPrefix(lines[i], "--- ") {
+				from = i + 1
+			}
+			continue
+		}
+		name, _, _ := strings.Cut(rest, " ")
+		end := i + 1
+		for end < len(lines) && (strings.HasPrefix(lines[end], " ") || strings.HasPrefix(lines[end], "\t")) {
+			end++
+		}
+		if !strings.Contains(strings.Join(lines[from:end], "\n"), ConsoleStall) {
+			return nil // a failure of another kind: running again changes nothing
+		}
+		stalled = append(stalled, name)
+		from, i = end, end-1
+	}
+	return stalled
 }
 
 // flagValue returns the value of -name=V or -name V in args.
