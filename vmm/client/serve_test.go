@@ -68,6 +68,22 @@ func (p *vmmProc) terminate(t *testing.T) error {
 	return p.termErr
 }
 
+// quit sends SIGQUIT, which makes the Go runtime print every goroutine's
+// stack and exit, and returns the process's stderr once it exited (or
+// after a generous wait).
+func (p *vmmProc) quit() string {
+	p.termOnce.Do(func() {
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case p.termErr = <-p.exited:
+		case <-time.After(generous):
+			p.cmd.Process.Kill()
+			p.termErr = <-p.exited
+		}
+	})
+	return p.stderr.String()
+}
+
 // startVMM runs `tern vmm serve` on a free loopback port with fresh
 // certificates (or certs, when given) and stops it with SIGTERM at the end
 // of the test, which must make it exit 0.
@@ -127,6 +143,14 @@ func startVMMEnv(t *testing.T, certs string, env []string, extraArgs ...string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// Where every goroutine stood when the test failed (a vCPU in
+			// KVM_RUN, or blocked in an exit handler, or a queue worker
+			// waiting on the volume) says more of a stalled guest than
+			// anything the guest can still print.
+			t.Logf("tern vmm serve stderr, with its goroutines at SIGQUIT:\n%s", p.quit())
+			return
+		}
 		if err := p.terminate(t); err != nil {
 			t.Errorf("tern vmm serve after SIGTERM: %v", err)
 		}
