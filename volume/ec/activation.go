@@ -103,6 +103,7 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 	v.stripes, v.metaBlock = region.Blocks()-1, StripeIndex(region.Blocks()-1)
 	for _, sh := range v.shards {
 		sh.missed = newStripeSet(region.Blocks())
+		sh.held = newStripeSet(uint64(region.ExtentCount))
 	}
 	a.decided = true
 	close(a.proceed)

@@ -4,9 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 
+	"tern/volume/downstairs"
 	"tern/volume/ids"
 )
 
@@ -26,8 +28,9 @@ var campaignLayouts = []Layout{DefaultLayout, {Data: 2, Parity: 1}, {Data: 3, Pa
 // survive: at most m shards failed at once, where a failed shard is one
 // stopped or one holding a flipped bit nobody has read or scrubbed yet.
 // A round injects one fault (stop a shard, bring one back, flip a bit
-// at rest in a written block of a shard, or a takeover: close and
-// activate at the next generation with the stopped shards still gone),
+// at rest in a written block of a shard, replace a shard by an empty
+// region, or a takeover: close and activate at the next generation with
+// the stopped shards still gone),
 // then writes (full and partial stripes), reads and flushes at random.
 // Invariants, after every IO: every write and flush is acknowledged
 // (never more than m shards are failed), and every read returns exactly
@@ -95,8 +98,8 @@ func runCampaign(t *testing.T, seed uint64, l Layout, rounds int) {
 		}
 	}
 	cp.heal()
-	t.Logf("seed %d, %s: %d rounds, %d writes; faults: %d stops, %d restarts, %d bit flips, %d takeovers",
-		seed, l, rounds, cp.writes, cp.faults["stop"], cp.faults["start"], cp.faults["flip"], cp.faults["takeover"])
+	t.Logf("seed %d, %s: %d rounds, %d writes; faults: %d stops, %d restarts, %d bit flips, %d replacements, %d takeovers",
+		seed, l, rounds, cp.writes, cp.faults["stop"], cp.faults["start"], cp.faults["flip"], cp.faults["replace"], cp.faults["takeover"])
 }
 
 func joinLines(s []string) string {
@@ -141,7 +144,7 @@ func (cp *campaign) settle() {
 
 func (cp *campaign) fault(round int) {
 	t, m := cp.t, cp.c.layout.Parity
-	switch k := cp.r.IntN(5); {
+	switch k := cp.r.IntN(6); {
 	case k == 0 && cp.failed() < m:
 		cp.settle()
 		i := cp.healthy()
@@ -182,6 +185,25 @@ func (cp *campaign) fault(round int) {
 		}
 		cp.flipped = append(cp.flipped, i)
 		cp.faults["flip"]++
+	case k == 4 && cp.failed() < m:
+		cp.settle()
+		i := cp.healthy()
+		cp.logf("round %d: replace shard %d by an empty region", round, i)
+		if err := cp.c.cl.Stop(i); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, cp.v, fmt.Sprintf("shard %d offline", i), func(st Status) bool { return st.Shards[i].State == ShardOffline })
+		dir := cp.c.cl.RegionDir(i)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := downstairs.Create(dir, cp.c.cl.Spec); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.c.cl.Start(i); err != nil {
+			t.Fatal(err)
+		}
+		cp.faults["replace"]++
 	case k == 3:
 		cp.gen++
 		cp.logf("round %d: takeover at generation %d with shards %v stopped", round, cp.gen, cp.down)

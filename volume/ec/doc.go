@@ -37,7 +37,10 @@
 //     fails its hash is marked; a shard that rejoins after a crash with
 //     unflushed writes has its dirty extents marked, and one that joins
 //     after the activation those a peer flushed after the last flush its
-//     metadata names. No read, write count or reconstruction trusts a
+//     metadata names, and one that rejoins reporting pristine an extent
+//     the volume knows it held data on (a region replaced by an empty one,
+//     whose zeros fail no hash) has that extent marked. No read, write
+//     count or reconstruction trusts a
 //     behind block, except that a stripe with fewer than k trusted blocks
 //     is trusted again once more than k hash-intact blocks of it agree.
 //  7. The last block of each shard's region is its metadata (layout,

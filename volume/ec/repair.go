@@ -210,6 +210,11 @@ type rewrite struct {
 // write per contiguous run, all in flight at once. A failure drops the
 // shard (its blocks stay marked behind).
 func (v *Volume) sendRewrites(ctx context.Context, sh *shard, s *session, rw []rewrite) error {
+	v.mu.Lock()
+	for _, r := range rw {
+		v.noteWrittenLocked(sh, r.st, r.st)
+	}
+	v.mu.Unlock()
 	var pending []*pendingReq
 	var err error
 	for i := 0; i < len(rw) && err == nil; {

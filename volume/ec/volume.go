@@ -74,6 +74,11 @@ type shard struct {
 	// activation or by joining later), so its missed set is complete.
 	attachedOnce bool
 	missed       stripeSet
+	// held is the extents (not stripes) of the shard's region this volume
+	// knows hold data: written, rewritten or metadata sent to it, or not
+	// pristine when it joined. One that the shard reports pristine when it
+	// joins again lost its data (a replaced region).
+	held stripeSet
 	kick         chan struct{} // one slot: the repair loop should look again
 	repair       *reconcile.Tracker
 	lastErr      string
@@ -307,11 +312,13 @@ func (v *Volume) attach(sh *shard, s *session, meta uint64) bool {
 		return false
 	}
 	if !v.running {
+		v.noteHeldLocked(sh, s)
 		v.act.done[sh.id] = s
 		v.act.notifyLocked()
 		return true
 	}
 	v.markSuspectLocked(sh, s, meta)
+	v.noteHeldLocked(sh, s)
 	sh.sess, sh.attachedOnce = s, true
 	sh.lastErr, sh.faultReason = "", ""
 	v.log.Info("shard joined", "shard", sh.id, "target", sh.target, "stripes_to_check", sh.missed.count)
@@ -323,16 +330,42 @@ func (v *Volume) attach(sh *shard, s *session, meta uint64) bool {
 // blocks of when it (re)joins a running volume: those written since its
 // last flush when it may have lost writes (a crash), and, the first time
 // it joins (it missed the activation), those dirty on it or written on a
-// peer after the last flush its metadata (meta) names.
+// peer after the last flush its metadata (meta) names; and every extent
+// the volume knows it held data on that it now reports pristine (the
+// region was replaced by an empty one, whose blocks read as zeros without
+// failing a hash).
 func (v *Volume) markSuspectLocked(sh *shard, s *session, meta uint64) {
 	for e, ver := range s.versions {
-		suspect := s.lostWrites && ver.Dirty
+		suspect := s.lostWrites && ver.Dirty || sh.held.has(StripeIndex(e)) && pristine(ver)
 		if !sh.attachedOnce {
 			suspect = suspect || ver.Dirty || v.refVersions[e].Flush > meta
 		}
 		if suspect {
 			v.markExtentLocked(sh, e)
 		}
+	}
+}
+
+// pristine reports whether an extent's version is a new region's: never
+// flushed, never written.
+func pristine(ver wire.ExtentVersion) bool { return ver.Gen == 0 && ver.Flush == 0 && !ver.Dirty }
+
+// noteHeldLocked records the extents session s of sh reports holding
+// data (not pristine).
+func (v *Volume) noteHeldLocked(sh *shard, s *session) {
+	for e, ver := range s.versions {
+		if !pristine(ver) {
+			sh.held.add(StripeIndex(e))
+		}
+	}
+}
+
+// noteWrittenLocked records that blocks [first, last] of sh's region are
+// being written.
+func (v *Volume) noteWrittenLocked(sh *shard, first, last StripeIndex) {
+	eb := StripeIndex(v.region.ExtentBlocks)
+	for e := first / eb; e <= last/eb; e++ {
+		sh.held.add(e)
 	}
 }
 

@@ -133,6 +133,7 @@ func (v *Volume) sendWrites(ctx context.Context, s0 StripeIndex, nst int, writes
 		for j := w.lo; j <= w.hi; j++ {
 			sh.missed.add(s0 + StripeIndex(j))
 		}
+		v.noteWrittenLocked(sh, s0+StripeIndex(w.lo), s0+StripeIndex(w.hi))
 		sessions[i] = sh.sess
 	}
 	v.mu.Unlock()
@@ -275,6 +276,9 @@ func (v *Volume) flushOnce(ctx context.Context, all bool) error {
 			sessions = append(sessions, sh.sess)
 			ids = append(ids, i)
 			current = append(current, sh.missed.count == 0)
+			if sh.missed.count == 0 {
+				v.noteWrittenLocked(sh, v.metaBlock, v.metaBlock)
+			}
 		}
 	}
 	if len(sessions) < k {
