@@ -78,11 +78,11 @@ type shard struct {
 	// knows hold data: written, rewritten or metadata sent to it, or not
 	// pristine when it joined. One that the shard reports pristine when it
 	// joins again lost its data (a replaced region).
-	held stripeSet
-	kick         chan struct{} // one slot: the repair loop should look again
-	repair       *reconcile.Tracker
-	lastErr      string
-	faultReason  string
+	held        stripeSet
+	kick        chan struct{} // one slot: the repair loop should look again
+	repair      *reconcile.Tracker
+	lastErr     string
+	faultReason string
 }
 
 // activation is the handshake state while Activate runs.
