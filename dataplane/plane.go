@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Defaults of Config.
@@ -151,13 +152,17 @@ func New(cfg Config) (_ *Plane, err error) {
 			p.release()
 		}
 	}()
+	// Only rtnetlink: a handle of every family opens NETLINK_XFRM too,
+	// which Debian's 6.1 kernel has only once xfrm_user is loaded
+	// ("protocol not supported"), and links, qdiscs and filters are all
+	// the plane asks of netlink.
 	if cfg.Netns != "" {
 		if p.ns, err = netns.GetFromPath(cfg.Netns); err != nil {
 			return nil, fmt.Errorf("opening network namespace %s: %w", cfg.Netns, err)
 		}
-		p.nl, err = netlink.NewHandleAt(p.ns)
+		p.nl, err = netlink.NewHandleAt(p.ns, unix.NETLINK_ROUTE)
 	} else {
-		p.nl, err = netlink.NewHandle()
+		p.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening netlink: %w", err)

@@ -1,6 +1,7 @@
 package dataplane_test
 
 import (
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"tern/dataplane"
 	"tern/dataplane/nettest"
+	"tern/internal/kvmhost"
 )
 
 // needRoot skips where the test cannot build namespaces or load programs;
@@ -52,7 +54,12 @@ func bpffs(t *testing.T) string {
 
 func newPlane(t *testing.T, h *nettest.Host, mode dataplane.AttachMode) *dataplane.Plane {
 	t.Helper()
-	p, err := dataplane.New(dataplane.Config{Underlay: h.Underlay, PinDir: bpffs(t), Netns: h.NS.Path(), Attach: mode})
+	cfg := dataplane.Config{Underlay: h.Underlay, PinDir: bpffs(t), Netns: h.NS.Path(), Attach: mode}
+	if kvmhost.InsideEmulatedHost() {
+		// The run outside reads how the programs were attached there.
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	p, err := dataplane.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

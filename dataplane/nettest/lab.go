@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Netns is a named network namespace and a netlink handle inside it.
@@ -26,7 +26,7 @@ type Netns struct {
 }
 
 // Path is where the namespace is mounted (what dataplane.Config.Netns takes).
-func (n *Netns) Path() string { return filepath.Join("/var/run/netns", n.Name) }
+func (n *Netns) Path() string { return filepath.Join("/run/netns", n.Name) }
 
 // Lab owns the namespaces it made.
 type Lab struct {
@@ -46,8 +46,8 @@ func NewLab() *Lab {
 // Netns makes a namespace named after the laboratory and name, with lo up.
 func (l *Lab) Netns(name string) (*Netns, error) {
 	full := l.prefix + "-" + name
-	if out, err := exec.Command("ip", "netns", "add", full).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("adding network namespace %s: %v: %s", full, err, strings.TrimSpace(string(out)))
+	if err := addNamed(full); err != nil {
+		return nil, fmt.Errorf("adding network namespace %s: %w", full, err)
 	}
 	n := &Netns{Name: full, h: -1}
 	l.mu.Lock()
@@ -57,7 +57,7 @@ func (l *Lab) Netns(name string) (*Netns, error) {
 	if n.h, err = netns.GetFromName(full); err != nil {
 		return nil, fmt.Errorf("opening network namespace %s: %w", full, err)
 	}
-	if n.nl, err = netlink.NewHandleAt(n.h); err != nil {
+	if n.nl, err = netlink.NewHandleAt(n.h, unix.NETLINK_ROUTE); err != nil { // not XFRM: a module on Debian's 6.1
 		return nil, fmt.Errorf("opening netlink in %s: %w", full, err)
 	}
 	if err := n.Up("lo"); err != nil {
@@ -80,11 +80,40 @@ func (l *Lab) Close() error {
 		if n.h.IsOpen() {
 			n.h.Close()
 		}
-		if out, err := exec.Command("ip", "netns", "delete", n.Name).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("deleting network namespace %s: %v: %s", n.Name, err, strings.TrimSpace(string(out))))
+		if err := netns.DeleteNamed(n.Name); err != nil {
+			errs = append(errs, fmt.Errorf("deleting network namespace %s: %w", n.Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// addNamed makes a network namespace mounted at /run/netns/name, as
+// `ip netns add` does, without needing iproute2 (the emulated test host
+// has none): on a thread of its own that unshares into it, and returns
+// to its namespace or, failing that, ends with its goroutine.
+func addNamed(name string) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		defer orig.Close()
+		h, err := netns.NewNamed(name)
+		if err == nil {
+			h.Close()
+		}
+		if serr := netns.Set(orig); serr != nil {
+			done <- errors.Join(err, serr) // the thread stays locked and exits
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- err
+	}()
+	return <-done
 }
 
 // Veth makes a veth pair: aName in a, bName in b, both up with mtu.

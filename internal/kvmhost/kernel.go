@@ -37,9 +37,11 @@ const metaPackage = "linux-image-amd64"
 
 // hostModules are the modules the emulated host loads, with their
 // dependencies read from modinfo: KVM, the driver of the network card
-// Options.Network adds (cheap to load when there is none), and TAP and
-// the bridge, which the VMM's network cards and their tests use.
-var hostModules = []string{"kvm", "kvm_amd", "e1000", "tun", "bridge"}
+// Options.Network adds (cheap to load when there is none), TAP and the
+// bridge, which the VMM's network cards and their tests use, and veth,
+// VXLAN, the clsact qdisc and tc's BPF classifier, which the data plane's
+// test hosts, its tunnel and its tc-filter attachment need.
+var hostModules = []string{"kvm", "kvm_amd", "e1000", "tun", "bridge", "veth", "vxlan", "sch_ingress", "cls_bpf"}
 
 // Kernel is a Debian kernel unpacked into the cache: the uncompressed ELF
 // vmlinux and an initramfs fragment with the KVM modules.

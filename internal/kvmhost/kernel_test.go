@@ -65,7 +65,7 @@ func TestCachedKernelNeedsEveryFile(t *testing.T) {
 	cache := t.TempDir()
 	dir := filepath.Join(cache, "linux-image-x")
 	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, kernelMetaFile), []byte(`{"package":"linux-image-x","release":"x","modules":["irqbypass","kvm","ccp","kvm_amd","e1000","tun","llc","stp","bridge"]}`), 0o644)
+	os.WriteFile(filepath.Join(dir, kernelMetaFile), []byte(`{"package":"linux-image-x","release":"x","modules":["irqbypass","kvm","ccp","kvm_amd","e1000","tun","llc","stp","bridge","veth","udp_tunnel","ip6_udp_tunnel","vxlan","sch_ingress","cls_bpf"]}`), 0o644)
 	if _, ok := CachedKernel(cache, "linux-image-x"); ok {
 		t.Fatal("cached without vmlinux and modules.cpio")
 	}

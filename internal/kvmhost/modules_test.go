@@ -91,6 +91,12 @@ func TestModulesInDependencyOrder(t *testing.T) {
 	write("kernel/net/bridge/bridge.ko", fakeModule("depends=stp,llc"))
 	write("kernel/net/802/stp.ko", fakeModule("depends=llc"))
 	write("kernel/net/llc/llc.ko", fakeModule("depends="))
+	write("kernel/drivers/net/vxlan/vxlan.ko", fakeModule("depends=udp_tunnel,ip6_udp_tunnel"))
+	write("kernel/net/ipv4/udp_tunnel.ko", fakeModule("depends="))
+	write("kernel/net/ipv6/ip6_udp_tunnel.ko", fakeModule("depends="))
+	write("kernel/net/sched/sch_ingress.ko", fakeModule("depends="))
+	write("kernel/drivers/net/veth.ko", fakeModule("depends="))
+	write("kernel/net/sched/cls_bpf.ko", fakeModule("depends="))
 	if _, err := exec.LookPath("xz"); err == nil {
 		cmd := exec.Command("xz", "-c")
 		cmd.Stdin = bytes.NewReader(kvmAMD)
@@ -107,7 +113,7 @@ func TestModulesInDependencyOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"irqbypass", "kvm", "ccp", "kvm_amd", "e1000", "tun", "llc", "stp", "bridge"}; !slices.Equal(order, want) {
+	if want := []string{"irqbypass", "kvm", "ccp", "kvm_amd", "e1000", "tun", "llc", "stp", "bridge", "veth", "ip6_udp_tunnel", "udp_tunnel", "vxlan", "sch_ingress", "cls_bpf"}; !slices.Equal(order, want) {
 		t.Fatalf("order = %v, want %v", order, want)
 	}
 	b, err := os.ReadFile(dst)
@@ -120,7 +126,7 @@ func TestModulesInDependencyOrder(t *testing.T) {
 			files[e.name] = e.data
 		}
 	}
-	if files["kvmhost/modules/order"] != "irqbypass\nkvm\nccp\nkvm_amd\ne1000\ntun\nllc\nstp\nbridge\n" || len(files) != 10 {
+	if files["kvmhost/modules/order"] != "irqbypass\nkvm\nccp\nkvm_amd\ne1000\ntun\nllc\nstp\nbridge\nveth\nip6_udp_tunnel\nudp_tunnel\nvxlan\nsch_ingress\ncls_bpf\n" || len(files) != 16 {
 		t.Fatalf("archive files %v", slices.Sorted(maps.Keys(files)))
 	}
 	if files["kvmhost/modules/kvm_amd.ko"] != string(kvmAMD) {
