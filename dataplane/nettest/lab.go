@@ -89,31 +89,15 @@ func (l *Lab) Close() error {
 
 // addNamed makes a network namespace mounted at /run/netns/name, as
 // `ip netns add` does, without needing iproute2 (the emulated test host
-// has none): on a thread of its own that unshares into it, and returns
-// to its namespace or, failing that, ends with its goroutine.
+// has none): a thread unshares into it (netns.NewNamed) and returns.
 func addNamed(name string) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- err
-			return
-		}
-		defer orig.Close()
+	return onThread(func() error {
 		h, err := netns.NewNamed(name)
 		if err == nil {
 			h.Close()
 		}
-		if serr := netns.Set(orig); serr != nil {
-			done <- errors.Join(err, serr) // the thread stays locked and exits
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- err
-	}()
-	return <-done
+		return err
+	})
 }
 
 // Veth makes a veth pair: aName in a, bName in b, both up with mtu.
@@ -227,6 +211,18 @@ func (n *Netns) Sysctl(key, value string) error {
 
 // Do runs fn on a thread in the namespace: sockets fn opens stay there.
 func (n *Netns) Do(fn func() error) error {
+	return onThread(func() error {
+		if err := netns.Set(n.h); err != nil {
+			return fmt.Errorf("entering %s: %w", n.Name, err)
+		}
+		return fn()
+	})
+}
+
+// onThread runs fn on a locked thread of its own, which may change its
+// network namespace, and returns the thread to the namespace it had; a
+// thread that cannot return stays locked and ends with its goroutine.
+func onThread(fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -237,15 +233,12 @@ func (n *Netns) Do(fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(n.h); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("entering %s: %w", n.Name, err)
+		err = fn()
+		if serr := netns.Set(orig); serr != nil {
+			done <- errors.Join(err, fmt.Errorf("returning the thread to its network namespace: %w", serr))
 			return
 		}
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		} // else the thread stays locked and ends with this goroutine
+		runtime.UnlockOSThread()
 		done <- err
 	}()
 	return <-done
