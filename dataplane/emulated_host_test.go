@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestProgramsLoadAndAttachOnTheEmulatedHostsKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
+	var out lockedBuilder // kvmhost writes the binary's stdout and stderr from two goroutines
 	// The machine has one emulated host at a time: the wait for it (other
 	// packages' Linux tests may hold it for many minutes) is bounded here,
 	// within the package's 45 minutes; the boot and the tests by Timeout.
@@ -67,4 +68,22 @@ func TestProgramsLoadAndAttachOnTheEmulatedHostsKernel(t *testing.T) {
 	if !strings.Contains(out.String(), "no tcx on this kernel: attaching with a tc filter") {
 		t.Errorf("the planes in the emulated host did not say they fell back to tc filters; its kernel has no TCX")
 	}
+}
+
+// lockedBuilder is a strings.Builder safe for concurrent writers.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
