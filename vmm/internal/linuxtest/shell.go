@@ -91,7 +91,7 @@ func (s *Shell) WaitFor(ctx context.Context, what string, match func(string) boo
 	for {
 		line, err := s.next(ctx)
 		if err != nil {
-			return "", fmt.Errorf("waiting for %s on the console (up to %v): %w; its last lines:\n%s", what, s.Limit, err, s.Seen())
+			return "", fmt.Errorf("waiting for %s on the console (up to %v; %s): %w; its last lines:\n%s", what, s.Limit, kvmtest.ConsoleStall, err, s.Seen())
 		}
 		if match(line) {
 			return line, nil
@@ -150,7 +150,7 @@ func (s *Shell) Run(ctx context.Context, cmd string) (string, int, error) {
 			if started {
 				what = "its end"
 			}
-			return strings.Join(out, "\n"), 0, fmt.Errorf("running %q %s %s within %v: %w; its last lines:\n%s", cmd, kvmtest.ConsoleStall, what, s.Limit, err, s.Seen())
+			return strings.Join(out, "\n"), 0, fmt.Errorf("running %q on the console: no marker of %s within %v (%s): %w; its last lines:\n%s", cmd, what, s.Limit, kvmtest.ConsoleStall, err, s.Seen())
 		}
 		if !started {
 			started = strings.Contains(l, begin)

@@ -218,11 +218,13 @@ func reexec(c config) int {
 	return status
 }
 
-// ConsoleStall is in the error of a Linux test whose guest console stopped
-// answering (linuxtest's Shell.Run): inside the emulated host a Linux
-// guest has, rarely, stopped whole (docs/reliability.md: open, never seen
-// on /dev/kvm).
-const ConsoleStall = "on the console: no marker of"
+// ConsoleStall is in the error of a Linux test whose guest's console
+// stopped answering: a command's end never came (linuxtest's Shell.Run),
+// or a line it waited for, such as the userland's ready line, never came
+// (Shell.WaitFor). Inside the emulated host a Linux guest has stopped
+// whole, or its boot printed nothing, now and then (docs/reliability.md:
+// open, QEMU's nested SVM; never seen on /dev/kvm).
+const ConsoleStall = "the guest's console stopped answering"
 
 // execRetryingStalls runs o in the emulated host and returns the test
 // binary's exit status. When it fails and every top-level test that
