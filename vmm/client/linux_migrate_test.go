@@ -90,14 +90,14 @@ func waitCopied(t *testing.T, sh *consoleShell, n int) {
 }
 
 // TestLinuxGuestMigratesMidCopy boots Debian's kernel with tern's
-// userland, two vCPUs and a file disk on one vmm process, then, while the
+// userland, two vCPUs (one in the emulated test host: linuxVCPUs) and a file disk on one vmm process, then, while the
 // guest copies 50 MiB of random data onto its disk, migrates it over QUIC
 // to a second process, and, during a second copy, on the same host to a
 // third (the memory handed over). Each time the source ends destroyed,
 // its console watcher is sent to the target, whose console continues the
 // source's, and the guest goes on where it was: the copy completes, the
 // data read back from the disk (past the page cache) has the checksum
-// written, the guest still has two CPUs and its clock moved on. One Linux
+// written, the guest still has its CPUs and its clock moved on. One Linux
 // boot; under nested PVM it runs in the emulated test host.
 func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	kvmtest.Require(t)
@@ -116,7 +116,8 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	if err := os.Truncate(disk, 2*linuxCopyMiB<<20); err != nil {
 		t.Fatal(err)
 	}
-	spec := instance.Spec{ID: "linux-mig", VCPUs: 2, MemoryMiB: 384,
+	vcpus := linuxVCPUs()
+	spec := instance.Spec{ID: "linux-mig", VCPUs: vcpus, MemoryMiB: 384,
 		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
 		Disks: []instance.DiskSpec{{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: disk}}},
 		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
@@ -134,8 +135,8 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	}
 	t.Logf("ready %.1fs after the run", time.Since(boot).Seconds())
 	sh.Limit = 5 * time.Minute
-	if cpus := sh.MustRun(t, "grep -c ^processor /proc/cpuinfo"); cpus != "2" {
-		t.Fatalf("the guest sees %s CPUs, want 2", cpus)
+	if cpus := sh.MustRun(t, "grep -c ^processor /proc/cpuinfo"); cpus != fmt.Sprint(vcpus) {
+		t.Fatalf("the guest sees %s CPUs, want %d", cpus, vcpus)
 	}
 	sum := sh.MustRun(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", linuxCopyMiB))
 	checkOnDisk := func(sh *consoleShell, seekMiB int) {
@@ -164,10 +165,18 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	migrateMidCopy(b, c, "linux-same-host", true, 2, linuxCopyMiB)
 	// Both copies, once more, after two migrations; the machine is whole.
 	checkOnDisk(sh, 0)
-	if cpus := sh.MustRun(t, "cat /sys/devices/system/cpu/online"); cpus != "0-1" {
-		t.Errorf("after two migrations CPUs %q are online, want 0-1", cpus)
+	if cpus, want := sh.MustRun(t, "cat /sys/devices/system/cpu/online"), onlineCPUs(vcpus); cpus != want {
+		t.Errorf("after two migrations CPUs %q are online, want %s", cpus, want)
 	}
 	if up := sh.MustRun(t, "cut -d. -f1 /proc/uptime"); up == "0" || strings.HasPrefix(up, "-") {
 		t.Errorf("uptime %q after two migrations", up)
 	}
+}
+
+// onlineCPUs is /sys/devices/system/cpu/online for a guest of n vCPUs.
+func onlineCPUs(n int) string {
+	if n == 1 {
+		return "0"
+	}
+	return fmt.Sprintf("0-%d", n-1)
 }
