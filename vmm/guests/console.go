@@ -1,6 +1,7 @@
 package guests
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -217,4 +218,96 @@ func cutAround(s, prefix, suffix string) (string, bool) {
 		return "", false
 	}
 	return strings.CutSuffix(rest, suffix)
+}
+
+// UDPEchoPort is the UDP port the udp guest echoes; it counts datagrams
+// to any other port.
+const UDPEchoPort = 7
+
+// UDPMaxSeq bounds the sequence numbers the udp guest tells apart:
+// datagrams numbered from it on are counted but not as distinct.
+const UDPMaxSeq = 65536
+
+// UDPReport is the udp guest's report, which it prints when the
+// verify-request word changes (VerifyRequestOffset; it acknowledges at
+// VerifyAckOffset as the dirty guest does): a line from
+// UDPReportFirstLine, the missing runs, and UDPReportEnd.
+type UDPReport struct {
+	// Received counts the numbered datagrams that arrived, Distinct the
+	// distinct numbers among them (below UDPMaxSeq).
+	Received, Distinct uint64
+	// First is the number of the first to arrive, Highest the highest.
+	First, Highest uint64
+	// Gap is the longest time between two arrivals, GapAfter the highest
+	// number that had arrived when it began and GapUntil the number whose
+	// arrival ended it.
+	Gap                time.Duration
+	GapAfter, GapUntil uint64
+	// Stall is the longest time between two turns of the guest's polling
+	// loop since the first arrival: the guest's measure of a migration's
+	// downtime, or of its vCPU not being run.
+	Stall time.Duration
+	// Missing are the runs of numbers from First to Highest that never
+	// arrived, each [from, to]; More says there were more runs than the
+	// guest prints.
+	Missing [][2]uint64
+	More    bool
+}
+
+// Lost is how many numbers between First and Highest never arrived.
+func (r UDPReport) Lost() uint64 {
+	if r.Received == 0 {
+		return 0
+	}
+	return r.Highest - r.First + 1 - r.Distinct
+}
+
+// The udp guest's report begins with a line that starts with
+// UDPReportFirstLine and ends with the line UDPReportEnd.
+const (
+	UDPReportFirstLine = "udp: received "
+	UDPReportEnd       = "udp: end"
+)
+
+// ParseUDPReport parses the lines of one report: "udp: received N
+// distinct D first F highest H gap_us G after S until U stall_us T", any
+// number of "udp: missing A-B", at most one "udp: missing more", and
+// "udp: end".
+func ParseUDPReport(lines []string) (UDPReport, error) {
+	if len(lines) < 2 || lines[len(lines)-1] != UDPReportEnd {
+		return UDPReport{}, fmt.Errorf("udp report %q: want a first line and %q last", lines, UDPReportEnd)
+	}
+	f := strings.Fields(strings.TrimPrefix(lines[0], "udp: "))
+	keys := []string{"received", "distinct", "first", "highest", "gap_us", "after", "until", "stall_us"}
+	if !strings.HasPrefix(lines[0], UDPReportFirstLine) || len(f) != 2*len(keys) {
+		return UDPReport{}, fmt.Errorf("udp report line %q: want %s", lines[0], strings.Join(keys, " N "))
+	}
+	v := make([]uint64, len(keys))
+	for i, k := range keys {
+		n, err := strconv.ParseUint(f[2*i+1], 10, 64)
+		if f[2*i] != k || err != nil {
+			return UDPReport{}, fmt.Errorf("udp report line %q: field %d is not %s N", lines[0], i, k)
+		}
+		v[i] = n
+	}
+	r := UDPReport{Received: v[0], Distinct: v[1], First: v[2], Highest: v[3],
+		Gap: time.Duration(v[4]) * time.Microsecond, GapAfter: v[5], GapUntil: v[6], Stall: time.Duration(v[7]) * time.Microsecond}
+	for _, l := range lines[1 : len(lines)-1] {
+		run, ok := strings.CutPrefix(l, "udp: missing ")
+		if !ok || r.More {
+			return UDPReport{}, fmt.Errorf("udp report line %q: want udp: missing A-B, before any 'more'", l)
+		}
+		if run == "more" {
+			r.More = true
+			continue
+		}
+		a, b, _ := strings.Cut(run, "-")
+		from, err1 := strconv.ParseUint(a, 10, 64)
+		to, err2 := strconv.ParseUint(b, 10, 64)
+		if err1 != nil || err2 != nil || to < from {
+			return UDPReport{}, fmt.Errorf("udp report line %q: want udp: missing A-B with A <= B", l)
+		}
+		r.Missing = append(r.Missing, [2]uint64{from, to})
+	}
+	return r, nil
 }

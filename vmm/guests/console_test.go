@@ -1,6 +1,7 @@
 package guests
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -140,6 +141,41 @@ func TestParseDemoEcho(t *testing.T) {
 		got, ok := ParseDemoEcho(c.line)
 		if got != c.want || ok != c.ok {
 			t.Errorf("ParseDemoEcho(%q) = %q, %v; want %q, %v", c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestParseUDPReport(t *testing.T) {
+	r, err := ParseUDPReport([]string{
+		"udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100",
+		"udp: missing 10-11", "udp: end"})
+	want := UDPReport{Received: 12, Distinct: 10, First: 3, Highest: 14, Gap: 2500 * time.Microsecond,
+		GapAfter: 9, GapUntil: 12, Stall: 2100 * time.Microsecond, Missing: [][2]uint64{{10, 11}}}
+	if err != nil || !reflect.DeepEqual(r, want) {
+		t.Fatalf("ParseUDPReport = %+v, %v; want %+v", r, err, want)
+	}
+	if r.Lost() != 2 {
+		t.Errorf("Lost() = %d; want 2 (12 numbers from 3 to 14, 10 distinct)", r.Lost())
+	}
+	r, err = ParseUDPReport([]string{
+		"udp: received 0 distinct 0 first 0 highest 0 gap_us 0 after 0 until 0 stall_us 0", "udp: missing 1-1", "udp: missing more", "udp: end"})
+	if err != nil || !r.More || len(r.Missing) != 1 {
+		t.Errorf("ParseUDPReport with more = %+v, %v", r, err)
+	}
+	first := "udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100"
+	for _, bad := range [][]string{
+		{first},
+		{"udp: ready mac 52:54:00:00:00:01", "udp: end"},
+		{"udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12", "udp: end"},
+		{"udp: received 12 distinct x first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 1", "udp: end"},
+		{"udp: received 12 unique 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 1", "udp: end"},
+		{first, "udp: missing 7-5", "udp: end"},
+		{first, "udp: missing 7", "udp: end"},
+		{first, "udp: missing more", "udp: missing 1-2", "udp: end"},
+		{first, "udp: gone 1-2", "udp: end"},
+	} {
+		if _, err := ParseUDPReport(bad); err == nil {
+			t.Errorf("ParseUDPReport(%q) accepted it", bad)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Guests lists the guests built from src/<name>.c, in output order.
-var Guests = []string{"hello", "dirty", "disk", "echo", "demo"}
+var Guests = []string{"hello", "dirty", "disk", "echo", "demo", "udp"}
 
 // CompilerFile is the name, in the output directory, of the file that
 // records the first line of `cc --version` the ELF files were built with:
@@ -32,6 +32,7 @@ var sharedSources = map[string][]string{
 	"disk": {"virtio_blk.c"},
 	"echo": {"line.c"},
 	"demo": {"virtio_blk.c", "line.c"},
+	"udp":  {"virtio_net.c"},
 }
 
 // Flags are the compiler and linker flags. They leave out everything that
