@@ -1,7 +1,6 @@
 package linuxtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -192,14 +191,14 @@ func (s *Shell) MustRun(t testing.TB, cmd string) string {
 // done.
 type UARTShell struct {
 	*Shell
-	lines *HistoryLines
+	lines *devices.HistoryLines
 }
 
 // NewUARTShell returns a Shell on u.
 func NewUARTShell(u *devices.UART) *UARTShell {
 	h := u.Output()
 	start, _ := h.Bounds()
-	lines := NewHistoryLines(h, start)
+	lines := devices.NewHistoryLines(h, start)
 	return &UARTShell{Shell: NewShell(uartInput{u}, lines), lines: lines}
 }
 
@@ -216,46 +215,3 @@ func (w uartInput) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
-
-// HistoryLines is a LineSource over a serial port's output history,
-// woken by its subscription rather than polling.
-type HistoryLines struct {
-	h    *devices.History
-	sub  *devices.Subscription
-	off  uint64
-	part []byte
-}
-
-// NewHistoryLines reads h's output from offset from on.
-func NewHistoryLines(h *devices.History, from uint64) *HistoryLines {
-	return &HistoryLines{h: h, sub: h.Subscribe(), off: from}
-}
-
-// NextLine implements LineSource. Output the history dropped before it
-// was read (its ring buffer wrapped) is skipped.
-func (l *HistoryLines) NextLine(ctx context.Context) (string, error) {
-	for {
-		if i := bytes.IndexByte(l.part, '\n'); i >= 0 {
-			line := strings.TrimRight(string(l.part[:i]), "\r")
-			l.part = l.part[i+1:]
-			return line, nil
-		}
-		data, _, next, err := l.h.ReadFrom(l.off, 1<<16)
-		if err != nil {
-			return "", fmt.Errorf("reading serial output: %w", err)
-		}
-		l.off = next
-		if len(data) > 0 {
-			l.part = append(l.part, data...)
-			continue
-		}
-		select {
-		case <-l.sub.C():
-		case <-ctx.Done():
-			return "", context.Cause(ctx)
-		}
-	}
-}
-
-// Close unsubscribes from the history.
-func (l *HistoryLines) Close() { l.sub.Close() }

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"tern/vmm/devices"
 )
 
 // chanLines is a LineSource fed by a goroutine reading a terminal.
@@ -133,44 +131,5 @@ func TestShellWaitReadyReportsFailedModules(t *testing.T) {
 	}
 	if err := s.WaitReady(t.Context()); err != nil {
 		t.Fatalf("WaitReady = %v", err)
-	}
-}
-
-// TestHistoryLinesSplitsWhatTheUARTWrote drives the UART's registers as a
-// guest does (its transmit register), the bytes arriving in pieces.
-func TestHistoryLinesSplitsWhatTheUARTWrote(t *testing.T) {
-	u := devices.NewUART(devices.NewHistory(1<<10), devices.NoInterrupt{})
-	l := NewHistoryLines(u.Output(), 0)
-	defer l.Close()
-	got := make(chan string, 4)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for range 3 {
-			line, err := l.NextLine(ctx)
-			if err != nil {
-				line = "error: " + err.Error()
-			}
-			got <- line
-		}
-	}()
-	for _, b := range []byte("one\r\ntw") {
-		u.WritePort(devices.UARTBase, []byte{b})
-	}
-	if line := <-got; line != "one" {
-		t.Fatalf("first line %q", line)
-	}
-	for _, b := range []byte("o\n\r\n") {
-		u.WritePort(devices.UARTBase, []byte{b})
-	}
-	for _, want := range []string{"two", ""} {
-		if line := <-got; line != want {
-			t.Fatalf("line %q, want %q", line, want)
-		}
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := l.NextLine(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("NextLine with nothing written = %v, want the context's deadline", err)
 	}
 }
