@@ -1,7 +1,6 @@
 package dataplane_test
 
 import (
-	"context"
 	"encoding/binary"
 	"net"
 	"net/netip"
@@ -104,36 +103,8 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	}
 
 	const total = 4000
-	conn := udpConn(t, sender, 9001)
-	sent := make([]time.Time, total)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sendDone := make(chan error, 1)
-	go func() {
-		// Datagram seq is due at start+seq ms; a late tick sends all
-		// that are due, so the rate holds at 1,000/s on a busy machine.
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		start := time.Now()
-		var msg [4]byte
-		for seq := uint32(0); seq < total; {
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				sendDone <- ctx.Err()
-				return
-			}
-			for due := time.Since(start) / time.Millisecond; seq < total && time.Duration(seq) <= due; seq++ {
-				binary.BigEndian.PutUint32(msg[:], seq)
-				sent[seq] = time.Now()
-				if _, err := conn.WriteToUDPAddrPort(msg[:], netip.AddrPortFrom(onB.IP, 9000)); err != nil {
-					sendDone <- err
-					return
-				}
-			}
-		}
-		sendDone <- nil
-	}()
+	send := nettest.SendNumbered(udpConn(t, sender, 9001), netip.AddrPortFrom(onB.IP, 9000), total)
+	defer send.Stop()
 
 	rcv.waitFor(t, 1000)
 	// The switch: the source stops, then C and B take the new table.
@@ -158,8 +129,9 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	// A is slow to hear: until it applies, B forwards.
 	waitCounter(t, pb, fwdBefore, dataplane.CounterForwarded, 500)
 	apply(t, after, pa)
-	if err := <-sendDone; err != nil {
-		t.Fatal(err)
+	<-send.Done()
+	if n, err := send.Stop(); err != nil || n != total {
+		t.Fatalf("sent %d of %d datagrams: %v", n, total, err)
 	}
 	rcv.waitFor(t, total/2)
 	// Everything is sent; wait for the last datagram to arrive.
@@ -184,7 +156,7 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	for seq := range uint32(total) {
 		if _, ok := rcv.arrived[seq]; !ok {
 			lost = append(lost, seq)
-			if s := sent[seq]; seq < firstInWindow || s.After(switchedAt) {
+			if s := send.SentAt(seq); seq < firstInWindow || s.After(switchedAt) {
 				t.Errorf("datagram %d, sent %v after the pause (the switch window opens at datagram %d and lasts %v), was lost",
 					seq, s.Sub(pauseAt), firstInWindow, switchedAt.Sub(pauseAt))
 			}
@@ -201,7 +173,7 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	}
 	var lostSpan time.Duration
 	if len(lost) > 0 {
-		lostSpan = sent[lost[len(lost)-1]].Sub(sent[lost[0]])
+		lostSpan = send.SentAt(lost[len(lost)-1]).Sub(send.SentAt(lost[0]))
 	}
 	fwd := counters(t, pb)[dataplane.CounterForwarded] - fwdBefore[dataplane.CounterForwarded]
 	t.Logf("%d of %d datagrams lost (sent over %v), longest gap between arrivals %v, switch window %v, %d forwarded by the old host",

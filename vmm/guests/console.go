@@ -247,6 +247,14 @@ type UDPReport struct {
 	// loop since the first arrival: the guest's measure of a migration's
 	// downtime, or of its vCPU not being run.
 	Stall time.Duration
+	// MarkedStall is the stall of the pause in which the host changed the
+	// mark word (MarkOffset): a migration's downtime as the guest saw it.
+	// MarkedGap is the time between the arrivals on either side of that
+	// pause, MarkedAfter the highest number that had arrived before it
+	// and MarkedUntil the number that ended it. All are 0 with no mark,
+	// and the gap's with no arrival after it yet.
+	MarkedStall, MarkedGap   time.Duration
+	MarkedAfter, MarkedUntil uint64
 	// Missing are the runs of numbers from First to Highest that never
 	// arrived, each [from, to]; More says there were more runs than the
 	// guest prints.
@@ -270,7 +278,8 @@ const (
 )
 
 // ParseUDPReport parses the lines of one report: "udp: received N
-// distinct D first F highest H gap_us G after S until U stall_us T", any
+// distinct D first F highest H gap_us G after S until U stall_us T
+// marked_stall_us MS marked_gap_us MG marked_after MA marked_until MU", any
 // number of "udp: missing A-B", at most one "udp: missing more", and
 // "udp: end".
 func ParseUDPReport(lines []string) (UDPReport, error) {
@@ -278,7 +287,8 @@ func ParseUDPReport(lines []string) (UDPReport, error) {
 		return UDPReport{}, fmt.Errorf("udp report %q: want a first line and %q last", lines, UDPReportEnd)
 	}
 	f := strings.Fields(strings.TrimPrefix(lines[0], "udp: "))
-	keys := []string{"received", "distinct", "first", "highest", "gap_us", "after", "until", "stall_us"}
+	keys := []string{"received", "distinct", "first", "highest", "gap_us", "after", "until", "stall_us",
+		"marked_stall_us", "marked_gap_us", "marked_after", "marked_until"}
 	if !strings.HasPrefix(lines[0], UDPReportFirstLine) || len(f) != 2*len(keys) {
 		return UDPReport{}, fmt.Errorf("udp report line %q: want %s", lines[0], strings.Join(keys, " N "))
 	}
@@ -291,7 +301,8 @@ func ParseUDPReport(lines []string) (UDPReport, error) {
 		v[i] = n
 	}
 	r := UDPReport{Received: v[0], Distinct: v[1], First: v[2], Highest: v[3],
-		Gap: time.Duration(v[4]) * time.Microsecond, GapAfter: v[5], GapUntil: v[6], Stall: time.Duration(v[7]) * time.Microsecond}
+		Gap: time.Duration(v[4]) * time.Microsecond, GapAfter: v[5], GapUntil: v[6], Stall: time.Duration(v[7]) * time.Microsecond,
+		MarkedStall: time.Duration(v[8]) * time.Microsecond, MarkedGap: time.Duration(v[9]) * time.Microsecond, MarkedAfter: v[10], MarkedUntil: v[11]}
 	for _, l := range lines[1 : len(lines)-1] {
 		run, ok := strings.CutPrefix(l, "udp: missing ")
 		if !ok || r.More {

@@ -147,10 +147,11 @@ func TestParseDemoEcho(t *testing.T) {
 
 func TestParseUDPReport(t *testing.T) {
 	r, err := ParseUDPReport([]string{
-		"udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100",
+		"udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100 marked_stall_us 4100 marked_gap_us 5200 marked_after 10 marked_until 13",
 		"udp: missing 10-11", "udp: end"})
 	want := UDPReport{Received: 12, Distinct: 10, First: 3, Highest: 14, Gap: 2500 * time.Microsecond,
-		GapAfter: 9, GapUntil: 12, Stall: 2100 * time.Microsecond, Missing: [][2]uint64{{10, 11}}}
+		GapAfter: 9, GapUntil: 12, Stall: 2100 * time.Microsecond,
+		MarkedStall: 4100 * time.Microsecond, MarkedGap: 5200 * time.Microsecond, MarkedAfter: 10, MarkedUntil: 13, Missing: [][2]uint64{{10, 11}}}
 	if err != nil || !reflect.DeepEqual(r, want) {
 		t.Fatalf("ParseUDPReport = %+v, %v; want %+v", r, err, want)
 	}
@@ -158,17 +159,18 @@ func TestParseUDPReport(t *testing.T) {
 		t.Errorf("Lost() = %d; want 2 (12 numbers from 3 to 14, 10 distinct)", r.Lost())
 	}
 	r, err = ParseUDPReport([]string{
-		"udp: received 0 distinct 0 first 0 highest 0 gap_us 0 after 0 until 0 stall_us 0", "udp: missing 1-1", "udp: missing more", "udp: end"})
+		"udp: received 0 distinct 0 first 0 highest 0 gap_us 0 after 0 until 0 stall_us 0 marked_stall_us 0 marked_gap_us 0 marked_after 0 marked_until 0", "udp: missing 1-1", "udp: missing more", "udp: end"})
 	if err != nil || !r.More || len(r.Missing) != 1 {
 		t.Errorf("ParseUDPReport with more = %+v, %v", r, err)
 	}
-	first := "udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100"
+	first := "udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100 marked_stall_us 4100 marked_gap_us 5200 marked_after 10 marked_until 13"
 	for _, bad := range [][]string{
 		{first},
 		{"udp: ready mac 52:54:00:00:00:01", "udp: end"},
 		{"udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12", "udp: end"},
-		{"udp: received 12 distinct x first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 1", "udp: end"},
-		{"udp: received 12 unique 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 1", "udp: end"},
+		{"udp: received 12 distinct 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 2100", "udp: end"},
+		{"udp: received 12 distinct x first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 1 marked_stall_us 0 marked_gap_us 0 marked_after 0 marked_until 0", "udp: end"},
+		{"udp: received 12 unique 10 first 3 highest 14 gap_us 2500 after 9 until 12 stall_us 1 marked_stall_us 0 marked_gap_us 0 marked_after 0 marked_until 0", "udp: end"},
 		{first, "udp: missing 7-5", "udp: end"},
 		{first, "udp: missing 7", "udp: end"},
 		{first, "udp: missing more", "udp: missing 1-2", "udp: end"},

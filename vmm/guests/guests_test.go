@@ -161,6 +161,7 @@ func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
 		fmt.Sprintf("#define PARAMS_ADDR %#xUL\n", ParamsAddr),
 		fmt.Sprintf("#define P_VERIFY_REQUEST %#x\n", VerifyRequestOffset),
 		fmt.Sprintf("#define P_VERIFY_ACK %#x\n", VerifyAckOffset),
+		fmt.Sprintf("#define P_MARK %#x\n", MarkOffset),
 		// The offsets TestParamsEncodeLayout pins on the Go side.
 		"#define P_TSC_KHZ 0x50\n", "#define P_VERIFY_EVERY_SEC 0x68\n", "#define P_HELLO_FAULT 0x70\n", "#define P_IDLE 0x78\n",
 	} {

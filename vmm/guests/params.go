@@ -17,7 +17,7 @@ const paramsVersion = 1
 // end), each zero meaning the default, so the version stays 1 and a host
 // that writes a shorter block still works: guest RAM it leaves alone is
 // zero.
-const ParamsSize = 0x80
+const ParamsSize = 0x88
 
 // Params is the host's side of the parameter block (src/guest.h). A zero
 // field means the guest's default.
@@ -94,6 +94,12 @@ const (
 	VerifyRequestOffset = 0x58
 	VerifyAckOffset     = 0x60
 )
+
+// MarkOffset is the parameter block's mark word: a host that changes it
+// while the udp guest is paused (a migration's target, before it
+// resumes) makes the stall that pause was the guest's marked stall
+// (UDPReport.MarkedStall). Encode leaves it zero.
+const MarkOffset = 0x80
 
 // Encode returns the parameter block's bytes, to be written at ParamsAddr.
 func (p Params) Encode() []byte {

@@ -50,6 +50,7 @@ struct params {
 	u64 verify_every_sec;	/* 0x68 dirty: seconds between verifications (1) */
 	u64 hello_fault;	/* 0x70 hello: raise an exception on purpose */
 	u64 idle;		/* 0x78 dirty: 1 = fill once, then dirty nothing */
+	u64 mark;		/* 0x80 udp: host changes it while the guest is paused */
 };
 
 /* Parameter offsets, as param() takes them. */
@@ -67,6 +68,7 @@ struct params {
 #define P_VERIFY_EVERY_SEC 0x68
 #define P_HELLO_FAULT 0x70
 #define P_IDLE 0x78
+#define P_MARK 0x80
 
 /*
  * DEFAULT_TSC_KHZ is the TSC frequency assumed without a tsc_khz

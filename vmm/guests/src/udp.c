@@ -14,9 +14,18 @@
  *     stall: the longest time between two turns of its polling loop, which
  *     is the guest's view of a live migration's downtime (the vCPU is
  *     stopped) or of the host not running it.
+ *   - when the host changes the parameter block's mark word while the
+ *     guest is paused (a migration's target, before it resumes), the
+ *     stall that the pause was is the marked stall, and the gap between
+ *     the arrivals on either side of it the marked gap, with the highest
+ *     number that had arrived before it and the number that ended it:
+ *     the migration's own downtime and the gap it made, told apart from
+ *     any longer stall or gap the host's scheduling made.
  * When the host changes the parameter block's verify_request word it
  * prints "udp: received N distinct D first F highest H gap_us G after S
- * until U stall_us T", then "udp: missing A-B" for each run of numbers
+ * until U stall_us T marked_stall_us MS marked_gap_us MG marked_after MA
+ * marked_until MU" (the marked figures 0 with no mark), then
+ * "udp: missing A-B" for each run of numbers
  * between the first and the highest (below MAX_SEQ) that never arrived,
  * at most MAX_RUNS of them and "udp: missing more" past that, then
  * "udp: end", and copies the word to verify_ack. Times are in
@@ -59,6 +68,9 @@ struct counts {
 	u64 received, distinct, first, highest;
 	u64 gap, gap_after, gap_until, stall;
 	u64 last_arrival;
+	/* The marked stall and gap; marked_open: the next arrival ends it. */
+	u64 marked_stall, marked_gap, marked_after, marked_until, marked_from;
+	int marked_open;
 };
 
 static void report(const struct counts *c)
@@ -79,6 +91,14 @@ static void report(const struct counts *c)
 	putdec(c->gap_until);
 	puts(" stall_us ");
 	putdec(ticks_to_us(c->stall));
+	puts(" marked_stall_us ");
+	putdec(ticks_to_us(c->marked_stall));
+	puts(" marked_gap_us ");
+	putdec(ticks_to_us(c->marked_gap));
+	puts(" marked_after ");
+	putdec(c->marked_after);
+	puts(" marked_until ");
+	putdec(c->marked_until);
 	puts("\n");
 	unsigned runs = 0;
 	u64 end = c->highest < MAX_SEQ ? c->highest : MAX_SEQ - 1;
@@ -148,6 +168,11 @@ static void count(struct counts *c, const u8 *payload, u64 now)
 		c->gap_after = c->highest;
 		c->gap_until = seq;
 	}
+	if (c->marked_open) {
+		c->marked_gap = now - c->marked_from;
+		c->marked_until = seq;
+		c->marked_open = 0;
+	}
 	c->received++;
 	c->last_arrival = now;
 	if (seq > c->highest || c->received == 1)
@@ -180,13 +205,37 @@ int main(void)
 
 	volatile u64 *request = (volatile u64 *)(PARAMS_ADDR + P_VERIFY_REQUEST);
 	volatile u64 *ack = (volatile u64 *)(PARAMS_ADDR + P_VERIFY_ACK);
+	volatile u64 *mark = (volatile u64 *)(PARAMS_ADDR + P_MARK);
+	u64 seen_mark = *mark;
+	int marked_turns = 0;
 	struct counts c = { 0 };
 	u64 last_turn = rdtsc();
 	for (;;) {
 		u64 now = rdtsc();
-		if (c.received > 0 && now - last_turn > c.stall)
-			c.stall = now - last_turn;
+		u64 turn = now - last_turn;
+		if (c.received > 0 && turn > c.stall)
+			c.stall = turn;
 		last_turn = now;
+		if (*mark != seen_mark) {
+			/*
+			 * The pause ended in this turn, or (paused between the
+			 * rdtsc and this load) ends the next: the marked stall
+			 * is the longer of the two. The arrivals so far came
+			 * before the pause (one taken in just as it began may
+			 * carry a time after it).
+			 */
+			seen_mark = *mark;
+			marked_turns = 2;
+			c.marked_stall = 0;
+			c.marked_after = c.highest;
+			c.marked_from = c.last_arrival;
+			c.marked_open = c.received > 0;
+		}
+		if (marked_turns > 0) {
+			if (turn > c.marked_stall)
+				c.marked_stall = turn;
+			marked_turns--;
+		}
 		u32 len;
 		const u8 *f = vnet_poll(&len);
 		if (f) {
@@ -196,7 +245,7 @@ int main(void)
 			if (p && dport == ECHO_PORT)
 				echo(f, len);
 			else if (p && plen >= 4)
-				count(&c, p, now);
+				count(&c, p, rdtsc());	/* when it was taken in */
 		}
 		if (*request != *ack) {
 			u64 r = *request;
