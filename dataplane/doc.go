@@ -39,6 +39,7 @@
 // V2P and port entries a previous plane left.
 //
 // nettest builds the namespaces the tests and `tern bench dataplane` run
-// in. A VMM has no virtio-net yet; the tests stand a network namespace
-// behind a veth (or a TAP the test writes frames to) in for a VM.
+// in; most tests stand a network namespace behind a veth (or a TAP the
+// test writes frames to) in for a VM. vmtest runs real VMs (tern's udp
+// guest on a virtio-net card) and migrates one across the planes.
 package dataplane

@@ -39,7 +39,7 @@
 //     written into guest memory while paused) and Close ends before
 //     guest RAM is unmapped. A Linux guest's card interrupts and is
 //     notified as its disks are (an irqfd on VirtioSlotGSI, ioeventfds,
-//     queue workers); tern's guests have no virtio-net driver.
+//     queue workers); tern's udp guest polls its card (no interrupt).
 //   - A Linux guest (Config.Linux) also gets KVM's in-kernel irqchip and
 //     PIT, CPUID with the hypervisor and TSC-deadline bits, the UART's
 //     interrupt on IRQ 4, and ACPI tables (vmm/acpi: its vCPUs, the
