@@ -251,7 +251,8 @@ type UDPReport struct {
 	// mark word (MarkOffset): a migration's downtime as the guest saw it.
 	// MarkedGap is the time between the arrivals on either side of that
 	// pause, MarkedAfter the highest number that had arrived before it
-	// and MarkedUntil the number that ended it. All are 0 with no mark,
+	// (frames the card received before it, which the guest took in only
+	// after, included) and MarkedUntil the number that ended it. All are 0 with no mark,
 	// and the gap's with no arrival after it yet.
 	MarkedStall, MarkedGap   time.Duration
 	MarkedAfter, MarkedUntil uint64

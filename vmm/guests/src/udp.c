@@ -20,7 +20,11 @@
  *     the arrivals on either side of it the marked gap, with the highest
  *     number that had arrived before it and the number that ended it:
  *     the migration's own downtime and the gap it made, told apart from
- *     any longer stall or gap the host's scheduling made.
+ *     any longer stall or gap the host's scheduling made. Frames the card
+ *     had received before the pause but the guest had not yet taken in
+ *     (a slow guest's backlog, still in the used ring when it resumes)
+ *     arrived before the pause: the gap ends at the first frame after
+ *     them.
  * When the host changes the parameter block's verify_request word it
  * prints "udp: received N distinct D first F highest H gap_us G after S
  * until U stall_us T marked_stall_us MS marked_gap_us MG marked_after MA
@@ -158,7 +162,11 @@ static void echo(const u8 *f, u32 len)
 	vnet_send(echo_frame, len);
 }
 
-static void count(struct counts *c, const u8 *payload, u64 now)
+/*
+ * count counts a numbered datagram taken in by the turn that began at
+ * now; early: the card had received it before the marked pause.
+ */
+static void count(struct counts *c, const u8 *payload, u64 now, int early)
 {
 	u32 seq = be32(payload);
 	if (c->received == 0) {
@@ -168,7 +176,7 @@ static void count(struct counts *c, const u8 *payload, u64 now)
 		c->gap_after = c->highest;
 		c->gap_until = seq;
 	}
-	if (c->marked_open) {
+	if (c->marked_open && !early) {
 		c->marked_gap = now - c->marked_from;
 		c->marked_until = seq;
 		c->marked_open = 0;
@@ -181,6 +189,8 @@ static void count(struct counts *c, const u8 *payload, u64 now)
 		seen[seq / 8] |= (u8)(1 << (seq % 8));
 		c->distinct++;
 	}
+	if (early)
+		c->marked_after = c->highest;
 }
 
 int main(void)
@@ -208,6 +218,7 @@ int main(void)
 	volatile u64 *mark = (volatile u64 *)(PARAMS_ADDR + P_MARK);
 	u64 seen_mark = *mark;
 	int marked_turns = 0;
+	u32 backlog = 0;	/* frames in the ring when the mark was seen */
 	struct counts c = { 0 };
 	u64 last_turn = rdtsc();
 	for (;;) {
@@ -220,11 +231,16 @@ int main(void)
 			/*
 			 * The pause ended in this turn, or (paused between the
 			 * rdtsc and this load) ends the next: the marked stall
-			 * is the longer of the two. The arrivals so far came
-			 * before the pause (one taken in just as it began may
-			 * carry a time after it).
+			 * is the longer of the two. The frames taken in so far
+			 * came before the pause, and so did those in the used
+			 * ring now: the target's card has delivered nothing
+			 * yet. A frame's time is that of the turn that took it
+			 * in, so one the card delivered before the pause and
+			 * the guest took in after it (a pause mostly lands in
+			 * vnet_poll's notify exit) has a time before the pause.
 			 */
 			seen_mark = *mark;
+			backlog = vnet_waiting();
 			marked_turns = 2;
 			c.marked_stall = 0;
 			c.marked_after = c.highest;
@@ -239,13 +255,16 @@ int main(void)
 		u32 len;
 		const u8 *f = vnet_poll(&len);
 		if (f) {
+			int early = backlog > 0;
+			if (early)
+				backlog--;
 			u32 plen;
 			u16 dport;
 			const u8 *p = udp_payload(f, len, &plen, &dport);
 			if (p && dport == ECHO_PORT)
 				echo(f, len);
 			else if (p && plen >= 4)
-				count(&c, p, rdtsc());	/* when it was taken in */
+				count(&c, p, now, early);
 		}
 		if (*request != *ack) {
 			u64 r = *request;

@@ -39,6 +39,12 @@ void vnet_mac(u8 mac[6]);
 const u8 *vnet_poll(u32 *len);
 
 /*
+ * vnet_waiting returns how many received frames the device has put in the
+ * used ring that vnet_poll has not returned yet.
+ */
+u32 vnet_waiting(void);
+
+/*
  * vnet_send transmits a frame of len bytes (at most FRAME_MAX) and waits
  * until the device has taken it. It returns 1 on success.
  */
