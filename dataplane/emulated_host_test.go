@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/dataplane/planetest"
 	"tern/internal/kvmhost"
 )
 
@@ -31,7 +32,7 @@ var emulatedHostTests = []string{"TestUDPEchoAndPingAcrossHostsInOneVNI", "TestI
 // attach by the tc-filter fallback and carry traffic on that kernel too,
 // not only on the newer one the rest of the package runs on.
 func TestProgramsLoadAndAttachOnTheEmulatedHostsKernel(t *testing.T) {
-	needRoot(t)
+	planetest.NeedRoot(t)
 	if kvmhost.InsideEmulatedHost() {
 		t.Fatal("this test runs the others in the emulated host from outside it")
 	}

@@ -8,6 +8,7 @@ import (
 
 	"tern/dataplane"
 	"tern/dataplane/nettest"
+	"tern/dataplane/planetest"
 )
 
 var (
@@ -27,14 +28,14 @@ type twoHosts struct {
 }
 
 func newTwoHosts(t *testing.T, mode dataplane.AttachMode) *twoHosts {
-	r := newRack(t)
-	w := &twoHosts{rack: r, a: addHost(t, r, "a"), b: addHost(t, r, "b")}
-	w.pa, w.pb = newPlane(t, w.a, mode), newPlane(t, w.b, mode)
+	r := planetest.NewRack(t)
+	w := &twoHosts{rack: r, a: planetest.AddHost(t, r, "a"), b: planetest.AddHost(t, r, "b")}
+	w.pa, w.pb = planetest.NewPlane(t, w.a, mode), planetest.NewPlane(t, w.b, mode)
 	w.v7a = addVM(t, r, w.a, w.pa, vm7a)
 	w.v7b = addVM(t, r, w.b, w.pb, vm7b)
 	w.v7b2 = addVM(t, r, w.b, w.pb, vm7b2)
 	w.v8 = addVM(t, r, w.b, w.pb, vm8)
-	apply(t, []dataplane.Mapping{mapping(vm7a, w.a), mapping(vm7b, w.b), mapping(vm7b2, w.b), mapping(vm8, w.b)}, w.pa, w.pb)
+	planetest.Apply(t, []dataplane.Mapping{mapping(vm7a, w.a), mapping(vm7b, w.b), mapping(vm7b2, w.b), mapping(vm8, w.b)}, w.pa, w.pb)
 	return w
 }
 
@@ -47,8 +48,8 @@ func TestUDPEchoAndPingAcrossHostsInOneVNI(t *testing.T) {
 			w := newTwoHosts(t, mode.mode)
 			echo(t, w.v7b, 7000)
 			echo(t, w.v7b2, 7000)
-			beforeA, beforeB := counters(t, w.pa), counters(t, w.pb)
-			c := udpConn(t, w.v7a, 7001)
+			beforeA, beforeB := planetest.Counters(t, w.pa), planetest.Counters(t, w.pb)
+			c := planetest.UDPConn(t, w.v7a, 7001)
 			for i := range 10 {
 				if err := nettest.RoundTrip(c, netip.AddrPortFrom(w.v7b.IP, 7000), fmt.Appendf(nil, "datagram %d", i), 20*time.Second); err != nil {
 					t.Fatalf("across hosts: %v", err)
@@ -58,14 +59,14 @@ func TestUDPEchoAndPingAcrossHostsInOneVNI(t *testing.T) {
 				t.Fatalf("across hosts: %v", err)
 			}
 			// On one host: B's two VNI-7 VMs.
-			cb := udpConn(t, w.v7b, 7001)
+			cb := planetest.UDPConn(t, w.v7b, 7001)
 			if err := nettest.RoundTrip(cb, netip.AddrPortFrom(w.v7b2.IP, 7000), []byte("next door"), 20*time.Second); err != nil {
 				t.Fatalf("on one host: %v", err)
 			}
 			if err := w.v7b2.NS.Ping(w.v7b.IP, 20*time.Second); err != nil {
 				t.Fatalf("on one host: %v", err)
 			}
-			afterA, afterB := counters(t, w.pa), counters(t, w.pb)
+			afterA, afterB := planetest.Counters(t, w.pa), planetest.Counters(t, w.pb)
 			for _, want := range []struct {
 				name  string
 				got   uint64

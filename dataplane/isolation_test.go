@@ -7,6 +7,7 @@ import (
 
 	"tern/dataplane"
 	"tern/dataplane/nettest"
+	"tern/dataplane/planetest"
 )
 
 // TestIsolationVNI8CannotReachVNI7 checks the VNI boundary on every path:
@@ -21,11 +22,11 @@ func TestIsolationVNI8CannotReachVNI7(t *testing.T) {
 	echo(t, w.v7b, 7000)
 
 	t.Run("no ARP answer across VNIs", func(t *testing.T) {
-		before := counters(t, w.pb)
-		c := udpConn(t, w.v8, 7001)
+		before := planetest.Counters(t, w.pb)
+		c := planetest.UDPConn(t, w.v8, 7001)
 		// The kernel ARPs for 10.7.0.2 first; nothing answers in VNI 8.
 		c.WriteToUDPAddrPort([]byte("hello?"), netip.AddrPortFrom(w.v7b.IP, 7000))
-		waitCounter(t, w.pb, before, dataplane.CounterDropARP, 1)
+		planetest.WaitCounter(t, w.pb, before, dataplane.CounterDropARP, 1)
 	})
 
 	// With the neighbour entries set by hand, vm8 sends real IPv4 packets.
@@ -35,8 +36,8 @@ func TestIsolationVNI8CannotReachVNI7(t *testing.T) {
 		}
 	}
 	t.Run("UDP and ping to VNI 7 dropped", func(t *testing.T) {
-		before := counters(t, w.pb)
-		c := udpConn(t, w.v8, 7002)
+		before := planetest.Counters(t, w.pb)
+		c := planetest.UDPConn(t, w.v8, 7002)
 		for _, peer := range []*nettest.VM{w.v7a, w.v7b} {
 			for range 5 {
 				if _, err := c.WriteToUDPAddrPort([]byte("from vni 8"), netip.AddrPortFrom(peer.IP, 7000)); err != nil {
@@ -47,8 +48,8 @@ func TestIsolationVNI8CannotReachVNI7(t *testing.T) {
 				t.Errorf("vm8 (VNI 8) pinged %v (VNI 7)", peer.IP)
 			}
 		}
-		waitCounter(t, w.pb, before, dataplane.CounterDropNoMapping, 12)
-		after := counters(t, w.pb)
+		planetest.WaitCounter(t, w.pb, before, dataplane.CounterDropNoMapping, 12)
+		after := planetest.Counters(t, w.pb)
 		if n := after[dataplane.CounterLocal] - before[dataplane.CounterLocal]; n != 0 {
 			t.Errorf("%d packets went from a port to a local VM", n)
 		}
@@ -62,29 +63,29 @@ func TestIsolationVNI8CannotReachVNI7(t *testing.T) {
 			netip.AddrPortFrom(vni7dst, 7000), []byte("forged"))
 	}
 	t.Run("VXLAN packet forged by the VNI-8 VM dropped at its port", func(t *testing.T) {
-		before := counters(t, w.pb)
-		beforeA := counters(t, w.pa)
+		before := planetest.Counters(t, w.pb)
+		beforeA := planetest.Counters(t, w.pa)
 		forged := nettest.UDPFrame(dataplane.DefaultRouterMAC, w.v8.MAC, netip.AddrPortFrom(w.v8.IP, 4789),
 			netip.AddrPortFrom(w.a.Underlay, 4789), nettest.VXLANPayload(7, inner(w.v7a.IP)))
 		if err := w.v8.NS.SendFrame("eth0", forged); err != nil {
 			t.Fatal(err)
 		}
-		waitCounter(t, w.pb, before, dataplane.CounterDropNoMapping, 1)
-		if after := counters(t, w.pa); after[dataplane.CounterDelivered] != beforeA[dataplane.CounterDelivered] {
+		planetest.WaitCounter(t, w.pb, before, dataplane.CounterDropNoMapping, 1)
+		if after := planetest.Counters(t, w.pa); after[dataplane.CounterDelivered] != beforeA[dataplane.CounterDelivered] {
 			t.Errorf("host A delivered %d tunnelled packets", after[dataplane.CounterDelivered]-beforeA[dataplane.CounterDelivered])
 		}
 	})
 	t.Run("spoofed source dropped", func(t *testing.T) {
-		before := counters(t, w.pb)
+		before := planetest.Counters(t, w.pb)
 		spoofed := nettest.UDPFrame(dataplane.DefaultRouterMAC, w.v8.MAC, netip.AddrPortFrom(w.v7b2.IP, 7000),
 			netip.AddrPortFrom(w.v7b.IP, 7000), []byte("not me"))
 		if err := w.v8.NS.SendFrame("eth0", spoofed); err != nil {
 			t.Fatal(err)
 		}
-		waitCounter(t, w.pb, before, dataplane.CounterDropSpoofed, 1)
+		planetest.WaitCounter(t, w.pb, before, dataplane.CounterDropSpoofed, 1)
 	})
 	t.Run("outer header forged on the underlay dropped at the tunnel", func(t *testing.T) {
-		before := counters(t, w.pb)
+		before := planetest.Counters(t, w.pb)
 		// From host A's namespace (a host, not a guest): VNI 8 claiming
 		// vm7b, and VNI 7 claiming vm8's address.
 		c, err := w.a.NS.ListenUDP(netip.AddrPortFrom(w.a.Underlay, 4800))
@@ -98,13 +99,13 @@ func TestIsolationVNI8CannotReachVNI7(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitCounter(t, w.pb, before, dataplane.CounterDropNotLocal, 2)
-		if after := counters(t, w.pb); after[dataplane.CounterDelivered] != before[dataplane.CounterDelivered] {
+		planetest.WaitCounter(t, w.pb, before, dataplane.CounterDropNotLocal, 2)
+		if after := planetest.Counters(t, w.pb); after[dataplane.CounterDelivered] != before[dataplane.CounterDelivered] {
 			t.Errorf("host B delivered %d forged packets", after[dataplane.CounterDelivered]-before[dataplane.CounterDelivered])
 		}
 	})
 	t.Run("VNI 7 still flows", func(t *testing.T) {
-		c := udpConn(t, w.v7a, 7003)
+		c := planetest.UDPConn(t, w.v7a, 7003)
 		if err := nettest.RoundTrip(c, netip.AddrPortFrom(w.v7b.IP, 7000), []byte("still here"), 20*time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"tern/dataplane"
 	"tern/dataplane/nettest"
+	"tern/dataplane/planetest"
 )
 
 // receiver records the numbered datagrams a VM endpoint gets.
@@ -75,15 +76,15 @@ func (r *receiver) waitFor(t *testing.T, n int) {
 // newest one that had arrived at the pause, and sent before B's table
 // update. The loss and the longest gap are logged, not asserted.
 func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
-	r := newRack(t)
-	a, b, c := addHost(t, r, "a"), addHost(t, r, "b"), addHost(t, r, "c")
-	pa, pb, pc := newPlane(t, a, dataplane.AttachAuto), newPlane(t, b, dataplane.AttachAuto), newPlane(t, c, dataplane.AttachAuto)
+	r := planetest.NewRack(t)
+	a, b, c := planetest.AddHost(t, r, "a"), planetest.AddHost(t, r, "b"), planetest.AddHost(t, r, "c")
+	pa, pb, pc := planetest.NewPlane(t, a, dataplane.AttachAuto), planetest.NewPlane(t, b, dataplane.AttachAuto), planetest.NewPlane(t, c, dataplane.AttachAuto)
 	mover := vmSpec{"mover", 7, "10.7.0.2"}
 	sender := addVM(t, r, a, pa, vm7a)
 	onB := addVM(t, r, b, pb, mover)
 	before := []dataplane.Mapping{mapping(vm7a, a), mapping(mover, b)}
 	after := []dataplane.Mapping{mapping(vm7a, a), mapping(mover, c)}
-	apply(t, before, pa, pb, pc)
+	planetest.Apply(t, before, pa, pb, pc)
 
 	// The target is ready before the switch: the same address and MAC
 	// behind a port on C, attached while the table still says B.
@@ -96,14 +97,14 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	}
 	rcv := &receiver{arrived: map[uint32]time.Time{}, notify: make(chan struct{}, 1)}
 	for _, vm := range []*nettest.VM{onB, onC} {
-		go rcv.serve(udpConn(t, vm, 9000))
+		go rcv.serve(planetest.UDPConn(t, vm, 9000))
 	}
 	if err := sender.NS.Neighbor("eth0", onB.IP, dataplane.DefaultRouterMAC); err != nil {
 		t.Fatal(err)
 	}
 
 	const total = 4000
-	send := nettest.SendNumbered(udpConn(t, sender, 9001), netip.AddrPortFrom(onB.IP, 9000), total)
+	send := nettest.SendNumbered(planetest.UDPConn(t, sender, 9001), netip.AddrPortFrom(onB.IP, 9000), total)
 	defer send.Stop()
 
 	rcv.waitFor(t, 1000)
@@ -123,12 +124,12 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	if err := b.NS.Down(onB.Device); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, after, pc, pb)
+	planetest.Apply(t, after, pc, pb)
 	switchedAt := time.Now()
-	fwdBefore := counters(t, pb)
+	fwdBefore := planetest.Counters(t, pb)
 	// A is slow to hear: until it applies, B forwards.
-	waitCounter(t, pb, fwdBefore, dataplane.CounterForwarded, 500)
-	apply(t, after, pa)
+	planetest.WaitCounter(t, pb, fwdBefore, dataplane.CounterForwarded, 500)
+	planetest.Apply(t, after, pa)
 	<-send.Done()
 	if n, err := send.Stop(); err != nil || n != total {
 		t.Fatalf("sent %d of %d datagrams: %v", n, total, err)
@@ -175,7 +176,7 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 	if len(lost) > 0 {
 		lostSpan = send.SentAt(lost[len(lost)-1]).Sub(send.SentAt(lost[0]))
 	}
-	fwd := counters(t, pb)[dataplane.CounterForwarded] - fwdBefore[dataplane.CounterForwarded]
+	fwd := planetest.Counters(t, pb)[dataplane.CounterForwarded] - fwdBefore[dataplane.CounterForwarded]
 	t.Logf("%d of %d datagrams lost (sent over %v), longest gap between arrivals %v, switch window %v, %d forwarded by the old host",
 		len(lost), total, lostSpan, gap, switchedAt.Sub(pauseAt), fwd)
 	entries, err := pb.Entries()
@@ -194,9 +195,9 @@ func TestMigrationMoveLosesNothingOutsideTheSwitch(t *testing.T) {
 // VM moved to the other) bounce a packet only until its inner TTL runs
 // out; it is then dropped and counted, not looped forever.
 func TestMovedEntriesThatPointAtEachOtherEndOnTTL(t *testing.T) {
-	r := newRack(t)
-	a, b, c := addHost(t, r, "a"), addHost(t, r, "b"), addHost(t, r, "c")
-	pa, pb, pc := newPlane(t, a, dataplane.AttachAuto), newPlane(t, b, dataplane.AttachAuto), newPlane(t, c, dataplane.AttachAuto)
+	r := planetest.NewRack(t)
+	a, b, c := planetest.AddHost(t, r, "a"), planetest.AddHost(t, r, "b"), planetest.AddHost(t, r, "c")
+	pa, pb, pc := planetest.NewPlane(t, a, dataplane.AttachAuto), planetest.NewPlane(t, b, dataplane.AttachAuto), planetest.NewPlane(t, c, dataplane.AttachAuto)
 	x := vmSpec{"x", 7, "10.7.0.2"}
 	sender := addVM(t, r, a, pa, vm7a)
 	addVM(t, r, b, pb, x)
@@ -207,8 +208,8 @@ func TestMovedEntriesThatPointAtEachOtherEndOnTTL(t *testing.T) {
 	if err := pc.AttachPort(dataplane.Port{InstanceID: x.name, Device: onC.Device, MAC: onC.MAC, VNI: 7, IP: onC.IP}); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, b)}, pa, pb)
-	apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, c)}, pc)
+	planetest.Apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, b)}, pa, pb)
+	planetest.Apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, c)}, pc)
 	// Each host's VM leaves toward the other.
 	for _, h := range []struct {
 		p  *dataplane.Plane
@@ -217,13 +218,13 @@ func TestMovedEntriesThatPointAtEachOtherEndOnTTL(t *testing.T) {
 		if err := h.p.DetachPort(x.name); err != nil {
 			t.Fatal(err)
 		}
-		apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, h.to)}, h.p)
+		planetest.Apply(t, []dataplane.Mapping{mapping(vm7a, a), mapping(x, h.to)}, h.p)
 	}
 	if err := sender.NS.Neighbor("eth0", onC.IP, dataplane.DefaultRouterMAC); err != nil {
 		t.Fatal(err)
 	}
-	beforeB, beforeC := counters(t, pb), counters(t, pc)
-	conn := udpConn(t, sender, 9001)
+	beforeB, beforeC := planetest.Counters(t, pb), planetest.Counters(t, pc)
+	conn := planetest.UDPConn(t, sender, 9001)
 	if _, err := conn.WriteToUDPAddrPort([]byte("round and round"), netip.AddrPortFrom(onC.IP, 9000)); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +232,7 @@ func TestMovedEntriesThatPointAtEachOtherEndOnTTL(t *testing.T) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		nb, nc := counters(t, pb), counters(t, pc)
+		nb, nc := planetest.Counters(t, pb), planetest.Counters(t, pc)
 		ttl := nb[dataplane.CounterDropTTL] - beforeB[dataplane.CounterDropTTL] + nc[dataplane.CounterDropTTL] - beforeC[dataplane.CounterDropTTL]
 		fwd := nb[dataplane.CounterForwarded] - beforeB[dataplane.CounterForwarded] + nc[dataplane.CounterForwarded] - beforeC[dataplane.CounterForwarded]
 		if ttl == 1 {

@@ -9,6 +9,7 @@ import (
 
 	"tern/dataplane"
 	"tern/dataplane/nettest"
+	"tern/dataplane/planetest"
 )
 
 // TestTAPGuestReachesAVMOnAnotherHost plays the guest on a real TAP, as a
@@ -30,7 +31,7 @@ func TestTAPGuestReachesAVMOnAnotherHost(t *testing.T) {
 	if err := w.pa.AttachPort(dataplane.Port{InstanceID: guest.name, Device: "tap-guest", MAC: guestMAC, VNI: 7, IP: guestIP}); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, []dataplane.Mapping{mapping(vm7a, w.a), mapping(vm7b, w.b), mapping(vm7b2, w.b), mapping(vm8, w.b), mapping(guest, w.a)}, w.pa, w.pb)
+	planetest.Apply(t, []dataplane.Mapping{mapping(vm7a, w.a), mapping(vm7b, w.b), mapping(vm7b2, w.b), mapping(vm8, w.b), mapping(guest, w.a)}, w.pa, w.pb)
 
 	// read returns the next frame the guest receives that match accepts.
 	read := func(what string, match func([]byte) bool) []byte {

@@ -2,7 +2,6 @@ package migration
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -11,13 +10,12 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"tern/internal/tlsconf"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
-	"tern/volume/transport"
+	"tern/volume/transport/transporttest"
 )
 
 func TestMain(m *testing.M) { kvmtest.Main(m) }
@@ -187,61 +185,11 @@ func requestVerify(t testing.TB, vm *vmm.VM) {
 	}
 }
 
-func testCerts(t testing.TB) *tlsconf.Bundle {
-	t.Helper()
-	dir := t.TempDir()
-	if err := tlsconf.Generate(dir, []string{"127.0.0.1"}, false); err != nil {
-		t.Fatal(err)
-	}
-	b, err := tlsconf.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func withProto(c *tls.Config) *tls.Config {
-	c.NextProtos = []string{NextProto}
-	return c
-}
-
 // connPair returns the source's accepted and the target's dialed ends of
 // a loopback QUIC connection with mutual TLS.
 func connPair(t testing.TB) (src, dst *quic.Conn) {
 	t.Helper()
-	b := testCerts(t)
-	ln, err := transport.Listen("127.0.0.1:0", withProto(b.ServerConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), generous)
-	defer cancel()
-	type dialed struct {
-		c   *quic.Conn
-		err error
-	}
-	ch := make(chan dialed, 1)
-	go func() {
-		c, err := transport.Dial(ctx, ln.Addr().String(), withProto(b.ClientConfig("127.0.0.1")))
-		ch <- dialed{c, err}
-	}()
-	src, err = ln.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := <-ch
-	if d.err != nil {
-		t.Fatal(d.err)
-	}
-	if p := src.ConnectionState().TLS.NegotiatedProtocol; p != NextProto {
-		t.Fatalf("negotiated %q", p)
-	}
-	t.Cleanup(func() {
-		src.CloseWithError(0, "")
-		d.c.CloseWithError(0, "")
-	})
-	return src, d.c
+	return transporttest.Pair(t, NextProto)
 }
 
 // migration is one run of Send against Receive.

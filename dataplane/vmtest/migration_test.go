@@ -2,30 +2,24 @@ package vmtest
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
-	"golang.org/x/sys/unix"
-
 	"tern/dataplane"
 	"tern/dataplane/nettest"
-	"tern/internal/tlsconf"
+	"tern/dataplane/planetest"
 	"tern/migration"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
-	"tern/volume/transport"
+	"tern/volume/transport/transporttest"
 )
 
 // The udp guest on two CPUs of the emulated host: it polls its card on
@@ -71,12 +65,9 @@ const (
 // recorded in docs/benchmarks.md.
 func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 	kvmtest.Require(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: network namespaces and eBPF")
-	}
-	r := newRack(t)
-	a, b, c := addHost(t, r, "a"), addHost(t, r, "b"), addHost(t, r, "c")
-	pa, pb, pc := newPlane(t, a), newPlane(t, b), newPlane(t, c)
+	r := planetest.NewRack(t)
+	a, b, c := planetest.AddHost(t, r, "a"), planetest.AddHost(t, r, "b"), planetest.AddHost(t, r, "c")
+	pa, pb, pc := planetest.NewPlane(t, a, dataplane.AttachAuto), planetest.NewPlane(t, b, dataplane.AttachAuto), planetest.NewPlane(t, c, dataplane.AttachAuto)
 	sender, err := r.AddVM(a, "vm7a", senderIP, net.HardwareAddr{0x52, 0x54, 0, 0x74, 0, 1})
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +84,7 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 			{VNI: 7, IP: moverIP, InstanceID: moverID, Underlay: h.Underlay},
 		}
 	}
-	apply(t, on(b), pa, pb, pc)
+	planetest.Apply(t, on(b), pa, pb, pc)
 
 	// The source: the udp guest on host B, its TAP a port of B's plane.
 	cfg := vmm.Config{Guest: "udp", MemoryBytes: kvmtest.Sized[uint64](64<<20, 16<<20), NICs: []vmm.NIC{{TAP: moverTAP, MAC: moverMAC}}}
@@ -108,14 +99,14 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 	attachMover(t, b, pb)
 
 	// The path works both ways before anything moves: the guest echoes.
-	echoConn := udpConn(t, sender, 9002)
+	echoConn := planetest.UDPConn(t, sender, 9002)
 	if err := nettest.RoundTrip(echoConn, netip.AddrPortFrom(moverIP, guests.UDPEchoPort), []byte("before"), generous); err != nil {
 		t.Fatalf("echo from host a to the guest on host b: %v", err)
 	}
 
-	send := nettest.SendNumbered(udpConn(t, sender, 9001), netip.AddrPortFrom(moverIP, seqPort), guests.UDPMaxSeq)
+	send := nettest.SendNumbered(planetest.UDPConn(t, sender, 9001), netip.AddrPortFrom(moverIP, seqPort), guests.UDPMaxSeq)
 	defer send.Stop()
-	waitCounter(t, pb, dataplane.Counters{}, dataplane.CounterDelivered, 1000)
+	planetest.WaitCounter(t, pb, dataplane.Counters{}, dataplane.CounterDelivered, 1000)
 
 	// The migration, over QUIC with mutual TLS on loopback. The target
 	// is built in C's namespace, where its TAP is made, and its port
@@ -147,12 +138,19 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 			defer mu.Unlock()
 			dst, dstRun = vm, start(vm)
 		},
-		// Every page is in and the source paused: the mark tells the
-		// guest that the stall it is in is the migration's.
+		// Every page is in, the card's state applied and the source
+		// paused: the mark tells the guest that the stall it is in is
+		// the migration's, and which frames its card had received by
+		// then (those below the receive queue's used index).
 		BeforeFinish: func(context.Context) error {
 			mu.Lock()
 			defer mu.Unlock()
-			return dst.Memory().AtomicPutUint32(guests.ParamsAddr+guests.MarkOffset, 1)
+			rx := dst.VirtioNets()[0].Transport().State().Queues[0]
+			used, err := dst.Memory().AtomicUint16(memory.GPA(rx.Device) + 2)
+			if err != nil {
+				return fmt.Errorf("reading the card's receive used index: %w", err)
+			}
+			return dst.Memory().PutUint64(guests.ParamsAddr+guests.MarkOffset, guests.UDPMark(used))
 		},
 	}
 	sc := migration.SourceConfig{VM: src, Spec: []byte("{}"), OnProgress: func(p migration.Progress) {
@@ -162,7 +160,7 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 			mu.Unlock()
 		}
 	}}
-	srcConn, dstConn := connPair(t)
+	srcConn, dstConn := transporttest.Pair(t, migration.NextProto)
 	ctx, cancel := context.WithTimeout(t.Context(), generous)
 	defer cancel()
 	var (
@@ -174,7 +172,7 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 	// The migration completed: the control plane moves the mapping, and
 	// the target's and the source's hosts apply it first.
 	if err == nil {
-		apply(t, on(c), pc, pb)
+		planetest.Apply(t, on(c), pc, pb)
 	}
 	switchedAt := time.Now()
 	wg.Wait()
@@ -190,11 +188,11 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	srcRun.stop(t)
-	fwdBefore := counters(t, pb)
-	waitCounter(t, pb, fwdBefore, dataplane.CounterForwarded, 300)
-	apply(t, on(c), pa)
-	direct := counters(t, pc)
-	waitCounter(t, pc, direct, dataplane.CounterDelivered, 1000)
+	fwdBefore := planetest.Counters(t, pb)
+	planetest.WaitCounter(t, pb, fwdBefore, dataplane.CounterForwarded, 300)
+	planetest.Apply(t, on(c), pa)
+	direct := planetest.Counters(t, pc)
+	planetest.WaitCounter(t, pc, direct, dataplane.CounterDelivered, 1000)
 	sent, err := send.Stop()
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +227,7 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 			t.Errorf("datagrams %d-%d were lost outside the migration's gap (after %d, until %d): %+v", run[0], run[1], rep.MarkedAfter, rep.MarkedUntil, rep)
 		}
 	}
-	fwd := counters(t, pb)[dataplane.CounterForwarded] - fwdBefore[dataplane.CounterForwarded]
+	fwd := planetest.Counters(t, pb)[dataplane.CounterForwarded] - fwdBefore[dataplane.CounterForwarded]
 	if fwd < 300 {
 		t.Errorf("host b forwarded %d datagrams to host c; want at least 300", fwd)
 	}
@@ -337,134 +335,4 @@ func (r *running) stop(t *testing.T) {
 		t.Errorf("closing the VM: %v", err)
 	}
 	r.vm = nil
-}
-
-func newRack(t *testing.T) *nettest.Rack {
-	t.Helper()
-	lab := nettest.NewLab()
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	r, err := nettest.NewRack(lab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-func addHost(t *testing.T, r *nettest.Rack, name string) *nettest.Host {
-	t.Helper()
-	h, err := r.AddHost(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
-// newPlane starts h's plane on a bpffs of the test's own.
-func newPlane(t *testing.T, h *nettest.Host) *dataplane.Plane {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mounting a bpffs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	p, err := dataplane.New(dataplane.Config{Underlay: h.Underlay, PinDir: filepath.Join(dir, "tern"), Netns: h.NS.Path()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return p
-}
-
-func apply(t *testing.T, table []dataplane.Mapping, planes ...*dataplane.Plane) {
-	t.Helper()
-	for _, p := range planes {
-		if err := p.Apply(table); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func counters(t *testing.T, p *dataplane.Plane) dataplane.Counters {
-	t.Helper()
-	c, err := p.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// waitCounter waits until counter c of p has grown by n since before.
-func waitCounter(t *testing.T, p *dataplane.Plane, before dataplane.Counters, c dataplane.Counter, n uint64) {
-	t.Helper()
-	deadline := time.Now().Add(generous)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		now := counters(t, p)
-		if now[c]-before[c] >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("counter %s grew by %d in %v, want %d; counters now %v", c, now[c]-before[c], generous, n, now)
-		}
-		<-tick.C
-	}
-}
-
-func udpConn(t *testing.T, vm *nettest.VM, port uint16) *net.UDPConn {
-	t.Helper()
-	c, err := vm.NS.ListenUDP(netip.AddrPortFrom(vm.IP, port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// connPair returns the source's accepted and the target's dialed ends of
-// a loopback QUIC connection with mutual TLS, as tern vmm serve's are.
-func connPair(t *testing.T) (src, dst *quic.Conn) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := tlsconf.Generate(dir, []string{"127.0.0.1"}, false); err != nil {
-		t.Fatal(err)
-	}
-	bundle, err := tlsconf.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withProto := func(c *tls.Config) *tls.Config { c.NextProtos = []string{migration.NextProto}; return c }
-	ln, err := transport.Listen("127.0.0.1:0", withProto(bundle.ServerConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), generous)
-	defer cancel()
-	type dialed struct {
-		c   *quic.Conn
-		err error
-	}
-	ch := make(chan dialed, 1)
-	go func() {
-		c, err := transport.Dial(ctx, ln.Addr().String(), withProto(bundle.ClientConfig("127.0.0.1")))
-		ch <- dialed{c, err}
-	}()
-	src, err = ln.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := <-ch
-	if d.err != nil {
-		t.Fatal(d.err)
-	}
-	return src, d.c
 }

@@ -95,11 +95,16 @@ const (
 	VerifyAckOffset     = 0x60
 )
 
-// MarkOffset is the parameter block's mark word: a host that changes it
-// while the udp guest is paused (a migration's target, before it
-// resumes) makes the stall that pause was the guest's marked stall
-// (UDPReport.MarkedStall). Encode leaves it zero.
+// MarkOffset is the parameter block's mark word: a host that sets it to
+// UDPMark(used) while the udp guest is paused (a migration's target,
+// before it resumes) makes the stall that pause was the guest's marked
+// stall (UDPReport.MarkedStall). Encode leaves it zero.
 const MarkOffset = 0x80
+
+// UDPMark is the mark word for a pause at which the udp guest's card had
+// published used as its receive queue's used index: the frames below it
+// arrived before the pause, whenever the guest takes them in.
+func UDPMark(used uint16) uint64 { return 1<<16 | uint64(used) }
 
 // Encode returns the parameter block's bytes, to be written at ParamsAddr.
 func (p Params) Encode() []byte {

@@ -50,7 +50,7 @@ struct params {
 	u64 verify_every_sec;	/* 0x68 dirty: seconds between verifications (1) */
 	u64 hello_fault;	/* 0x70 hello: raise an exception on purpose */
 	u64 idle;		/* 0x78 dirty: 1 = fill once, then dirty nothing */
-	u64 mark;		/* 0x80 udp: host changes it while the guest is paused */
+	u64 mark;		/* 0x80 udp: 1<<16 | rx used index, set while paused */
 };
 
 /* Parameter offsets, as param() takes them. */

@@ -14,17 +14,17 @@
  *     stall: the longest time between two turns of its polling loop, which
  *     is the guest's view of a live migration's downtime (the vCPU is
  *     stopped) or of the host not running it.
- *   - when the host changes the parameter block's mark word while the
- *     guest is paused (a migration's target, before it resumes), the
- *     stall that the pause was is the marked stall, and the gap between
- *     the arrivals on either side of it the marked gap, with the highest
- *     number that had arrived before it and the number that ended it:
- *     the migration's own downtime and the gap it made, told apart from
- *     any longer stall or gap the host's scheduling made. Frames the card
- *     had received before the pause but the guest had not yet taken in
- *     (a slow guest's backlog, still in the used ring when it resumes)
- *     arrived before the pause: the gap ends at the first frame after
- *     them.
+ *   - when the host sets the parameter block's mark word while the
+ *     guest is paused (a migration's target, before it resumes) to
+ *     1<<16 | the receive queue's used index then, the stall that the
+ *     pause was is the marked stall, and the gap between the arrivals on
+ *     either side of it the marked gap, with the highest number that had
+ *     arrived before it and the number that ended it: the migration's own
+ *     downtime and the gap it made, told apart from any longer stall or
+ *     gap the host's scheduling made. Frames the card had received before
+ *     the pause (below that used index) but the guest took in only after
+ *     it (a slow guest's backlog) arrived before the pause: the gap ends
+ *     at the first frame after them.
  * When the host changes the parameter block's verify_request word it
  * prints "udp: received N distinct D first F highest H gap_us G after S
  * until U stall_us T marked_stall_us MS marked_gap_us MG marked_after MA
@@ -218,7 +218,7 @@ int main(void)
 	volatile u64 *mark = (volatile u64 *)(PARAMS_ADDR + P_MARK);
 	u64 seen_mark = *mark;
 	int marked_turns = 0;
-	u32 backlog = 0;	/* frames in the ring when the mark was seen */
+	u32 backlog = 0;	/* frames received before the pause, not yet taken */
 	struct counts c = { 0 };
 	u64 last_turn = rdtsc();
 	for (;;) {
@@ -232,15 +232,16 @@ int main(void)
 			 * The pause ended in this turn, or (paused between the
 			 * rdtsc and this load) ends the next: the marked stall
 			 * is the longer of the two. The frames taken in so far
-			 * came before the pause, and so did those in the used
-			 * ring now: the target's card has delivered nothing
-			 * yet. A frame's time is that of the turn that took it
-			 * in, so one the card delivered before the pause and
-			 * the guest took in after it (a pause mostly lands in
-			 * vnet_poll's notify exit) has a time before the pause.
+			 * came before the pause, and so do the rest below the
+			 * used index the host wrote (the target's card may
+			 * have delivered more since it resumed). A frame's
+			 * time is that of the turn that took it in, so one the
+			 * card delivered before the pause and the guest took
+			 * in after it (a pause mostly lands in vnet_poll's
+			 * notify exit) has a time before the pause.
 			 */
 			seen_mark = *mark;
-			backlog = vnet_waiting();
+			backlog = (u16)((u16)seen_mark - vnet_rx_taken());
 			marked_turns = 2;
 			c.marked_stall = 0;
 			c.marked_after = c.highest;

@@ -127,10 +127,7 @@ void vnet_mac(u8 mac[6])
 		mac[i] = (features & FEATURE_MAC) ? *(volatile u8 *)(dev + R_CONFIG + i) : 0;
 }
 
-u32 vnet_waiting(void)
-{
-	return (u16)(*(volatile u16 *)&rxq.used.idx - rxq.last_used);
-}
+u16 vnet_rx_taken(void) { return rxq.last_used; }
 
 const u8 *vnet_poll(u32 *len)
 {

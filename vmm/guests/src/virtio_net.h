@@ -39,10 +39,10 @@ void vnet_mac(u8 mac[6]);
 const u8 *vnet_poll(u32 *len);
 
 /*
- * vnet_waiting returns how many received frames the device has put in the
- * used ring that vnet_poll has not returned yet.
+ * vnet_rx_taken returns the receive queue's used index up to which
+ * vnet_poll has taken frames in (it counts frames, modulo 2^16).
  */
-u32 vnet_waiting(void);
+u16 vnet_rx_taken(void);
 
 /*
  * vnet_send transmits a frame of len bytes (at most FRAME_MAX) and waits
