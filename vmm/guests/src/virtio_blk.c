@@ -3,34 +3,12 @@
  * virtio-mmio is MMIO on user pages, so it needs no port and no privilege.
  */
 #include "virtio_blk.h"
-
-#define VIRTIO_MAGIC 0x74726976
-#define SCAN_BASE 0xfeb00000UL
-#define SCAN_STRIDE 0x200UL
-#define SCAN_SLOTS 32
-
-enum {
-	R_MAGIC = 0x000, R_VERSION = 0x004, R_DEVICE_ID = 0x008,
-	R_DEVICE_FEATURES = 0x010, R_DEVICE_FEATURES_SEL = 0x014,
-	R_DRIVER_FEATURES = 0x020, R_DRIVER_FEATURES_SEL = 0x024,
-	R_QUEUE_SEL = 0x030, R_QUEUE_NUM_MAX = 0x034, R_QUEUE_NUM = 0x038,
-	R_QUEUE_READY = 0x044, R_QUEUE_NOTIFY = 0x050,
-	R_INTERRUPT_STATUS = 0x060, R_INTERRUPT_ACK = 0x064, R_STATUS = 0x070,
-	R_QUEUE_DESC_LOW = 0x080, R_QUEUE_DESC_HIGH = 0x084,
-	R_QUEUE_DRIVER_LOW = 0x090, R_QUEUE_DRIVER_HIGH = 0x094,
-	R_QUEUE_DEVICE_LOW = 0x0a0, R_QUEUE_DEVICE_HIGH = 0x0a4,
-	R_CONFIG = 0x100,
-};
-
-enum { S_ACK = 1, S_DRIVER = 2, S_DRIVER_OK = 4, S_FEATURES_OK = 8, S_FAILED = 128 };
-enum { F_NEXT = 1, F_WRITE = 2 };
+#include "virtio_mmio.h"
 
 #define QSIZE 8
 #define FEATURE_FLUSH (1u << 9)
 
-struct desc { u64 addr; u32 len; u16 flags; u16 next; };
 struct avail { u16 flags; u16 idx; u16 ring[QSIZE]; u16 used_event; };
-struct used_elem { u32 id; u32 len; };
 struct used { u16 flags; u16 idx; struct used_elem ring[QSIZE]; u16 avail_event; };
 struct req_hdr { u32 type; u32 reserved; u64 sector; };
 
@@ -57,8 +35,8 @@ int vblk_find(void)
 	uptr base = param(P_VIRTIO_BASE, 0);
 	if (base)
 		return probe(base);
-	for (unsigned i = 0; i < SCAN_SLOTS; i++)
-		if (probe(SCAN_BASE + i * SCAN_STRIDE))
+	for (unsigned i = 0; i < VIRTIO_SCAN_SLOTS; i++)
+		if (probe(VIRTIO_SCAN_BASE + i * VIRTIO_SCAN_STRIDE))
 			return 1;
 	return 0;
 }
@@ -95,32 +73,10 @@ u8 vblk_submit(u32 type, u64 sector, void *data, u32 len)
 
 int vblk_setup(void)
 {
-	wr(R_STATUS, 0);
-	wr(R_STATUS, S_ACK);
-	wr(R_STATUS, S_ACK | S_DRIVER);
-	wr(R_DEVICE_FEATURES_SEL, 1);
-	if (!(rd(R_DEVICE_FEATURES) & 1))	/* VIRTIO_F_VERSION_1 */
+	if (!virtio_negotiate(dev, FEATURE_FLUSH, &features))
 		return 0;
-	wr(R_DEVICE_FEATURES_SEL, 0);
-	features = rd(R_DEVICE_FEATURES) & FEATURE_FLUSH;
-	wr(R_DRIVER_FEATURES_SEL, 0);
-	wr(R_DRIVER_FEATURES, features);
-	wr(R_DRIVER_FEATURES_SEL, 1);
-	wr(R_DRIVER_FEATURES, 1);
-	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK);
-	if (!(rd(R_STATUS) & S_FEATURES_OK))
+	if (!virtio_ready_queue(dev, 0, QSIZE, descs, &avail, &used))
 		return 0;
-	wr(R_QUEUE_SEL, 0);
-	if (rd(R_QUEUE_NUM_MAX) < QSIZE)
-		return 0;
-	wr(R_QUEUE_NUM, QSIZE);
-	wr(R_QUEUE_DESC_LOW, (u32)(uptr)descs);
-	wr(R_QUEUE_DESC_HIGH, 0);
-	wr(R_QUEUE_DRIVER_LOW, (u32)(uptr)&avail);
-	wr(R_QUEUE_DRIVER_HIGH, 0);
-	wr(R_QUEUE_DEVICE_LOW, (u32)(uptr)&used);
-	wr(R_QUEUE_DEVICE_HIGH, 0);
-	wr(R_QUEUE_READY, 1);
 	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK | S_DRIVER_OK);
 	return 1;
 }

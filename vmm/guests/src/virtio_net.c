@@ -4,27 +4,7 @@
  * guest-physical address.
  */
 #include "virtio_net.h"
-
-#define VIRTIO_MAGIC 0x74726976
-#define SCAN_BASE 0xfeb00000UL
-#define SCAN_STRIDE 0x200UL
-#define SCAN_SLOTS 32
-
-enum {
-	R_MAGIC = 0x000, R_VERSION = 0x004, R_DEVICE_ID = 0x008,
-	R_DEVICE_FEATURES = 0x010, R_DEVICE_FEATURES_SEL = 0x014,
-	R_DRIVER_FEATURES = 0x020, R_DRIVER_FEATURES_SEL = 0x024,
-	R_QUEUE_SEL = 0x030, R_QUEUE_NUM_MAX = 0x034, R_QUEUE_NUM = 0x038,
-	R_QUEUE_READY = 0x044, R_QUEUE_NOTIFY = 0x050,
-	R_INTERRUPT_STATUS = 0x060, R_INTERRUPT_ACK = 0x064, R_STATUS = 0x070,
-	R_QUEUE_DESC_LOW = 0x080, R_QUEUE_DESC_HIGH = 0x084,
-	R_QUEUE_DRIVER_LOW = 0x090, R_QUEUE_DRIVER_HIGH = 0x094,
-	R_QUEUE_DEVICE_LOW = 0x0a0, R_QUEUE_DEVICE_HIGH = 0x0a4,
-	R_CONFIG = 0x100,
-};
-
-enum { S_ACK = 1, S_DRIVER = 2, S_DRIVER_OK = 4, S_FEATURES_OK = 8 };
-enum { F_WRITE = 2 };
+#include "virtio_mmio.h"
 
 #define DEVICE_NET 1
 #define FEATURE_MAC (1u << 5)
@@ -34,9 +14,7 @@ enum { F_WRITE = 2 };
 #define RX_BUFS QSIZE
 #define BUF (HDR + FRAME_MAX)
 
-struct desc { u64 addr; u32 len; u16 flags; u16 next; };
 struct avail { u16 flags; u16 idx; u16 ring[QSIZE]; u16 used_event; };
-struct used_elem { u32 id; u32 len; };
 struct used { u16 flags; u16 idx; struct used_elem ring[QSIZE]; u16 avail_event; };
 
 /* A queue: its three rings (each on its own page) and the used index seen. */
@@ -60,8 +38,8 @@ static void wr(unsigned r, u32 v) { mmio_write32(dev + r, v); }
 
 int vnet_find(void)
 {
-	for (unsigned i = 0; i < SCAN_SLOTS; i++) {
-		dev = SCAN_BASE + i * SCAN_STRIDE;
+	for (unsigned i = 0; i < VIRTIO_SCAN_SLOTS; i++) {
+		dev = VIRTIO_SCAN_BASE + i * VIRTIO_SCAN_STRIDE;
 		if (rd(R_MAGIC) == VIRTIO_MAGIC && rd(R_VERSION) == 2 && rd(R_DEVICE_ID) == DEVICE_NET)
 			return 1;
 	}
@@ -79,36 +57,12 @@ static void post(struct queue *q, u16 id)
 
 static int ready_queue(unsigned n, struct queue *q)
 {
-	wr(R_QUEUE_SEL, n);
-	if (rd(R_QUEUE_NUM_MAX) < QSIZE)
-		return 0;
-	wr(R_QUEUE_NUM, QSIZE);
-	wr(R_QUEUE_DESC_LOW, (u32)(uptr)q->descs);
-	wr(R_QUEUE_DESC_HIGH, 0);
-	wr(R_QUEUE_DRIVER_LOW, (u32)(uptr)&q->avail);
-	wr(R_QUEUE_DRIVER_HIGH, 0);
-	wr(R_QUEUE_DEVICE_LOW, (u32)(uptr)&q->used);
-	wr(R_QUEUE_DEVICE_HIGH, 0);
-	wr(R_QUEUE_READY, 1);
-	return 1;
+	return virtio_ready_queue(dev, n, QSIZE, q->descs, &q->avail, &q->used);
 }
 
 int vnet_setup(void)
 {
-	wr(R_STATUS, 0);
-	wr(R_STATUS, S_ACK);
-	wr(R_STATUS, S_ACK | S_DRIVER);
-	wr(R_DEVICE_FEATURES_SEL, 1);
-	if (!(rd(R_DEVICE_FEATURES) & 1))	/* VIRTIO_F_VERSION_1 */
-		return 0;
-	wr(R_DEVICE_FEATURES_SEL, 0);
-	features = rd(R_DEVICE_FEATURES) & FEATURE_MAC;
-	wr(R_DRIVER_FEATURES_SEL, 0);
-	wr(R_DRIVER_FEATURES, features);
-	wr(R_DRIVER_FEATURES_SEL, 1);
-	wr(R_DRIVER_FEATURES, 1);
-	wr(R_STATUS, S_ACK | S_DRIVER | S_FEATURES_OK);
-	if (!(rd(R_STATUS) & S_FEATURES_OK))
+	if (!virtio_negotiate(dev, FEATURE_MAC, &features))
 		return 0;
 	for (u16 i = 0; i < RX_BUFS; i++) {
 		rxq.descs[i] = (struct desc){ (uptr)rx_bufs[i], BUF, F_WRITE, 0 };
