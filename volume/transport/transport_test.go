@@ -11,24 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"tern/internal/tlsconf"
+	"tern/internal/tlsconf/tlstest"
 )
 
-func certs(t *testing.T) *tlsconf.Bundle {
-	t.Helper()
-	dir := t.TempDir()
-	if err := tlsconf.Generate(dir, []string{"127.0.0.1"}, false); err != nil {
-		t.Fatal(err)
-	}
-	b, err := tlsconf.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func TestMutualTLSSessionStreamCarriesBytesBothWays(t *testing.T) {
-	b := certs(t)
+	b := tlstest.Loopback(t)
 	ln, err := Listen("127.0.0.1:0", b.ServerConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +79,7 @@ func TestMutualTLSSessionStreamCarriesBytesBothWays(t *testing.T) {
 }
 
 func TestUntrustedClientCertificateIsRefused(t *testing.T) {
-	server, stranger := certs(t), certs(t)
+	server, stranger := tlstest.Loopback(t), tlstest.Loopback(t)
 	ln, err := Listen("127.0.0.1:0", server.ServerConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +101,7 @@ func TestUntrustedClientCertificateIsRefused(t *testing.T) {
 }
 
 func TestClientWithoutCertificateIsRefused(t *testing.T) {
-	b := certs(t)
+	b := tlstest.Loopback(t)
 	ln, err := Listen("127.0.0.1:0", b.ServerConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +120,7 @@ func TestClientWithoutCertificateIsRefused(t *testing.T) {
 }
 
 func TestDialedSocketClosesWithConnection(t *testing.T) {
-	b := certs(t)
+	b := tlstest.Loopback(t)
 	ln, err := Listen("127.0.0.1:0", b.ServerConfig())
 	if err != nil {
 		t.Fatal(err)

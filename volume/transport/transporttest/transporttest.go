@@ -12,31 +12,16 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"tern/internal/tlsconf"
+	"tern/internal/tlsconf/tlstest"
 	"tern/volume/transport"
 )
-
-// Certs makes a CA and a certificate for 127.0.0.1 in a directory of the
-// test's own and loads them.
-func Certs(t testing.TB) *tlsconf.Bundle {
-	t.Helper()
-	dir := t.TempDir()
-	if err := tlsconf.Generate(dir, []string{"127.0.0.1"}, false); err != nil {
-		t.Fatal(err)
-	}
-	b, err := tlsconf.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // Pair returns the accepted and the dialed ends of a loopback QUIC
 // connection with mutual TLS that negotiated proto (ALPN), within a
 // minute; the cleanup closes both.
 func Pair(t testing.TB, proto string) (accepted, dialed *quic.Conn) {
 	t.Helper()
-	b := Certs(t)
+	b := tlstest.Loopback(t)
 	withProto := func(c *tls.Config) *tls.Config {
 		c.NextProtos = []string{proto}
 		return c
