@@ -222,10 +222,13 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, guestName str
 	printUpIntro(out, self, url, dataDir, spec)
 	console := startUpConsole(ctx, c, out)
 	defer console.stop()
+	failed := watchUpInstance(ctx, c, spec.Name)
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(out, "\ntern up: stopping")
 		return nil
+	case err := <-failed:
+		return err
 	case <-s.vmm.done():
 		if ctx.Err() != nil { // the emulated host's QEMU saw the signal too
 			fmt.Fprintln(out, "\ntern up: stopping")
@@ -233,6 +236,26 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, guestName str
 		}
 		return fmt.Errorf("running vmm: it stopped: %s", s.vmm.describe())
 	}
+}
+
+// watchUpInstance follows the instance and reports, once, that it
+// failed (a guest that triple-faulted, a volume that could not activate):
+// tern up then exits saying why, rather than serving a console on which
+// nothing will come. It reports nothing when ctx ends or the vmm goes
+// away (tern up's own wait on the vmm says that).
+func watchUpInstance(ctx context.Context, c *client.Client, name string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Failed }); err != nil {
+			return
+		}
+		why := "the vmm gave no reason"
+		if v, err := c.Get(ctx); err == nil && v.Error != "" {
+			why = v.Error
+		}
+		ch <- fmt.Errorf("the %s instance failed: %s", name, why)
+	}()
+	return ch
 }
 
 // upNeedsEmulatedHost decides where the vmm runs (upVMMPlace) and says

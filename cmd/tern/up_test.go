@@ -33,15 +33,26 @@ type upLines struct {
 // deadline.
 func (u *upLines) next(t *testing.T, what string, deadline <-chan time.Time, match func(string) bool) string {
 	t.Helper()
+	l, ok := u.nextOrEnd(t, what, deadline, match)
+	if !ok {
+		t.Fatalf("tern up's output ended before %s; it printed:\n%s", what, strings.Join(u.all, "\n"))
+	}
+	return l
+}
+
+// nextOrEnd is next, but says (ok false) when tern up's output ended
+// first instead of failing t.
+func (u *upLines) nextOrEnd(t *testing.T, what string, deadline <-chan time.Time, match func(string) bool) (string, bool) {
+	t.Helper()
 	for {
 		select {
 		case l, ok := <-u.lines:
 			if !ok {
-				t.Fatalf("tern up's output ended before %s; it printed:\n%s", what, strings.Join(u.all, "\n"))
+				return "", false
 			}
 			u.all = append(u.all, l)
 			if match(l) {
-				return l
+				return l, true
 			}
 		case <-deadline:
 			t.Fatalf("no %s in tern up's output in time; it printed:\n%s", what, strings.Join(u.all, "\n"))
@@ -116,6 +127,8 @@ type upRun struct {
 	cmd    *exec.Cmd
 	lines  *upLines
 	exited chan error // its Wait result, once its output ended
+	// stderr is what it wrote there; read it only after exited.
+	stderr *strings.Builder
 	client *client.Client
 	tmp    string // its TMPDIR
 }
@@ -146,7 +159,7 @@ func startUpWithin(t *testing.T, env []string, urlWait time.Duration, args ...st
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &upRun{cmd: cmd, lines: &upLines{lines: make(chan string, 4096)}, exited: make(chan error, 1), tmp: tmp}
+	r := &upRun{cmd: cmd, lines: &upLines{lines: make(chan string, 4096)}, exited: make(chan error, 1), stderr: &stderr, tmp: tmp}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
