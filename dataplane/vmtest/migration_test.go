@@ -59,7 +59,8 @@ const (
 //
 // It asserts that nothing is lost outside the migration's gap (every
 // missing run lies strictly inside it), that the last datagram sent
-// arrived, and that the old host forwarded. The loss, the gap, the
+// arrived, that the old host forwarded (the wait for its 300) and that the
+// guest echoes before and after. The loss, the gap, the
 // guest's stall, the migration's own downtime and the gap less the stall
 // (the target: at most 10 ms) are logged, not asserted, and
 // recorded in docs/benchmarks.md.
@@ -228,9 +229,6 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 		}
 	}
 	fwd := planetest.Counters(t, pb)[dataplane.CounterForwarded] - fwdBefore[dataplane.CounterForwarded]
-	if fwd < 300 {
-		t.Errorf("host b forwarded %d datagrams to host c; want at least 300", fwd)
-	}
 	mu.Lock()
 	window := switchedAt.Sub(pauseAt)
 	mu.Unlock()
