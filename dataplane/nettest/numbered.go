@@ -67,13 +67,6 @@ func (n *Numbered) run() {
 	}
 }
 
-// Sent returns how many datagrams have been sent so far.
-func (n *Numbered) Sent() uint32 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return uint32(len(n.sent))
-}
-
 // SentAt returns when datagram seq was sent (the zero time if it was not).
 func (n *Numbered) SentAt(seq uint32) time.Time {
 	n.mu.Lock()
