@@ -215,8 +215,8 @@ func UnderNestedPVM() bool {
 
 // RunInEmulatedHost runs t's test again, alone, from this test binary with
 // TERN_KVMHOST=always, and fails t unless it ran inside the emulated host
-// and passed; a run whose guest console stopped answering runs once more
-// there (kvmtest.ConsoleStall). t must be a top-level test.
+// and passed; a run whose guest console stopped answering runs again
+// there, up to twice (kvmtest.ConsoleStall). t must be a top-level test.
 func RunInEmulatedHost(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
@@ -238,8 +238,9 @@ func RunInEmulatedHost(t *testing.T) {
 // with every goroutine's stack (a test stuck in there says where); the
 // emulated host is killed 3 minutes after that (kvmtest's boot allowance,
 // the console's last lines printed: a machine that hung says why), and
-// this process 2 minutes later still, or twice that when kvmtest runs a
-// stalled test once more.
+// this process 2 minutes later still, or twice that in all when kvmtest
+// runs a stalled test again (a quick stall leaves room for its second
+// retry; the package's own timeout bounds the whole).
 func runInEmulatedHost(t *testing.T, self string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*22*time.Minute)
