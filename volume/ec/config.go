@@ -46,6 +46,9 @@ type Config struct {
 	KeepAlivePeriod, IdleTimeout time.Duration
 	// DeactivateTimeout bounds the flush Close does.
 	DeactivateTimeout time.Duration
+	// Network is where the shard connections' sockets come from; nil is
+	// the host's UDP (volume/sim's simulated network otherwise).
+	Network transport.Network
 }
 
 func (cfg Config) withDefaults() (Config, error) {

@@ -37,7 +37,12 @@ type session struct {
 	helloDec  *wire.Decoder
 	sessionID uuid.UUID
 
-	sendMu sync.Mutex // serializes encodes: the send order is the call order
+	// sendTurn serializes encodes, so the send order is the call order:
+	// a one-slot channel, not a mutex, because its holder may block for
+	// long in a stream write (flow control, a silent peer), and a
+	// goroutine waiting its turn on a channel is one testing/synctest
+	// counts as blocked, so the EC simulation's virtual clock moves on.
+	sendTurn chan struct{}
 	enc    *wire.Encoder
 
 	// dropped is why the volume ended this session, if it did; guarded
@@ -84,7 +89,7 @@ func dialSession(ctx context.Context, p sessionParams) (*session, error) {
 		conn.CloseWithError(0, "")
 		return nil, fmt.Errorf("opening session stream: %w", err)
 	}
-	s := &session{conn: conn, stream: stream, enc: wire.NewEncoder(stream), done: make(chan struct{}),
+	s := &session{conn: conn, stream: stream, enc: wire.NewEncoder(stream), done: make(chan struct{}), sendTurn: make(chan struct{}, 1),
 		pending: make(map[wire.JobID]*pendingReq), next: 16}
 	hello := &wire.Hello{Versions: wire.SupportedVersions, RegionUUID: p.region.UUID, UpstairsID: p.upstairsID, SessionID: uuid.New()}
 	dec := wire.NewDecoder(stream)
@@ -195,12 +200,12 @@ func (s *session) call(ctx context.Context, req wire.Message, data []byte) (wire
 // wire in the order start was called.
 func (s *session) start(req wire.Message, data []byte) (*pendingReq, error) {
 	p := &pendingReq{data: data, reply: make(chan sessionReply, 1)}
-	s.sendMu.Lock()
+	s.sendTurn <- struct{}{}
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
 		s.mu.Unlock()
-		s.sendMu.Unlock()
+		<-s.sendTurn
 		return nil, err
 	}
 	s.next++
@@ -209,7 +214,7 @@ func (s *session) start(req wire.Message, data []byte) (*pendingReq, error) {
 	s.mu.Unlock()
 	setJobID(req, p.id)
 	err := s.enc.Encode(req)
-	s.sendMu.Unlock()
+	<-s.sendTurn
 	if err != nil {
 		s.close("send failed")
 		s.forget(p.id)

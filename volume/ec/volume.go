@@ -193,7 +193,7 @@ func (v *Volume) connectShard(sh *shard) error {
 	dctx, cancel := context.WithTimeout(v.ctx, v.cfg.ReplyTimeout)
 	s, err := dialSession(dctx, sessionParams{
 		target: sh.target, tls: v.cfg.TLS, region: v.cfg.Region, upstairsID: v.cfg.UpstairsID,
-		dial: transport.DialOptions{KeepAlivePeriod: v.cfg.KeepAlivePeriod, IdleTimeout: v.cfg.IdleTimeout},
+		dial: transport.DialOptions{KeepAlivePeriod: v.cfg.KeepAlivePeriod, IdleTimeout: v.cfg.IdleTimeout, Network: v.cfg.Network},
 	})
 	cancel()
 	if err != nil {
@@ -263,8 +263,14 @@ func (v *Volume) await(sh *shard, region wire.RegionInfo) (ids.Generation, error
 		}
 		a := v.act
 		if !a.decided {
+			// Notify only news: every waiting shard wakes on a
+			// notification, and one that notified again on each wake-up
+			// would keep the others spinning with it until the last
+			// shard answered (the EC simulation found this).
+			if a.region[sh.id] == nil {
+				a.notifyLocked()
+			}
 			a.region[sh.id] = &region
-			a.notifyLocked()
 		} else if a.include[sh.id] {
 			return v.gen, nil
 		}

@@ -482,7 +482,7 @@ func (w *world) workload() {
 		val := w.oracle.nextValue()
 		data := make([]byte, int(count)*int(w.spec.BlockSize))
 		for i := range count {
-			w.fillBlock(data[int(i)*int(w.spec.BlockSize):][:w.spec.BlockSize], val, uint64(first)+uint64(i))
+			fillBlock(data[int(i)*int(w.spec.BlockSize):][:w.spec.BlockSize], val, uint64(first)+uint64(i))
 		}
 		if id, ok := u.submit(engine.KindWrite, first, count, data); ok {
 			w.oracle.submitWrite(u.n, id, val, uint64(first), count)
@@ -528,7 +528,7 @@ func (w *world) completed(u *upNode, id wire.JobID, j *ujob, err error) {
 		bs := int(w.spec.BlockSize)
 		for i := range j.count {
 			b := uint64(j.first) + uint64(i)
-			if msg := w.oracle.checkRead(u.n, id, b, w.decodeBlock(j.buf[int(i)*bs:][:bs], b)); msg != "" {
+			if msg := w.oracle.checkRead(u.n, id, b, decodeBlock(j.buf[int(i)*bs:][:bs], b)); msg != "" {
 				w.violate("u%d read %d: %s", u.n, id, msg)
 				return
 			}
@@ -540,7 +540,7 @@ func (w *world) completed(u *upNode, id wire.JobID, j *ujob, err error) {
 // fillBlock writes block b's content for value val: the value, the
 // block number, then bytes derived from both, so a block read back names
 // the write it came from and any damage shows.
-func (w *world) fillBlock(p []byte, val, b uint64) {
+func fillBlock(p []byte, val, b uint64) {
 	binary.LittleEndian.PutUint64(p[0:], val)
 	binary.LittleEndian.PutUint64(p[8:], b)
 	rng := rand.New(rand.NewPCG(val, b))
@@ -551,11 +551,11 @@ func (w *world) fillBlock(p []byte, val, b uint64) {
 
 // decodeBlock returns the value of a block read back at b: 0 for a
 // never-written block, noValue for content no write of b produced.
-func (w *world) decodeBlock(p []byte, b uint64) uint64 {
+func decodeBlock(p []byte, b uint64) uint64 {
 	val := binary.LittleEndian.Uint64(p)
 	want := make([]byte, len(p))
 	if val != 0 {
-		w.fillBlock(want, val, b)
+		fillBlock(want, val, b)
 	}
 	if string(want) != string(p) {
 		return noValue
@@ -652,14 +652,14 @@ func (w *world) compareReplicas() error {
 			}
 			if string(blocks[r][int(b)*bs:][:bs]) != string(p0) {
 				w.violate("replicas differ at block %d: d%d has %d, d%d has %d", b,
-					ref, w.decodeBlock(p0, b), r, w.decodeBlock(blocks[r][int(b)*bs:][:bs], b))
+					ref, decodeBlock(p0, b), r, decodeBlock(blocks[r][int(b)*bs:][:bs], b))
 			}
 		}
 		for r := range engine.ReplicaCount {
 			if w.flipped[r][b] {
 				continue
 			}
-			v := w.decodeBlock(blocks[r][int(b)*bs:][:bs], b)
+			v := decodeBlock(blocks[r][int(b)*bs:][:bs], b)
 			if msg := w.oracle.checkDurable(b, v); msg != "" {
 				w.res.Lost++
 				w.violate("d%d block %d: %s", r, b, msg)
@@ -695,7 +695,7 @@ func (w *world) countLost() int {
 			if err := d.region.ReadBlocks(ids.BlockIndex(b), buf, h); err != nil || xxhash.Sum64(buf) != h[0] {
 				continue
 			}
-			if w.oracle.checkDurable(b, w.decodeBlock(buf, b)) == "" {
+			if w.oracle.checkDurable(b, decodeBlock(buf, b)) == "" {
 				held = true
 				break
 			}

@@ -51,6 +51,21 @@ type DialOptions struct {
 	// from the peer (at most ListenIdleTimeout takes effect against a
 	// Listener of this package).
 	IdleTimeout time.Duration
+	// Network opens the dialer's socket and resolves addresses; nil is
+	// the host's UDP.
+	Network Network
+}
+
+// Network is where the transport's datagram sockets come from. nil, the
+// default everywhere, is the host's UDP. volume/sim's erasure-coded world
+// passes a simulated network, so the production dial, listen, QUIC and
+// TLS code runs unchanged over seeded packet faults in virtual time.
+type Network interface {
+	// ListenPacket opens a socket on addr (host:port; "" picks a free
+	// address).
+	ListenPacket(addr string) (net.PacketConn, error)
+	// ResolveAddr turns host:port into the address a socket sends to.
+	ResolveAddr(addr string) (net.Addr, error)
 }
 
 func (o DialOptions) withDefaults() DialOptions {
@@ -107,7 +122,7 @@ func withALPN(conf *tls.Config) (*tls.Config, error) {
 // Listener accepts QUIC connections of the volume protocol. It owns its
 // UDP socket.
 type Listener struct {
-	udp *net.UDPConn
+	udp net.PacketConn
 	ln  *quic.Listener
 }
 
@@ -115,11 +130,21 @@ type Listener struct {
 // port 0 picks a free one). tlsConf should require and verify client
 // certificates (tlsconf's ServerConfig does); NextProto is added to it.
 func Listen(addr string, tlsConf *tls.Config) (*Listener, error) {
+	return ListenOn(nil, addr, tlsConf)
+}
+
+// ListenOn is Listen on nw's sockets (nil: the host's UDP).
+func ListenOn(nw Network, addr string, tlsConf *tls.Config) (*Listener, error) {
 	conf, err := withALPN(tlsConf)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	udp, err := listenUDP(addr)
+	var udp net.PacketConn
+	if nw != nil {
+		udp, err = nw.ListenPacket(addr)
+	} else {
+		udp, err = listenUDP(addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
@@ -171,15 +196,7 @@ func DialWith(ctx context.Context, addr string, tlsConf *tls.Config, opts DialOp
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	raddr, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	local := ":0"
-	if raddr.IP.To4() != nil {
-		local = "0.0.0.0:0"
-	}
-	udp, err := listenUDP(local)
+	raddr, udp, err := dialSocket(addr, opts.Network)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -198,6 +215,29 @@ func DialWith(ctx context.Context, addr string, tlsConf *tls.Config, opts DialOp
 		udp.Close()
 	}()
 	return conn, nil
+}
+
+// dialSocket resolves addr and opens a socket to send to it from, on nw
+// (nil: the host's UDP).
+func dialSocket(addr string, nw Network) (net.Addr, net.PacketConn, error) {
+	if nw != nil {
+		raddr, err := nw.ResolveAddr(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		udp, err := nw.ListenPacket("")
+		return raddr, udp, err
+	}
+	raddr, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	local := ":0"
+	if raddr.IP.To4() != nil {
+		local = "0.0.0.0:0"
+	}
+	udp, err := listenUDP(local)
+	return raddr, udp, err
 }
 
 // listenUDP opens a UDP socket on addr with enlarged kernel buffers.
