@@ -43,7 +43,7 @@ type session struct {
 	// goroutine waiting its turn on a channel is one testing/synctest
 	// counts as blocked, so the EC simulation's virtual clock moves on.
 	sendTurn chan struct{}
-	enc    *wire.Encoder
+	enc      *wire.Encoder
 
 	// dropped is why the volume ended this session, if it did; guarded
 	// by Volume.mu.
