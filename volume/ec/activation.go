@@ -149,6 +149,7 @@ func (v *Volume) activate(ctx context.Context, gen ids.Generation) error {
 	for i, s := range a.done {
 		if s != nil {
 			v.shards[i].sess, v.shards[i].attachedOnce = s, true
+			v.shards[i].sessions++
 		}
 	}
 	v.refVersions, v.flushNum = referenceVersions(a.done, int(region.ExtentCount))

@@ -368,6 +368,16 @@ func (v *Volume) resolveBatch(ctx context.Context, base, end StripeIndex, all, s
 				}
 				v.mu.Unlock()
 				res, err := v.codec.Resolve(blocks, sus)
+				if errors.Is(err, ErrTooFewShards) || suspect != nil && errors.Is(err, ErrInconsistentStripe) {
+					// Too many shards are suspect on it: metadata lags
+					// whenever a shard owed a write as a flush began, so
+					// after a takeover under load several shards may be
+					// suspect on a stripe the old upstairs left torn.
+					// Decide it from every block that matches its hash,
+					// as vouchFor does for IO, and at activation settle
+					// it as a torn stripe is settled.
+					res, err = v.vouchedStripe(rd, st, suspect != nil)
+				}
 				if err != nil {
 					return fmt.Errorf("resolving stripe %d: %w", st, err)
 				}
@@ -438,6 +448,30 @@ func (v *Volume) resolveBatch(ctx context.Context, base, end StripeIndex, all, s
 // current on it again. With fewer, or any disagreement, it stays behind
 // (and IO on it waits) until more shards are back.
 func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) bool {
+	res, err := v.vouchedStripe(rd, st, false)
+	if err != nil {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for i, differs := range res.Differs {
+		if !differs {
+			v.shards[i].missed.remove(st)
+		}
+	}
+	v.notifyLocked()
+	return true
+}
+
+// vouchedStripe decides a stripe whose trusted blocks are fewer than
+// Data, or disagree, from every block read of it that matches its
+// recorded hash, behind or not: more than Data of them agreeing as one
+// stripe are its content (a stale block would disagree with the parity).
+// With settle (at activation, where a torn stripe is expected) blocks
+// that disagree are settled by Codec.Resolve's rules (one block blamed,
+// or the data decides and parity is recomputed). ErrTooFewShards when
+// Data or fewer came back, or they disagree and settle is false.
+func (v *Volume) vouchedStripe(rd *stripeRead, st StripeIndex, settle bool) (Resolution, error) {
 	n := v.cfg.Layout.Shards()
 	blocks := make([][]byte, n)
 	have := 0
@@ -447,19 +481,14 @@ func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) bool {
 		}
 	}
 	if have <= v.cfg.Layout.Data {
-		return false
+		return Resolution{}, ErrTooFewShards
 	}
 	res, err := v.codec.Resolve(blocks, make([]bool, n))
-	if err != nil || res.How != Consistent {
-		return false
+	switch {
+	case err != nil:
+		return Resolution{}, fmt.Errorf("%w: %w", ErrTooFewShards, err)
+	case res.How != Consistent && !settle:
+		return Resolution{}, ErrTooFewShards
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for i, b := range blocks {
-		if b != nil && !res.Differs[i] {
-			v.shards[i].missed.remove(st)
-		}
-	}
-	v.notifyLocked()
-	return true
+	return res, nil
 }

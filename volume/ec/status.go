@@ -41,6 +41,10 @@ type ShardStatus struct {
 	FaultReason   string
 	// Repair is the shard's current or latest repair; nil if none ran.
 	Repair *reconcile.Progress
+	// Sessions counts the sessions of the shard the volume attached, one
+	// more each time it rejoins: a shard that restarted has rejoined once
+	// Sessions has grown.
+	Sessions uint64
 }
 
 // Status returns a snapshot of the volume.
@@ -53,7 +57,7 @@ func (v *Volume) Status() Status {
 		Activation: v.actTracker.Status(),
 	}
 	for _, sh := range v.shards {
-		st := ShardStatus{Target: sh.target, StripesBehind: sh.missed.count, LastError: sh.lastErr, FaultReason: sh.faultReason}
+		st := ShardStatus{Target: sh.target, StripesBehind: sh.missed.count, LastError: sh.lastErr, FaultReason: sh.faultReason, Sessions: sh.sessions}
 		switch {
 		case sh.sess == nil && !sh.attachedOnce:
 			st.State = ShardConnecting

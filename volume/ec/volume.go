@@ -83,6 +83,8 @@ type shard struct {
 	repair      *reconcile.Tracker
 	lastErr     string
 	faultReason string
+	// sessions counts the sessions attached, at activation or joining.
+	sessions uint64
 }
 
 // activation is the handshake state while Activate runs.
@@ -326,6 +328,7 @@ func (v *Volume) attach(sh *shard, s *session, meta uint64) bool {
 	v.markSuspectLocked(sh, s, meta)
 	v.noteHeldLocked(sh, s)
 	sh.sess, sh.attachedOnce = s, true
+	sh.sessions++
 	sh.lastErr, sh.faultReason = "", ""
 	v.log.Info("shard joined", "shard", sh.id, "target", sh.target, "stripes_to_check", sh.missed.count)
 	v.notifyLocked()

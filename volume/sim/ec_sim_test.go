@@ -12,11 +12,12 @@ import (
 )
 
 var (
-	flagECSeeds = flag.Int("ec.seeds", 0, "TestSimulationEC: run this many seeds from -ec.first (0: the CI budget)")
-	flagECFirst = flag.Int64("ec.first", 0, "TestSimulationEC: the first seed")
-	flagECSeed  = flag.Int64("ec.seed", -1, "TestSimulationEC: run only this seed")
-	flagECSteps = flag.Int("ec.steps", 0, "TestSimulationEC: ticks of the faulty phase (0: the default)")
-	flagECTrace = flag.Bool("ec.trace", false, "TestSimulationEC: log every trace line as it happens")
+	flagECSeeds    = flag.Int("ec.seeds", 0, "TestSimulationEC: run this many seeds from -ec.first (0: the CI budget)")
+	flagECFirst    = flag.Int64("ec.first", 0, "TestSimulationEC: the first seed")
+	flagECSeed     = flag.Int64("ec.seed", -1, "TestSimulationEC: run only this seed")
+	flagECSteps    = flag.Int("ec.steps", 0, "TestSimulationEC: ticks of the faulty phase (0: the default)")
+	flagECTrace    = flag.Bool("ec.trace", false, "TestSimulationEC: log every trace line as it happens")
+	flagECTakeover = flag.Float64("ec.takeover", -1, "TestSimulationEC: the chance of a takeover per tick (default: the campaign's)")
 )
 
 // ciECSeeds is the budget a plain `go test ./volume/sim` runs: each
@@ -64,6 +65,9 @@ func runECSeeds(t *testing.T, chances Probabilities) {
 				server.Time, client.Time = now, now
 				cfg := DefaultECConfig(seed, server, client)
 				cfg.Faults = chances
+				if *flagECTakeover >= 0 {
+					cfg.Faults[faultTakeover] = *flagECTakeover
+				}
 				if *flagECSteps > 0 {
 					cfg.Steps = *flagECSteps
 				}

@@ -6,8 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +130,11 @@ type ecWorld struct {
 	// Fault model state, the injector's.
 	partedUntil []time.Time // per shard, a partition from the current upstairs
 	flipped     []bool      // per shard, a flipped bit no scrub has seen
+	// rejoin is, per shard crashed or replaced, how many sessions the
+	// current volume had attached of it then: it is impaired until a
+	// later one attaches (the volume may not notice the crash for an
+	// idle timeout, and until it does it counts the shard active).
+	rejoin []int64
 	tookOver    bool
 }
 
@@ -192,6 +199,10 @@ func (w *ecWorld) run() error {
 	}
 	w.partedUntil = make([]time.Time, l.Shards())
 	w.flipped = make([]bool, l.Shards())
+	w.rejoin = make([]int64, l.Shards())
+	for i := range w.rejoin {
+		w.rejoin[i] = -1
+	}
 	defer w.haltAll()
 	defer w.closeVolumes()
 
@@ -231,6 +242,7 @@ func (w *ecWorld) openVolume(u int, gen ids.Generation) (*ec.Volume, error) {
 		ActivationQuorumWait: time.Second,
 		ReconnectMin:         20 * time.Millisecond, ReconnectMax: 500 * time.Millisecond,
 		ReplyTimeout: 5 * time.Second, IdleTimeout: 2 * time.Second, KeepAlivePeriod: 500 * time.Millisecond,
+		Logger: slog.New(traceHandler{w: w, attrs: fmt.Sprintf(" u%d", u)}),
 	})
 	if err != nil {
 		return nil, err
@@ -395,6 +407,9 @@ func (w *ecWorld) impaired(i int, st ec.Status) bool {
 		return true
 	}
 	s := st.Shards[i]
+	if w.rejoin[i] >= 0 && int64(s.Sessions) <= w.rejoin[i] {
+		return true
+	}
 	return s.State != ec.ShardActive || s.StripesBehind > 0
 }
 
@@ -459,6 +474,7 @@ func (w *ecWorld) injectFaults() {
 	}
 	if healthyElse && !w.impaired(i, st) && w.chance(faultCrash) {
 		w.logf("fault: crash d%d (power lost)", i)
+		w.rejoin[i] = int64(st.Shards[i].Sessions)
 		s.crash(w.rng.IntN, true)
 		return
 	}
@@ -468,6 +484,7 @@ func (w *ecWorld) injectFaults() {
 	}
 	if budget && w.chance(faultReplace) {
 		w.logf("fault: replace d%d by an empty region", i)
+		w.rejoin[i] = int64(st.Shards[i].Sessions)
 		s.crash(w.rng.IntN, false)
 		if err := s.create(); err != nil {
 			w.violate("%v", err)
@@ -480,7 +497,8 @@ func (w *ecWorld) injectFaults() {
 	}
 	if healthyElse && !w.impaired(i, st) && w.chance(faultCrashAll) {
 		w.logf("fault: every shard crashes, d%d losing power", i)
-		for _, d := range w.shards {
+		for j, d := range w.shards {
+			w.rejoin[j] = int64(st.Shards[j].Sessions)
 			d.crash(w.rng.IntN, d == s)
 		}
 		w.mu.Lock()
@@ -541,8 +559,12 @@ func (w *ecWorld) takeover() {
 	w.cur = 1
 	w.oracle.takeover(1)
 	w.mu.Unlock()
-	// Partitions cut the old upstairs, not the new one.
+	// Partitions cut the old upstairs, not the new one, and the new one
+	// counts its own sessions.
 	clear(w.partedUntil)
+	for i := range w.rejoin {
+		w.rejoin[i] = -1
+	}
 	w.net.heal()
 }
 
@@ -716,6 +738,40 @@ func (w *ecWorld) closeVolumes() {
 		}
 	}
 }
+
+// traceHandler puts the volume's logs of level Info and above into the
+// trace.
+type traceHandler struct {
+	w     *ecWorld
+	attrs string
+}
+
+func (h traceHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (h traceHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(h.attrs)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.w.logf("log %s %s%s", r.Level, r.Message, b.String())
+	return nil
+}
+
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	var b strings.Builder
+	b.WriteString(h.attrs)
+	for _, a := range as {
+		if a.Key == "upstairs_id" {
+			continue
+		}
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	return traceHandler{w: h.w, attrs: b.String()}
+}
+
+func (h traceHandler) WithGroup(string) slog.Handler { return h }
 
 // haltAll stops every downstairs that runs.
 func (w *ecWorld) haltAll() {
