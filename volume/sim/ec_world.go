@@ -134,8 +134,8 @@ type ecWorld struct {
 	// current volume had attached of it then: it is impaired until a
 	// later one attaches (the volume may not notice the crash for an
 	// idle timeout, and until it does it counts the shard active).
-	rejoin []int64
-	tookOver    bool
+	rejoin   []int64
+	tookOver bool
 }
 
 // RunEC runs one seeded simulation of the erasure-coded volume. It must
