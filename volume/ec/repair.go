@@ -448,7 +448,7 @@ func (v *Volume) resolveBatch(ctx context.Context, base, end StripeIndex, all, s
 // current on it again. With fewer, or any disagreement, it stays behind
 // (and IO on it waits) until more shards are back.
 func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) bool {
-	res, err := v.vouchedStripe(rd, st, false)
+	res, err := v.vouchedStripe(rd, st, true)
 	if err != nil {
 		return false
 	}
