@@ -121,6 +121,22 @@
 // loads), each on its own files, so their interleaving cannot change the
 // outcome.
 //
+// # The erasure-coded volume
+//
+// RunEC (ec_world.go) simulates the erasure-coded volume differently: it
+// runs the production goroutines themselves, ec.Volume and k+m
+// downstairs.Server on extent.Region over the simulated disk, with the
+// production transport, quic-go and mutual TLS between them over a
+// simulated datagram network (ec_network.go, a transport.Network that
+// delays, reorders, drops and duplicates datagrams and partitions hosts),
+// inside a testing/synctest bubble, so time is virtual and a run of 10
+// simulated seconds takes about one. The fault kinds are this package's
+// (faults.go) and the oracle is the replicated world's (oracle.go); the
+// fault model and invariants, and what was found, are in
+// docs/reliability.md. The price is exact replay: the Go scheduler orders
+// the goroutines, so a seed fixes the faults and choices, not the
+// interleaving.
+//
 // # Running it
 //
 //	go test ./volume/sim -run TestSimulation -v              # the CI budget (20 seeds)
@@ -129,6 +145,7 @@
 //	go test ./volume/sim -run TestSimulationWholeVolumeCrash -v -seeds 500   # with crashes of the whole volume
 //	go test ./volume/sim -run TestRegressionSeeds -v      # each past fix undone in production code
 //	tern bench sim --seeds 10000                             # a campaign, outside CI
+//	go test ./volume/sim -run 'TestSimulationEC$' -v -ec.seeds 200   # the EC volume's seeds
 //
 // Each seed logs `sim: seed=S events=N faults=F trace=H violations=V`. A
 // failing seed is shrunk (Shrink: faults dropped by delta debugging, then
