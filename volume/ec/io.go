@@ -185,6 +185,17 @@ type stripeRead struct {
 	// hashOK is whether each block came back matching its recorded hash,
 	// whether or not its shard is behind on the stripe.
 	hashOK [][]bool
+	// recorded is each block's hash as its shard recorded it.
+	recorded [][]uint64
+}
+
+// recordedHash is shard i's recorded hash of its block of stripe st, 0
+// when unknown (not read).
+func (r *stripeRead) recordedHash(i int, st StripeIndex) uint64 {
+	if r == nil || st < r.first || st > r.last || r.recorded[i] == nil {
+		return 0
+	}
+	return r.recorded[i][st-r.first]
 }
 
 func (r *stripeRead) ok(i int, st StripeIndex) bool {
@@ -216,7 +227,7 @@ func (r *stripeRead) block(i int, st StripeIndex) []byte {
 // request or does not answer in time is dropped.
 func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want []bool) *stripeRead {
 	n, cnt := len(want), int(last-first+1)
-	r := &stripeRead{first: first, last: last, bs: v.bs, data: make([][]byte, n), intact: make([][]bool, n), hashOK: make([][]bool, n)}
+	r := &stripeRead{first: first, last: last, bs: v.bs, data: make([][]byte, n), intact: make([][]bool, n), hashOK: make([][]bool, n), recorded: make([][]uint64, n)}
 	sessions := make([]*session, n)
 	v.mu.Lock()
 	for i, sh := range v.shards {
@@ -239,12 +250,12 @@ func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want 
 		r.data[i] = make([]byte, cnt*v.bs)
 		go func() {
 			defer func() { done <- struct{}{} }()
-			hashOK, err := v.shardRead(ctx, i, s, first, cnt, r.data[i])
+			hashOK, recorded, err := v.shardRead(ctx, i, s, first, cnt, r.data[i])
 			if err != nil {
 				r.intact[i] = nil
 				return
 			}
-			r.hashOK[i] = hashOK
+			r.hashOK[i], r.recorded[i] = hashOK, recorded
 			var corrupt []StripeIndex
 			for j, ok := range hashOK {
 				if !ok {
@@ -264,8 +275,9 @@ func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want 
 }
 
 // shardRead reads count blocks at stripe first from shard i into buf and
-// reports which match the hash the shard recorded for them.
-func (v *Volume) shardRead(ctx context.Context, i int, s *session, first StripeIndex, count int, buf []byte) ([]bool, error) {
+// reports which match the hash the shard recorded for them, and those
+// recorded hashes.
+func (v *Volume) shardRead(ctx context.Context, i int, s *session, first StripeIndex, count int, buf []byte) ([]bool, []uint64, error) {
 	rctx, cancel := context.WithTimeout(ctx, v.cfg.ReplyTimeout)
 	m, err := s.call(rctx, &wire.Read{Offset: first, Count: uint32(count)}, buf)
 	cancel()
@@ -276,13 +288,13 @@ func (v *Volume) shardRead(ctx context.Context, i int, s *session, first StripeI
 				v.dropShard(v.shards[i], s, fmt.Errorf("no answer to a read within %v", v.cfg.ReplyTimeout))
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	resp, _ := m.(*wire.ReadResponse)
 	if resp == nil || len(resp.Hashes) != count || len(resp.Data) != count*v.bs {
 		err := fmt.Errorf("shard %d answered a read of %d blocks with %v", i, count, m.Type())
 		v.dropShard(v.shards[i], s, err)
-		return nil, err
+		return nil, nil, err
 	}
 	if &resp.Data[0] != &buf[0] {
 		copy(buf, resp.Data)
@@ -291,7 +303,7 @@ func (v *Volume) shardRead(ctx context.Context, i int, s *session, first StripeI
 	for j := range count {
 		ok[j] = xxhash.Sum64(buf[j*v.bs:(j+1)*v.bs]) == resp.Hashes[j]
 	}
-	return ok, nil
+	return ok, resp.Hashes, nil
 }
 
 // markCorrupt notes blocks of shard i that failed their hash and wakes

@@ -163,10 +163,13 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 			}
 		}
 		if err := v.codec.Reconstruct(stripe); err != nil {
-			if !errors.Is(err, ErrTooFewShards) || !v.vouchFor(rd, st) {
+			vouched, ok := v.vouchFor(rd, st)
+			if !errors.Is(err, ErrTooFewShards) || !ok {
 				return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
 			}
-			continue
+			// The stripe is decided; this shard's block is rewritten
+			// below if it differs.
+			stripe = vouched.Stripe
 		}
 		tr.AddCompared(1)
 		block := stripe[sh.id]
@@ -447,10 +450,10 @@ func (v *Volume) resolveBatch(ctx context.Context, base, end StripeIndex, all, s
 // hash, agree with each other as one stripe, every shard holding one is
 // current on it again. With fewer, or any disagreement, it stays behind
 // (and IO on it waits) until more shards are back.
-func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) bool {
+func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) (Resolution, bool) {
 	res, err := v.vouchedStripe(rd, st, true)
 	if err != nil {
-		return false
+		return Resolution{}, false
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -460,6 +463,16 @@ func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) bool {
 		}
 	}
 	v.notifyLocked()
+	return res, true
+}
+
+// everyShardRead reports whether every shard answered the read.
+func everyShardRead(rd *stripeRead) bool {
+	for _, r := range rd.recorded {
+		if r == nil {
+			return false
+		}
+	}
 	return true
 }
 
@@ -480,15 +493,32 @@ func (v *Volume) vouchedStripe(rd *stripeRead, st StripeIndex, settle bool) (Res
 			have++
 		}
 	}
-	if have <= v.cfg.Layout.Data {
+	if have < v.cfg.Layout.Data || have == v.cfg.Layout.Data && (!settle || !everyShardRead(rd)) {
 		return Resolution{}, ErrTooFewShards
 	}
-	res, err := v.codec.Resolve(blocks, make([]bool, n))
+	var res Resolution
+	err := ErrInconsistentStripe
+	if have > v.cfg.Layout.Data {
+		res, err = v.codec.Resolve(blocks, make([]bool, n))
+	}
+	if settle && errors.Is(err, ErrInconsistentStripe) && everyShardRead(rd) {
+		// Only with every shard's blocks and recorded hashes in hand:
+		// one still away may hold the block that decides it.
+		recorded, known := make([]uint64, n), make([]bool, n)
+		for i := range n {
+			recorded[i], known[i] = rd.recordedHash(i, st), rd.recorded[i] != nil
+		}
+		if s, serr := v.codec.Settle(blocks, recorded, known); serr == nil {
+			res, err = s, nil
+		}
+	}
 	switch {
 	case err != nil:
 		return Resolution{}, fmt.Errorf("%w: %w", ErrTooFewShards, err)
 	case res.How != Consistent && !settle:
 		return Resolution{}, ErrTooFewShards
+	case res.How != Consistent:
+		v.log.Warn("stripe settled from the blocks that match their hashes", "stripe", st, "decision", res.How)
 	}
 	return res, nil
 }

@@ -3,6 +3,8 @@ package ec
 import (
 	"bytes"
 	"errors"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // ErrInconsistentStripe: the trusted blocks of a stripe disagree and no
@@ -26,6 +28,10 @@ const (
 	// trusted, so the data decides and the parity is recomputed, as
 	// a RAID resync does.
 	ParityRecomputed
+	// Settled: the blocks disagreed with a data block missing (the write
+	// hole); Settle chose the decoding that rebuilds the missing blocks
+	// to their recorded hashes.
+	Settled
 )
 
 // Resolution is what one stripe should hold.
@@ -144,4 +150,86 @@ func (c *Codec) fromData(blocks [][]byte, trusted []bool) [][]byte {
 		return nil
 	}
 	return stripe
+}
+
+// Settle decides a stripe Resolve cannot: its present blocks disagree
+// with no single one to blame while a data block is missing, the write
+// hole a crash of every shard in the middle of a partial-stripe write
+// leaves (one shard's block torn, the others holding old or new blocks).
+// Every choice of Data present blocks decodes to a candidate stripe;
+// recorded[i] is shard i's recorded hash of its block where known
+// (known[i]), and a candidate that rebuilds a missing block to its
+// recorded hash is one some write produced. The candidate with most such
+// matches wins, then the one most present blocks agree with, then the
+// first. When no candidate matches, the missing block's last write was
+// torn and its recorded hash is that write's: the decoding of the
+// blocks that survive is what the stripe held before it (with Data+1 or
+// more present, the one most of them agree with). ErrTooFewShards when
+// fewer than Data blocks are present. Settle is pure.
+func (c *Codec) Settle(blocks [][]byte, recorded []uint64, known []bool) (Resolution, error) {
+	n, k := c.Layout.Shards(), c.Layout.Data
+	if len(blocks) != n || len(recorded) != n || len(known) != n {
+		return Resolution{}, errors.New("settling stripe: wrong number of shards")
+	}
+	var present []int
+	for i, b := range blocks {
+		if b != nil {
+			present = append(present, i)
+		}
+	}
+	if len(present) < k {
+		return Resolution{}, ErrTooFewShards
+	}
+	var (
+		best                 [][]byte
+		bestMatch, bestAgree = -1, -1
+	)
+	pick := make([]int, k)
+	var walk func(from, depth int)
+	walk = func(from, depth int) {
+		if depth == k {
+			stripe := make([][]byte, n)
+			for _, i := range pick {
+				stripe[i] = blocks[i]
+			}
+			if c.Reconstruct(stripe) != nil {
+				return
+			}
+			match, agree := 0, 0
+			for i, b := range blocks {
+				switch {
+				case b != nil && bytes.Equal(b, stripe[i]):
+					agree++
+				case b == nil && known[i] && holdsRecorded(stripe[i], recorded[i]):
+					match++
+				}
+			}
+			if match > bestMatch || match == bestMatch && agree > bestAgree {
+				best, bestMatch, bestAgree = stripe, match, agree
+			}
+			return
+		}
+		for j := from; j <= len(present)-(k-depth); j++ {
+			pick[depth] = present[j]
+			walk(j+1, depth+1)
+		}
+	}
+	walk(0, 0)
+	if best == nil {
+		return Resolution{}, ErrInconsistentStripe
+	}
+	res := Resolution{Stripe: best, Differs: make([]bool, n), How: Settled}
+	for i, b := range blocks {
+		res.Differs[i] = b == nil || !bytes.Equal(b, best[i])
+	}
+	return res, nil
+}
+
+// holdsRecorded reports whether b is the block a shard recorded hash h
+// for (0 is a block never written, which reads as zeros).
+func holdsRecorded(b []byte, h uint64) bool {
+	if h == 0 {
+		return allZero(b)
+	}
+	return xxhash.Sum64(b) == h
 }

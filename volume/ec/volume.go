@@ -398,7 +398,7 @@ func (v *Volume) readMeta(ctx context.Context, i int, s *session) (uint64, error
 	at, uid := v.metaBlock, v.region.UUID
 	v.mu.Unlock()
 	buf := make([]byte, v.bs)
-	ok, err := v.shardRead(ctx, i, s, at, 1, buf)
+	ok, _, err := v.shardRead(ctx, i, s, at, 1, buf)
 	if err != nil {
 		return 0, fmt.Errorf("reading shard metadata: %w", err)
 	}

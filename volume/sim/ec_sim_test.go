@@ -85,6 +85,7 @@ func runECSeeds(t *testing.T, chances Probabilities) {
 				}
 				if *flagECTrace {
 					cfg.Logf = t.Logf
+					cfg.DumpStacks = true
 				}
 				res := RunEC(cfg)
 				t.Log(res.Summary())

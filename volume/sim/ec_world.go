@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type ECConfig struct {
 	ServerTLS, ClientTLS *tls.Config
 	// Logf, when set, receives the run's trace lines as they happen.
 	Logf func(format string, args ...any)
+	// DumpStacks puts every goroutine's stack into the trace when the
+	// volume does not converge.
+	DumpStacks bool
 }
 
 // ECTick is the erasure-coded world's tick of virtual time.
@@ -625,6 +629,10 @@ func (w *ecWorld) heal() error {
 		case <-ch:
 		case <-time.After(time.Second):
 		case <-deadline:
+			if w.cfg.DumpStacks {
+				buf := make([]byte, 4<<20)
+				w.logf("goroutines at the deadline:\n%s", buf[:runtime.Stack(buf, true)])
+			}
 			return fmt.Errorf("no convergence %v after faults stopped: %+v", ecConverge, st.Shards)
 		}
 	}
