@@ -79,9 +79,14 @@
 // (Codec.Resolve), so a torn
 // partial-stripe write left by an upstairs crash is settled there: a
 // single disagreeing block is blamed when m ≥ 2, otherwise the data
-// blocks decide and parity is recomputed (the RAID "write hole": if a
-// data shard is also missing then, such a stripe cannot be decided and
-// activation fails naming it). A downstairs stamps only the extents a
+// blocks decide and parity is recomputed. When a data block is missing
+// too (the RAID "write hole": a block torn or damaged as well), the stripe
+// is settled once every shard has answered (Codec.Settle: the decoding
+// that rebuilds the missing block to the hash its shard recorded);
+// while a shard is still away it waits, and activation fails naming the
+// stripe if its context ends first. Repair settles a stripe the same way
+// when too few shards are trusted on it (every shard crashed at once).
+// A downstairs stamps only the extents a
 // flush covers, so shards of one stripe legitimately carry different
 // extent versions: versions alone cannot tell a shard that missed
 // writes, which is what the metadata block is for. A shard still owing

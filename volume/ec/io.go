@@ -251,6 +251,12 @@ func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want 
 		go func() {
 			defer func() { done <- struct{}{} }()
 			hashOK, recorded, err := v.shardRead(ctx, i, s, first, cnt, r.data[i])
+			if errors.Is(err, wire.CodeCorruptBlock) && cnt > 1 {
+				// The shard refused the batch for a block it knows is
+				// damaged: read the others one by one, so that one block
+				// hides only itself.
+				hashOK, recorded, err = v.shardReadEach(ctx, i, s, first, cnt, r.data[i])
+			}
 			if err != nil {
 				r.intact[i] = nil
 				return
@@ -273,6 +279,30 @@ func (v *Volume) readStripes(ctx context.Context, first, last StripeIndex, want 
 	}
 	return r
 }
+
+// shardReadEach reads count blocks at stripe first from shard i one at a
+// time: a block the shard refuses as damaged is reported failing its
+// hash, with no recorded hash (noHash).
+func (v *Volume) shardReadEach(ctx context.Context, i int, s *session, first StripeIndex, count int, buf []byte) ([]bool, []uint64, error) {
+	ok, recorded := make([]bool, count), make([]uint64, count)
+	for j := range count {
+		o, rec, err := v.shardRead(ctx, i, s, first+StripeIndex(j), 1, buf[j*v.bs:(j+1)*v.bs])
+		switch {
+		case errors.Is(err, wire.CodeCorruptBlock):
+			recorded[j] = noHash
+		case err != nil:
+			return nil, nil, err
+		default:
+			ok[j], recorded[j] = o[0], rec[0]
+		}
+	}
+	return ok, recorded, nil
+}
+
+// noHash stands for a recorded hash a shard could not give (its block is
+// marked damaged). A block whose xxhash64 it is could be taken for
+// recorded, a chance of one in 2^64.
+const noHash = ^uint64(0)
 
 // shardRead reads count blocks at stripe first from shard i into buf and
 // reports which match the hash the shard recorded for them, and those

@@ -506,7 +506,8 @@ func (v *Volume) vouchedStripe(rd *stripeRead, st StripeIndex, settle bool) (Res
 		// one still away may hold the block that decides it.
 		recorded, known := make([]uint64, n), make([]bool, n)
 		for i := range n {
-			recorded[i], known[i] = rd.recordedHash(i, st), rd.recorded[i] != nil
+			recorded[i] = rd.recordedHash(i, st)
+			known[i] = rd.recorded[i] != nil && recorded[i] != noHash
 		}
 		if s, serr := v.codec.Settle(blocks, recorded, known); serr == nil {
 			res, err = s, nil

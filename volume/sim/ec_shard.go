@@ -156,14 +156,20 @@ func (s *ecShard) start() error {
 // up reports whether the shard's downstairs runs.
 func (s *ecShard) up() bool { return s.life != nil }
 
-// crash stops the downstairs at once. With power lost, the disk keeps
-// only what was synced and a random prefix (pick) of the rest.
+// crash stops the downstairs. With power lost, it stops at once: the
+// disk keeps only what was synced and a random prefix (pick) of the
+// rest, the last write kept maybe torn, and nothing the dying server
+// still does reaches it. Without (its process killed), it goes off the
+// network at once and the jobs it had begun complete on the disk, whose
+// writes all survive, so a block is never left with its data and hash
+// at odds: as in the replicated simulation, damage to blocks on several
+// shards at once would be several failures.
 func (s *ecShard) crash(pick func(int) int, power bool) {
 	if !s.up() {
 		return
 	}
-	s.life.dead.Store(true)
 	if power {
+		s.life.dead.Store(true)
 		s.disk.crash(pick, true)
 	}
 	s.halt()

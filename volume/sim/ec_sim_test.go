@@ -17,7 +17,6 @@ var (
 	flagECSeed     = flag.Int64("ec.seed", -1, "TestSimulationEC: run only this seed")
 	flagECSteps    = flag.Int("ec.steps", 0, "TestSimulationEC: ticks of the faulty phase (0: the default)")
 	flagECTrace    = flag.Bool("ec.trace", false, "TestSimulationEC: log every trace line as it happens")
-	flagECWhole    = flag.Bool("ec.whole", false, "TestSimulationECWholeVolumeCrash: run it (an open finding, off in CI; see docs/reliability.md)")
 	flagECCrash    = flag.Float64("ec.crash", -1, "TestSimulationEC: the chance of a shard's power cut per tick (default: the campaign's)")
 	flagECTakeover = flag.Float64("ec.takeover", -1, "TestSimulationEC: the chance of a takeover per tick (default: the campaign's)")
 )
@@ -49,14 +48,8 @@ func TestSimulationEC(t *testing.T) {
 }
 
 // TestSimulationECWholeVolumeCrash adds crashes of every shard at once
-// while the upstairs runs. It is an open finding, run only with -ec.whole:
-// about one seed in eight leaves stripes whose partial-stripe writes were
-// torn by the crash with too few blocks intact to settle, and their
-// repair never ends (docs/reliability.md).
+// while the upstairs runs: one loses power, the others their processes.
 func TestSimulationECWholeVolumeCrash(t *testing.T) {
-	if !*flagECWhole {
-		t.Skip("an open finding: run with -ec.whole (docs/reliability.md)")
-	}
 	runECSeeds(t, WholeVolumeCrashProbabilities())
 }
 
