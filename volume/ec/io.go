@@ -189,13 +189,14 @@ type stripeRead struct {
 	recorded [][]uint64
 }
 
-// recordedHash is shard i's recorded hash of its block of stripe st, 0
-// when unknown (not read).
-func (r *stripeRead) recordedHash(i int, st StripeIndex) uint64 {
+// recordedHash is shard i's recorded hash of its block of stripe st;
+// false when unknown (not read, or refused as damaged).
+func (r *stripeRead) recordedHash(i int, st StripeIndex) (uint64, bool) {
 	if r == nil || st < r.first || st > r.last || r.recorded[i] == nil {
-		return 0
+		return 0, false
 	}
-	return r.recorded[i][st-r.first]
+	h := r.recorded[i][st-r.first]
+	return h, h != noHash
 }
 
 func (r *stripeRead) ok(i int, st StripeIndex) bool {

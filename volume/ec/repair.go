@@ -163,8 +163,11 @@ func (v *Volume) repairStripes(ctx context.Context, sh *shard, s *session, first
 			}
 		}
 		if err := v.codec.Reconstruct(stripe); err != nil {
+			if !errors.Is(err, ErrTooFewShards) {
+				return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
+			}
 			vouched, ok := v.vouchFor(rd, st)
-			if !errors.Is(err, ErrTooFewShards) || !ok {
+			if !ok {
 				return fmt.Errorf("reconstructing stripe %d for shard %d: %w", st, sh.id, err)
 			}
 			// The stripe is decided; this shard's block is rewritten
@@ -446,10 +449,10 @@ func (v *Volume) resolveBatch(ctx context.Context, base, end StripeIndex, all, s
 
 // vouchFor handles a stripe with fewer than Data trusted blocks (too
 // many shards are behind on it, say after several crashed with unflushed
-// writes): when more than Data blocks of it, each matching its recorded
-// hash, agree with each other as one stripe, every shard holding one is
-// current on it again. With fewer, or any disagreement, it stays behind
-// (and IO on it waits) until more shards are back.
+// writes): it decides the stripe from the blocks that match their hashes
+// (vouchedStripe, settling a torn one), and every shard whose block is
+// the decided one is current on it again. false, and the stripe stays
+// behind (IO on it waits), while too few blocks came back to decide it.
 func (v *Volume) vouchFor(rd *stripeRead, st StripeIndex) (Resolution, bool) {
 	res, err := v.vouchedStripe(rd, st, true)
 	if err != nil {
@@ -480,10 +483,10 @@ func everyShardRead(rd *stripeRead) bool {
 // Data, or disagree, from every block read of it that matches its
 // recorded hash, behind or not: more than Data of them agreeing as one
 // stripe are its content (a stale block would disagree with the parity).
-// With settle (at activation, where a torn stripe is expected) blocks
-// that disagree are settled by Codec.Resolve's rules (one block blamed,
-// or the data decides and parity is recomputed). ErrTooFewShards when
-// Data or fewer came back, or they disagree and settle is false.
+// With settle, blocks that disagree are settled by Codec.Resolve's rules
+// and, when those cannot decide (a data block missing too) and every
+// shard answered, by Codec.Settle; then exactly Data blocks are enough.
+// ErrTooFewShards otherwise.
 func (v *Volume) vouchedStripe(rd *stripeRead, st StripeIndex, settle bool) (Resolution, error) {
 	n := v.cfg.Layout.Shards()
 	blocks := make([][]byte, n)
@@ -506,8 +509,7 @@ func (v *Volume) vouchedStripe(rd *stripeRead, st StripeIndex, settle bool) (Res
 		// one still away may hold the block that decides it.
 		recorded, known := make([]uint64, n), make([]bool, n)
 		for i := range n {
-			recorded[i] = rd.recordedHash(i, st)
-			known[i] = rd.recorded[i] != nil && recorded[i] != noHash
+			recorded[i], known[i] = rd.recordedHash(i, st)
 		}
 		if s, serr := v.codec.Settle(blocks, recorded, known); serr == nil {
 			res, err = s, nil
