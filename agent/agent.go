@@ -23,9 +23,9 @@ import (
 	"tern/dataplane"
 	"tern/internal/telemetry"
 	"tern/migration"
-	"tern/vmm/api"
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance/client"
+	"tern/instance"
 )
 
 // Config is an agent's configuration.

@@ -10,9 +10,9 @@ import (
 	"net/url"
 	"strings"
 
-	"tern/vmm/api"
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance/client"
+	"tern/instance"
 )
 
 // Client talks to one agent.

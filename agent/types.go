@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 
 	"tern/migration"
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 )
 
 // Inventory is what a host offers and runs.

@@ -16,10 +16,10 @@ import (
 	"tern/internal/kvmhost"
 	"tern/internal/tlsconf"
 	"tern/migration/runner"
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm"
 )
 

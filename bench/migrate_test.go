@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"tern/internal/kvmhost"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"tern/internal/kvmhost"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm"
 	"tern/volume/volumetest"
 )

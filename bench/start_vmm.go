@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/client"
+	"tern/instance"
 )
 
 // vmmStartWait bounds a `tern vmm serve` start and vmmStopWait its exit

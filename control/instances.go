@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"tern/agent"
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // validName is an instance or host name.

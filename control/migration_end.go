@@ -1,6 +1,6 @@
 package control
 
-import "tern/vmm/instance"
+import "tern/instance"
 
 // SideReport is what one side of a migration last reported: its vmm's
 // state, whether its process is gone, and the phase it reached in this

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 var allStates = []instance.State{instance.Creating, instance.Starting, instance.Running, instance.Rebooting,

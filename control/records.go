@@ -3,7 +3,7 @@ package control
 import (
 	"time"
 
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // HostState is a host's place in the drain lifecycle.

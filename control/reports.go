@@ -7,7 +7,7 @@ import (
 
 	"tern/agent"
 	"tern/migration"
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 func half(p *migration.Progress) *MigrationHalf {

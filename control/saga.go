@@ -12,7 +12,7 @@ import (
 
 	"tern/agent"
 	"tern/migration/runner"
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // Saga states.

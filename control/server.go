@@ -19,8 +19,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"tern/agent"
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 )
 
 // Config is a control process's configuration.

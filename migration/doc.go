@@ -4,7 +4,7 @@
 // peer.go), the source and target engines (Send, Receive), the
 // convergence rule (Decide), device-state encoding (devices.go), and the
 // one Phase and one Progress type that the engines, the instance
-// controller (vmm/instance, which drives the engines), the API, the client
+// controller (instance, which drives the engines), the API, the client
 // and `tern migrate` all publish and read.
 //
 // What it needs of a VM is in vmm's migration.go (a VM built on given

@@ -15,7 +15,7 @@ import (
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
-	"tern/vmm/internal/linuxtest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
 	"tern/vmm/vcpu"

@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"tern/vmm"
-	"tern/vmm/internal/linuxtest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 	"tern/vmm/tap/taptest"

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"tern/vmm"
-	"tern/vmm/internal/linuxtest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 )
 
 // TestLinuxBootsToInit boots Debian's kernel (the emulated host's), as
 // its bzImage with one vCPU and as the vmlinux inside it with two, with
-// the test init (vmm/internal/linuxtest), which prints the CPUs the
+// the test init (vmm/linuxtest), which prints the CPUs the
 // kernel brought online and the ACPI tables it found, then its line on
 // the serial console and echoes a line typed there: "poweroff", after
 // which the kernel powers the bzImage's machine off (Run ends with
@@ -53,7 +53,7 @@ func TestLinuxBootsToInit(t *testing.T) {
 			// 5 s of guest time, twice in two runs (open, see
 			// docs/reliability.md); quiet, both kernels reach init in
 			// 30-50 s there. A quiet boot has stalled too, once, with
-			// vmm/client's tests on the same cores (the bzImage, after
+			// instance/client's tests on the same cores (the bzImage, after
 			// its PCI line, for 8 minutes): a boot that prints no init
 			// line within linuxBootAttempt is stopped and booted once
 			// more, saying so; a second stall fails.

@@ -11,7 +11,7 @@ import (
 
 	"tern/vmm"
 	"tern/vmm/devices"
-	"tern/vmm/internal/linuxtest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 )

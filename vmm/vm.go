@@ -24,7 +24,7 @@ var ErrPoweredOff = errors.New("guest powered off (ACPI S5)")
 
 // ErrGuestReset ends Run when a Linux guest reset the machine through its
 // ACPI reset register (the kernel's reboot). A VM runs once: whoever ran
-// it starts a fresh one to reboot (vmm/instance does; tern vmm run ends).
+// it starts a fresh one to reboot (instance does; tern vmm run ends).
 var ErrGuestReset = errors.New("guest reset the machine (ACPI reset register)")
 
 // ErrAlreadyRan reports a second Run of a VM.

@@ -10,7 +10,7 @@ import (
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
-	"tern/vmm/internal/linuxtest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 )
 

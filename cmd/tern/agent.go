@@ -24,7 +24,7 @@ import (
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 	"tern/migration"
-	"tern/vmm/api"
+	"tern/instance/api"
 )
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }

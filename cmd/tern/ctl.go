@@ -22,8 +22,8 @@ import (
 	"tern/control"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 )
 
 func init() { rootCmd.AddCommand(newCtlCmd()) }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"tern/internal/tlsconf"
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 )
 
 // The tests of `tern migrate` that need no guest: the version check

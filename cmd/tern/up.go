@@ -18,8 +18,8 @@ import (
 	"golang.org/x/term"
 
 	"tern/internal/tlsconf"
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/client"
+	"tern/instance"
 	"tern/vmm/kvm"
 	"tern/vmm/linuxguest"
 	"tern/volume/downstairs"

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"tern/internal/kvmhost"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/linuxguest"
 )
 

@@ -18,8 +18,8 @@ import (
 	"tern/agent"
 	"tern/control"
 	"tern/internal/tlsconf"
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/client"
+	"tern/instance"
 	"tern/vmm/kvm"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/coder/websocket"
 
 	"tern/internal/kvmhost"
-	"tern/vmm/client"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm"
 )
 

@@ -18,8 +18,8 @@ import (
 
 	"tern/internal/tlsconf"
 	"tern/migration"
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 	"tern/volume/transport"
 )
 

@@ -15,8 +15,8 @@ import (
 	"tern/agent"
 	"tern/control"
 	"tern/migration"
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/client"
+	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"tern/control"
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/guests"
 )
 

@@ -18,9 +18,9 @@ import (
 	"tern/control"
 	"tern/control/internal/proctest"
 	"tern/internal/tlsconf"
-	"tern/vmm/client"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

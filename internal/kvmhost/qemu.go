@@ -35,7 +35,7 @@ func qemuArgs(k *Kernel, initrd string, cpus int) []string {
 // tcgAccel is the TCG mode: a host thread per emulated CPU. Tried on
 // 2026-12-03 against the memory corruption seen with two emulated CPUs
 // (docs/reliability.md): with both taking turns on one thread
-// (thread=single) vmm/client's tests ran far slower, past 17 minutes of
+// (thread=single) instance/client's tests ran far slower, past 17 minutes of
 // one core without finishing, so the packages waiting for the one
 // emulated host would have hit their time limit.
 func tcgAccel(int) string { return "tcg,thread=multi" }

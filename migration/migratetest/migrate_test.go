@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"tern/internal/tlsconf"
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -7,7 +7,7 @@
 // for StallTimeout. Printer shows its events as tern migrate prints them.
 //
 // The migration itself (the protocol and the source and target engines)
-// runs inside the two VMMs (package migration, driven by vmm/instance);
+// runs inside the two VMMs (package migration, driven by instance);
 // the runner only starts it and watches what they publish
 // (migration.Progress in each instance's monitor).
 package runner

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"tern/migration"
-	"tern/vmm/api"
-	"tern/vmm/client"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance/client"
+	"tern/instance"
 )
 
 // MigrationInit is the init of a migration target's ensure.

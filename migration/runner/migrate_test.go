@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"tern/migration"
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 )
 
 func TestCheckMigrationVersions(t *testing.T) {

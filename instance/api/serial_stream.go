@@ -7,7 +7,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // serialChunk bounds one websocket message of console output.

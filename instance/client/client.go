@@ -13,8 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 )
 
 // APIError is a non-2xx answer.

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"tern/vmm/api"
-	"tern/vmm/instance"
+	"tern/instance/api"
+	"tern/instance"
 )
 
 // serve runs one request against srv in-process.

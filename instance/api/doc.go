@@ -1,5 +1,5 @@
 // Package api is the HTTP control API of `tern vmm serve` (DESIGN §7): one
-// VM per process, driven by a vmm/instance Controller.
+// VM per process, driven by a instance Controller.
 //
 //	PUT  /v1/instance                  ensure: validate, 201 at once, build in the background
 //	                                   (init.method migration_target: migrate in from init.source)

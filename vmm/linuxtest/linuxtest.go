@@ -83,7 +83,7 @@ func prepare(vmlinux bool) ([]kvmhost.File, func(), error) {
 	}
 	cleanup := func() { os.RemoveAll(dir) }
 	initBin := filepath.Join(dir, "init")
-	build := exec.CommandContext(ctx, "go", "build", "-o", initBin, "tern/vmm/internal/linuxtest/linuxinit")
+	build := exec.CommandContext(ctx, "go", "build", "-o", initBin, "tern/vmm/linuxtest/linuxinit")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		cleanup()

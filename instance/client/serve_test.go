@@ -22,9 +22,9 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"tern/internal/tlsconf"
-	"tern/vmm/api"
-	"tern/vmm/client"
-	"tern/vmm/internal/linuxtest"
+	"tern/instance/api"
+	"tern/instance/client"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"tern/internal/kvmhost"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 )

@@ -19,10 +19,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/devices"
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // fakeMachine stands in for a KVM VM so the controller and API run under

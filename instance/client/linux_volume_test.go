@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"tern/vmm/instance"
-	"tern/vmm/internal/linuxtest"
+	"tern/instance"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 	"tern/volume/extent"

@@ -2,7 +2,7 @@ package api
 
 import (
 	"tern/migration"
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // InstanceView is GET /v1/instance (and the body of a 201 ensure).

@@ -11,10 +11,10 @@ import (
 	"github.com/coder/websocket"
 
 	"tern/migration"
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -12,11 +12,11 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
-	"tern/vmm/internal/linuxtest"
+	"tern/instance"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 )
 

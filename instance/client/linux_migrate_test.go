@@ -11,8 +11,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/vmm/instance"
-	"tern/vmm/internal/linuxtest"
+	"tern/instance"
+	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/volume/extent"
 	"tern/volume/volumetest"
 )

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
-	"tern/vmm/api"
-	"tern/vmm/client"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/vmm/instance"
+	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -24,7 +24,7 @@ import (
 	"tern/internal/telemetry"
 	"tern/migration"
 	"tern/vmm/devices"
-	"tern/vmm/instance"
+	"tern/instance"
 )
 
 // ensureWaitTimeout bounds how long an ensure waits for an instance
