@@ -1,30 +1,27 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"tern/agent"
+	"tern/cmd/internal/serve"
 	"tern/dataplane"
+	"tern/instance/api"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 	"tern/migration"
-	"tern/instance/api"
 )
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
@@ -54,7 +51,7 @@ none is there), every PUT /v1/v2p table applied to it, its counters on
 GET /metrics.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(serverLogLevel)
+			log, err := newLogger(serve.ServerLogLevel)
 			if err != nil {
 				return err
 			}
@@ -110,7 +107,7 @@ GET /metrics.`,
 				CPUs: cpus, MemoryMiB: uint64(memory) >> 20,
 				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
 				Control:     strings.TrimRight(control, "/"),
-				ControlHTTP: clientHTTP(bundle, control),
+				ControlHTTP: serve.ClientHTTP(bundle, control),
 				Logger:      log})
 			if err != nil {
 				closeAll()
@@ -119,7 +116,7 @@ GET /metrics.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", url)
 			log.Info("agent serving", "component", "agent", "url", url, "host", id)
-			return serveUntilDone(cmd.Context(), ln, a, bundle, apiTLS, func() { a.Close(); closeAll() })
+			return serve.UntilDone(cmd.Context(), ln, a, bundle, apiTLS, func() { a.Close(); closeAll() })
 		},
 	}
 	f := cmd.Flags()
@@ -150,39 +147,6 @@ func persistentHostID(dataDir string) (string, error) {
 		return "", fmt.Errorf("recording the host id: %w", err)
 	}
 	return id, nil
-}
-
-// clientHTTP is the HTTP client for a peer at url: with the bundle's
-// client certificate when it is https.
-func clientHTTP(bundle *tlsconf.Bundle, url string) *http.Client {
-	c := &http.Client{Timeout: 3 * time.Minute}
-	if strings.HasPrefix(url, "https://") || url == "" {
-		c.Transport = &http.Transport{TLSClientConfig: bundle.ClientConfig("")}
-	}
-	return c
-}
-
-// serveUntilDone serves h on ln until ctx ends (SIGTERM, SIGINT), then
-// shuts the server down and calls closeFn.
-func serveUntilDone(ctx context.Context, ln net.Listener, h http.Handler, bundle *tlsconf.Bundle, apiTLS bool, closeFn func()) error {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	if apiTLS {
-		hs.TLSConfig = bundle.ServerConfig()
-		ln = tls.NewListener(ln, hs.TLSConfig)
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	var err error
-	select {
-	case err = <-served:
-		err = fmt.Errorf("serving the API: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	hs.Shutdown(sctx)
-	closeFn()
-	return err
 }
 
 // startDataPlane starts the data plane --dataplane asks for (nil when it

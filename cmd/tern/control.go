@@ -3,98 +3,120 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"tern/control"
-	"tern/internal/tlsconf"
 )
 
 func init() { rootCmd.AddCommand(newControlCmd()) }
 
-// controlCrashEnv, for fault-injection tests, makes tern control SIGKILL
-// itself at a saga point ("before:STEP" or "after:STEP").
-const controlCrashEnv = "TERN_CONTROL_CRASH_AT"
+// controlBinaryEnv names a tern-control binary for tern control to run,
+// ahead of the one beside tern or on PATH.
+const controlBinaryEnv = "TERN_CONTROL_BIN"
 
+// newControlCmd is tern control: it replaces this process with the
+// tern-control binary (cmd/tern-control), same pid, arguments and
+// environment, so a caller that signals or waits on tern control's pid
+// sees no difference. The control plane is a binary of its own because
+// it embeds etcd: linked into tern, etcd's server and client, gRPC and
+// protobuf ran some 250 package initialisers in every vmm, downstairs and
+// CLI process and tripled their memory (docs/ARCHITECTURE.md).
 func newControlCmd() *cobra.Command {
-	var listen, dataDir, certs, endpoints string
-	var apiTLS bool
-	var parallel int
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:   "control --listen ADDR --data-dir DIR --certs DIR [--etcd-endpoints URLS]",
 		Short: "Run the control plane: records in etcd, placement, migration sagas, drain",
-		Long: `Serve the control-plane API on --listen. Records live in etcd: an
-embedded single member in --data-dir by default, or the cluster at
---etcd-endpoints, which several control processes may share (one leads,
-elected in etcd; the others forward writes to it). The leader resumes or
-unwinds every saga in flight. The first line on stdout is
-"listening on URL".`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(serverLogLevel)
+		Long: `Serve the control-plane API on --listen (tern control --help lists the
+flags). Runs the tern-control binary: $` + controlBinaryEnv + `, else the one
+beside tern, else tern-control on PATH, else one built (once, into the
+user cache) from the source tree tern was built from.`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bin, err := controlBinary(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			if certs == "" || dataDir == "" && endpoints == "" {
-				return errors.New("--certs and --data-dir (or --etcd-endpoints) are required")
+			// The root's --log-level is not parsed here: it reaches
+			// tern-control among args.
+			argv := append([]string{bin}, args...)
+			if logLevel != "" {
+				argv = append(argv, "--log-level", logLevel)
 			}
-			bundle, err := tlsconf.Load(certs)
-			if err != nil {
-				return fmt.Errorf("loading certificates: %w", err)
+			if err := syscall.Exec(bin, argv, os.Environ()); err != nil {
+				return fmt.Errorf("running %s: %w", bin, err)
 			}
-			var closeEtcd func()
-			cfg := control.Config{Root: "/tern/", Logger: log, CrashAt: os.Getenv(controlCrashEnv), MaxParallelDrain: parallel}
-			if endpoints != "" {
-				cli, err := control.Connect(endpoints)
-				if err != nil {
-					return err
-				}
-				cfg.Etcd, closeEtcd = cli, func() { cli.Close() }
-			} else {
-				if err := os.MkdirAll(dataDir, 0o755); err != nil {
-					return fmt.Errorf("creating --data-dir: %w", err)
-				}
-				e, err := control.StartEmbedded(dataDir)
-				if err != nil {
-					return err
-				}
-				cfg.Etcd, closeEtcd = e.Client, e.Close
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				closeEtcd()
-				return fmt.Errorf("listening for the API: %w", err)
-			}
-			scheme := "http"
-			if apiTLS {
-				scheme = "https"
-			}
-			cfg.URL = fmt.Sprintf("%s://%s", scheme, ln.Addr())
-			cfg.AgentHTTP = clientHTTP(bundle, "")
-			srv := control.NewServer(cfg)
-			ctx := cmd.Context()
-			runErr := make(chan error, 1)
-			go func() { runErr <- srv.Run(ctx) }()
-			fmt.Fprintf(cmd.OutOrStdout(), "listening on %s\n", cfg.URL)
-			log.Info("control serving", "component", "control", "url", cfg.URL)
-			return serveUntilDone(ctx, ln, srv, bundle, apiTLS, func() {
-				srv.Close()
-				closeEtcd()
-				if err := <-runErr; err != nil && !strings.Contains(err.Error(), "context canceled") {
-					log.Warn("leadership ended", "err", err)
-				}
-			})
+			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&listen, "listen", defaultControlAddr, "address to serve the control API on")
-	f.StringVar(&dataDir, "data-dir", "", "directory of the embedded etcd member")
-	f.StringVar(&certs, "certs", "", "certificate directory (tern certs) for agents over TLS and --api-tls (required)")
-	f.StringVar(&endpoints, "etcd-endpoints", "", "comma-separated URLs of an etcd cluster to keep the records in instead of the embedded member")
-	f.BoolVar(&apiTLS, "api-tls", false, "serve the API over HTTPS, requiring client certificates from the --certs CA")
-	f.IntVar(&parallel, "drain-parallel", 2, "how many migrations a drain runs at once (K)")
-	return cmd
+}
+
+// controlBinary finds the tern-control binary to run, or builds it.
+func controlBinary(progress interface{ Write([]byte) (int, error) }) (string, error) {
+	if p := os.Getenv(controlBinaryEnv); p != "" {
+		return p, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "tern-control")
+		if isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("tern-control"); err == nil {
+		return p, nil
+	}
+	return buildControlBinary(progress)
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// buildControlBinary builds cmd/tern-control from the source tree this
+// binary was built from (what `go run ./cmd/tern` and a bare `go build
+// ./cmd/tern` leave: no tern-control beside tern) into the user cache,
+// holding a lock so that control processes started together build once.
+// go build leaves an up-to-date binary alone, so later starts only check.
+func buildControlBinary(progress interface{ Write([]byte) (int, error) }) (string, error) {
+	const hint = "build it beside tern (go build -o DIR ./cmd/tern ./cmd/tern-control) or set " + controlBinaryEnv
+	_, file, _, ok := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if !ok || !filepath.IsAbs(file) || err != nil || !strings.HasPrefix(string(mod), "module tern\n") {
+		return "", errors.New("tern control needs the tern-control binary, and tern's source tree is not here to build it: " + hint)
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		return "", errors.New("tern control needs the tern-control binary, and there is no go command to build it from " + root + ": " + hint)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "tern")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s for tern-control: %w", dir, err)
+	}
+	out := filepath.Join(dir, "tern-control")
+	lock, err := os.OpenFile(out+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("locking %s: %w", out, err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %w", out, err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(out); err != nil {
+		fmt.Fprintf(progress, "tern control: no tern-control beside tern or on PATH; building it from %s into %s\n", root, out)
+	}
+	build := exec.Command("go", "build", "-o", out, "./cmd/tern-control")
+	build.Dir = root
+	if msg, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building tern-control from %s: %v\n%s", root, err, msg)
+	}
+	return out, nil
 }

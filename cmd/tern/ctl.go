@@ -19,18 +19,15 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"tern/cmd/internal/serve"
 	"tern/control"
+	"tern/instance"
+	"tern/instance/api"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
-	"tern/instance/api"
-	"tern/instance"
 )
 
 func init() { rootCmd.AddCommand(newCtlCmd()) }
-
-// defaultControlAddr is where tern control listens and tern ctl looks by
-// default.
-const defaultControlAddr = "127.0.0.1:12500"
 
 // ctlFlags are tern ctl's global flags.
 type ctlFlags struct {
@@ -100,11 +97,11 @@ func (f *ctlFlags) print(w io.Writer, v any, header string, rows func(tw io.Writ
 func newCtlCmd() *cobra.Command {
 	f := &ctlFlags{}
 	cmd := &cobra.Command{Use: "ctl", Short: "The operator CLI of the control plane (tern control)"}
-	def := defaultControlAddr
+	def := serve.DefaultControlAddr
 	if v := os.Getenv("TERN_CONTROL"); v != "" {
 		def = v
 	}
-	cmd.PersistentFlags().StringVar(&f.control, "control", def, "the control plane's URL (default $TERN_CONTROL or "+defaultControlAddr+")")
+	cmd.PersistentFlags().StringVar(&f.control, "control", def, "the control plane's URL (default $TERN_CONTROL or "+serve.DefaultControlAddr+")")
 	cmd.PersistentFlags().StringVar(&f.certs, "certs", "", "certificate directory for a control plane serving --api-tls")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON: list prints one array, get one object")
 	cmd.AddCommand(newCtlHostCmd(f), newCtlInstanceCmd(f), newCtlMigrationCmd(f))

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
+	"tern/cmd/internal/serve"
 	"tern/internal/telemetry"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
@@ -111,7 +112,7 @@ func newDownstairsRunCmd() *cobra.Command {
 			if err := errors.Join(errs...); err != nil {
 				return err
 			}
-			log, err := newLogger(serverLogLevel)
+			log, err := newLogger(serve.ServerLogLevel)
 			if err != nil {
 				return err
 			}

@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/internal/tlsconf"
-	"tern/instance/client"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/internal/tlsconf"
 )
 
 func init() { rootCmd.AddCommand(newInstanceCmd()) }

@@ -18,7 +18,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	ternBin = filepath.Join(dir, "tern")
-	build := exec.Command("go", "build", "-o", ternBin, ".")
+	// tern-control beside tern is what tern control (tern up --hosts) runs.
+	build := exec.Command("go", "build", "-o", dir+"/", ".", "tern/cmd/tern-control")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)

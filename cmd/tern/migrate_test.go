@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"tern/internal/tlsconf"
 	"tern/instance/api"
 	"tern/instance/client"
+	"tern/internal/tlsconf"
 )
 
 // The tests of `tern migrate` that need no guest: the version check

@@ -3,11 +3,10 @@ package main
 import (
 	"errors"
 	"log/slog"
-	"os"
+
+	"tern/cmd/internal/serve"
 
 	"github.com/spf13/cobra"
-
-	"tern/internal/telemetry"
 )
 
 // rootCmd is the tern command; each subcommand file adds itself in init.
@@ -23,33 +22,16 @@ them, the VMM, and the tools to operate and benchmark them.`,
 
 var logLevel string
 
-// Default log levels: a server's log is its record of what happened; a
-// client command's one-line result should not drown in it, so it shows
-// only what went wrong unless asked.
-const (
-	serverLogLevel = "info"
-	clientLogLevel = "warn"
-)
-
 func init() {
 	rootCmd.PersistentFlags().StringVar(&logLevel, "log-level", "",
-		"log level: debug, info, warn or error (default "+serverLogLevel+" for servers, "+clientLogLevel+" for client commands)")
+		"log level: debug, info, warn or error (default "+serve.ServerLogLevel+" for servers, "+serve.ClientLogLevel+" for client commands)")
 	rootCmd.CompletionOptions.HiddenDefaultCmd = true
 }
 
 // newLogger builds the process logger from --log-level, or at defaultLevel
-// when it is not given; logs go to stderr so stdout stays for a command's
-// own output.
+// when it is not given.
 func newLogger(defaultLevel string) (*slog.Logger, error) {
-	name := logLevel
-	if name == "" {
-		name = defaultLevel
-	}
-	level, err := telemetry.ParseLevel(name)
-	if err != nil {
-		return nil, err
-	}
-	return telemetry.NewLogger(os.Stderr, level), nil
+	return serve.Logger(logLevel, defaultLevel)
 }
 
 // exitError carries a specific process exit status out of a command.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"tern/internal/kvmhost"
 	"tern/instance"
+	"tern/internal/kvmhost"
 	"tern/vmm/linuxguest"
 )
 

@@ -17,9 +17,9 @@ import (
 
 	"tern/agent"
 	"tern/control"
-	"tern/internal/tlsconf"
-	"tern/instance/client"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/internal/tlsconf"
 	"tern/vmm/kvm"
 )
 

@@ -16,10 +16,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/internal/kvmhost"
-	"tern/instance/client"
-	"tern/vmm/guests"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/internal/kvmhost"
+	"tern/vmm/guests"
 	"tern/vmm/kvm"
 )
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tern/cmd/internal/serve"
 	"tern/internal/units"
 	"tern/vmm"
 	"tern/vmm/devices"
@@ -93,7 +94,7 @@ eth0 once its initramfs loads virtio_net.`,
 
 // runVM is tern vmm run.
 func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
-	log, err := newLogger(clientLogLevel)
+	log, err := newLogger(serve.ClientLogLevel)
 	if err != nil {
 		return err
 	}

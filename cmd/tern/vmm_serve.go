@@ -16,10 +16,11 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/spf13/cobra"
 
+	"tern/cmd/internal/serve"
+	"tern/instance"
+	"tern/instance/api"
 	"tern/internal/tlsconf"
 	"tern/migration"
-	"tern/instance/api"
-	"tern/instance"
 	"tern/volume/transport"
 )
 
@@ -77,7 +78,7 @@ stdout is "listening on URL".`,
 }
 
 func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS bool) error {
-	log, err := newLogger(serverLogLevel)
+	log, err := newLogger(serve.ServerLogLevel)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tern/cmd/internal/serve"
 	"tern/internal/telemetry"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
@@ -174,7 +175,7 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 		}
 		serverTLS = b.ServerConfig()
 	}
-	log, err := newLogger(serverLogLevel)
+	log, err := newLogger(serve.ServerLogLevel)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
+	"tern/cmd/internal/serve"
 	"tern/internal/tlsconf"
 	"tern/volume/ec"
 	"tern/volume/ids"
@@ -68,7 +69,7 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 	if err != nil {
 		return nil, fmt.Errorf("loading certificates: %w", err)
 	}
-	logger, err := newLogger(clientLogLevel)
+	logger, err := newLogger(serve.ClientLogLevel)
 	if err != nil {
 		return nil, err
 	}
