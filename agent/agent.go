@@ -21,11 +21,11 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"tern/dataplane"
-	"tern/internal/telemetry"
-	"tern/migration"
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
-	"tern/instance"
+	"tern/internal/telemetry"
+	"tern/migration"
 )
 
 // Config is an agent's configuration.

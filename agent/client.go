@@ -10,9 +10,9 @@ import (
 	"net/url"
 	"strings"
 
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
-	"tern/instance"
 )
 
 // Client talks to one agent.

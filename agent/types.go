@@ -3,9 +3,9 @@ package agent
 import (
 	"encoding/json"
 
-	"tern/migration"
-	"tern/instance/api"
 	"tern/instance"
+	"tern/instance/api"
+	"tern/migration"
 )
 
 // Inventory is what a host offers and runs.

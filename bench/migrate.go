@@ -13,13 +13,13 @@ import (
 
 	"github.com/coder/websocket"
 
+	"tern/instance"
+	"tern/instance/api"
+	"tern/instance/client"
 	"tern/internal/kvmhost"
 	"tern/internal/tlsconf"
 	"tern/migration/runner"
-	"tern/instance/api"
-	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"tern/internal/kvmhost"
 	"tern/instance"
+	"tern/internal/kvmhost"
 	"tern/vmm/kvm"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"tern/internal/kvmhost"
 	"tern/instance"
+	"tern/internal/kvmhost"
 	"tern/vmm/kvm"
 	"tern/volume/volumetest"
 )

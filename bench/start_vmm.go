@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"tern/instance/client"
 	"tern/instance"
+	"tern/instance/client"
 )
 
 // vmmStartWait bounds a `tern vmm serve` start and vmmStopWait its exit

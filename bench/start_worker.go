@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
-	"tern/instance"
 	"tern/volume/extent"
 	"tern/volume/volumetest"
 )

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"tern/agent"
-	"tern/migration"
 	"tern/instance"
+	"tern/migration"
 )
 
 func half(p *migration.Progress) *MigrationHalf {

@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"tern/agent"
-	"tern/migration/runner"
 	"tern/instance"
+	"tern/migration/runner"
 )
 
 // Saga states.

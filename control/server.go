@@ -19,8 +19,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"tern/agent"
-	"tern/instance/api"
 	"tern/instance"
+	"tern/instance/api"
 )
 
 // Config is a control process's configuration.

@@ -15,8 +15,8 @@ import (
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/memory"
 	"tern/vmm/vcpu"
 )

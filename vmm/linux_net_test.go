@@ -9,9 +9,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"tern/vmm"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
+	"tern/vmm/linuxtest"
 	"tern/vmm/tap/taptest"
 )
 

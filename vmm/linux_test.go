@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"tern/vmm"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxtest"
 )
 
 // TestLinuxBootsToInit boots Debian's kernel (the emulated host's), as

@@ -11,9 +11,9 @@ import (
 
 	"tern/vmm"
 	"tern/vmm/devices"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
+	"tern/vmm/linuxtest"
 )
 
 // TestLinuxUserlandRunsItsShell boots Debian's bzImage with tern's Linux

@@ -10,8 +10,8 @@ import (
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxtest"
 )
 
 // TestMain runs the package here or in the emulated test host; there the

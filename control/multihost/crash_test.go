@@ -14,9 +14,9 @@ import (
 
 	"tern/agent"
 	"tern/control"
-	"tern/migration"
-	"tern/instance/client"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/migration"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -17,10 +17,10 @@ import (
 	"tern/agent"
 	"tern/control"
 	"tern/control/internal/proctest"
-	"tern/internal/tlsconf"
-	"tern/instance/client"
-	"tern/vmm/guests"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/internal/tlsconf"
+	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"tern/instance/api"
 	"tern/instance"
+	"tern/instance/api"
 )
 
 // serve runs one request against srv in-process.

@@ -21,10 +21,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
+	"tern/instance"
 	"tern/internal/telemetry"
 	"tern/migration"
 	"tern/vmm/devices"
-	"tern/instance"
 )
 
 // ensureWaitTimeout bounds how long an ensure waits for an instance

@@ -19,10 +19,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
 	"tern/vmm/devices"
-	"tern/instance"
 )
 
 // fakeMachine stands in for a KVM VM so the controller and API run under

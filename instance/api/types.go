@@ -1,8 +1,8 @@
 package api
 
 import (
-	"tern/migration"
 	"tern/instance"
+	"tern/migration"
 )
 
 // InstanceView is GET /v1/instance (and the body of a 201 ensure).

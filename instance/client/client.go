@@ -13,8 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance/api"
 	"tern/instance"
+	"tern/instance/api"
 )
 
 // APIError is a non-2xx answer.

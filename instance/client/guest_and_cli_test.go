@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

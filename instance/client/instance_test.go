@@ -11,9 +11,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
-	"tern/instance"
 )
 
 func echoSpec(id string) instance.Spec {

@@ -12,12 +12,12 @@ import (
 
 	"github.com/coder/websocket"
 
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/instance"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxtest"
 )
 
 // TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames ensures an

@@ -12,9 +12,9 @@ import (
 	"github.com/coder/websocket"
 
 	"tern/instance"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
+	"tern/vmm/linuxtest"
 )
 
 // consoleShell is a Linux shell on an instance's serial websocket: it

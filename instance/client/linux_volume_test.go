@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"tern/instance"
-	"tern/vmm/linuxtest"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
+	"tern/vmm/linuxtest"
 	"tern/volume/extent"
 	"tern/volume/ids"
 )

@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/instance"
 	"tern/internal/kvmhost"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 )

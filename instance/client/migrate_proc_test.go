@@ -10,11 +10,11 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/migration"
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
+	"tern/migration"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

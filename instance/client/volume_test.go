@@ -12,9 +12,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
+	"tern/instance"
 	"tern/instance/client"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 	"tern/volume/ids"

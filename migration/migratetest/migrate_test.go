@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"tern/internal/tlsconf"
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
+	"tern/internal/tlsconf"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"time"
 
-	"tern/migration"
+	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
-	"tern/instance"
+	"tern/migration"
 )
 
 // MigrationInit is the init of a migration target's ensure.

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"tern/migration"
-	"tern/instance/api"
 	"tern/instance"
+	"tern/instance/api"
+	"tern/migration"
 )
 
 func TestCheckMigrationVersions(t *testing.T) {
