@@ -50,8 +50,12 @@ var rules = []rule{
 	},
 	{
 		from:   []string{"volume/ids", "volume/wire", "volume/reconcile", "volume/upstairs/engine"},
-		mayNot: []string{"..."}, except: []string{"volume/ids", "volume/wire", "volume/reconcile", "volume/internal/fixes"},
-		why: "the protocol and the decision cores are plain data: no sockets, files or clocks (those are in their drivers); volume/internal/fixes lets a test undo a past fix in them",
+		mayNot: []string{"..."}, except: []string{"volume", "volume/ids", "volume/wire", "volume/reconcile", "volume/internal/fixes"},
+		why: "the protocol and the decision cores are plain data: no sockets, files or clocks (those are in their drivers); they share the volume package's errors, and volume/internal/fixes lets a test undo a past fix in them",
+	},
+	{
+		from: []string{"volume"}, mayNot: []string{"..."}, except: []string{"volume/ids", "volume/reconcile", "volume/wire", "volume/internal/fixes"},
+		why: "the volume vocabulary (the Volume interface, shared errors and defaults) is plain data every layout and the cores build on",
 	},
 	{
 		from: []string{"volume/internal/fixes"}, mayNot: []string{"..."},
