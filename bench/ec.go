@@ -10,11 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"tern/volume"
 	"tern/volume/downstairs"
 	"tern/volume/ec"
 	"tern/volume/extent"
-	"tern/volume/ids"
-	"tern/volume/upstairs"
+	"tern/volume/layout"
 	"tern/volume/volumetest"
 )
 
@@ -112,7 +112,7 @@ func RunEC(ctx context.Context, opts ECOptions) (*ECReport, error) {
 		return nil, err
 	}
 	repTargets, ecTargets := rep.Targets(), shards.Targets()
-	up, err := upstairs.New(upstairs.Config{Targets: repTargets, TLS: rep.ClientTLS})
+	up, err := layout.Open(layout.Replicated, layout.Config{Targets: repTargets, TLS: rep.ClientTLS})
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func RunEC(ctx context.Context, opts ECOptions) (*ECReport, error) {
 	if err := up.Activate(ctx, 1); err != nil {
 		return nil, fmt.Errorf("activating the replicated volume: %w", err)
 	}
-	v, err := ec.New(ec.Config{Layout: l, Targets: ecTargets, TLS: shards.ClientTLS})
+	v, err := layout.Open(layout.ErasureCoded(l), layout.Config{Targets: ecTargets, TLS: shards.ClientTLS})
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func RunEC(ctx context.Context, opts ECOptions) (*ECReport, error) {
 	report := &ECReport{Layout: l.String(), VolumeBytes: opts.VolumeBytes, DurationSec: opts.Duration.Seconds()}
 
 	say("filling both volumes once (%d MiB)", space>>20)
-	for _, vol := range []volumeIO{up, v} {
+	for _, vol := range []volume.Volume{up, v} {
 		if err := fillOnce(ctx, vol, space); err != nil {
 			return nil, err
 		}
@@ -181,53 +181,23 @@ func RunEC(ctx context.Context, opts ECOptions) (*ECReport, error) {
 	}
 
 	say("rebuilding a replaced replica")
-	if report.ReplicaRebuildSeconds, err = rebuildOne(ctx, rep, repSpec, func() (activator, error) {
-		return upstairs.New(upstairs.Config{Targets: repTargets, TLS: rep.ClientTLS})
+	if report.ReplicaRebuildSeconds, err = rebuildOne(ctx, rep, repSpec, func() (volume.Volume, error) {
+		return layout.Open(layout.Replicated, layout.Config{Targets: repTargets, TLS: rep.ClientTLS})
 	}); err != nil {
 		return nil, fmt.Errorf("replica rebuild: %w", err)
 	}
 	say("rebuilding a replaced shard")
-	if report.ShardRebuildSeconds, err = rebuildOne(ctx, shards, shardSpec, func() (activator, error) {
-		return ec.New(ec.Config{Layout: l, Targets: ecTargets, TLS: shards.ClientTLS})
+	if report.ShardRebuildSeconds, err = rebuildOne(ctx, shards, shardSpec, func() (volume.Volume, error) {
+		return layout.Open(layout.ErasureCoded(l), layout.Config{Targets: ecTargets, TLS: shards.ClientTLS})
 	}); err != nil {
 		return nil, fmt.Errorf("shard rebuild: %w", err)
 	}
 	return report, nil
 }
 
-// volumeIO is the IO both volumes offer.
-type volumeIO interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
-	Flush(ctx context.Context) error
-}
-
-// activator is a volume to activate and close.
-type activator interface {
-	Activate(ctx context.Context, gen ids.Generation) error
-	Close() error
-}
-
-// volumeLoad is upstairsLoad for either volume.
-func volumeLoad(ctx context.Context, vol volumeIO, shape IOShape, spaceBytes int64, d time.Duration) (Result, error) {
-	res, err := runLoad(ctx, shape, spaceBytes, d, func(ctx context.Context, _ int, buf []byte, off int64) error {
-		var err error
-		if shape.Write {
-			_, err = vol.WriteAt(ctx, buf, off)
-		} else {
-			_, err = vol.ReadAt(ctx, buf, off)
-		}
-		return err
-	})
-	if err == nil && shape.Write {
-		err = vol.Flush(ctx)
-	}
-	return res, err
-}
-
 // fillOnce writes every byte of [0, space) once, 1 MiB at a time with 8
 // in flight, and flushes.
-func fillOnce(ctx context.Context, vol volumeIO, space int64) error {
+func fillOnce(ctx context.Context, vol volume.Volume, space int64) error {
 	const chunk = 1 << 20
 	errs := make(chan error, 8)
 	next := make(chan int64)
@@ -311,7 +281,7 @@ func encodeRate(l ec.Layout, d time.Duration) (float64, error) {
 
 // rebuildOne replaces downstairs 0 of cl with an empty region and times
 // the activation that rebuilds it.
-func rebuildOne(ctx context.Context, cl *volumetest.Cluster, spec extent.Spec, open func() (activator, error)) (float64, error) {
+func rebuildOne(ctx context.Context, cl *volumetest.Cluster, spec extent.Spec, open func() (volume.Volume, error)) (float64, error) {
 	if err := cl.Stop(0); err != nil {
 		return 0, err
 	}

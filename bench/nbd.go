@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"tern/volume/ids"
+	"tern/volume/layout"
 	"tern/volume/nbd"
-	"tern/volume/upstairs"
 )
 
 // NBDScenarios are the IO shapes of `tern bench nbd`, in the order they
@@ -101,7 +101,7 @@ func RunNBD(ctx context.Context, opts NBDOptions) ([]NBDScenario, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	up, err := upstairs.New(upstairs.Config{Targets: cl.Targets(), TLS: cl.ClientTLS})
+	up, err := layout.Open(layout.Replicated, layout.Config{Targets: cl.Targets(), TLS: cl.ClientTLS})
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,7 @@ func RunNBD(ctx context.Context, opts NBDOptions) ([]NBDScenario, error) {
 			}
 		}
 		say("%s: the upstairs directly", shape.Name)
-		direct, err := upstairsLoad(ctx, up, shape, space, opts.Duration)
+		direct, err := volumeLoad(ctx, up, shape, space, opts.Duration)
 		if err != nil {
 			return nil, fmt.Errorf("%s on the upstairs: %w", shape.Name, err)
 		}

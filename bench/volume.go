@@ -8,8 +8,9 @@ import (
 	"os"
 	"time"
 
+	"tern/volume"
 	"tern/volume/ids"
-	"tern/volume/upstairs"
+	"tern/volume/layout"
 )
 
 // VolumeScenarios are the IO shapes of `tern bench volume`, in the order
@@ -83,7 +84,7 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	up, err := upstairs.New(upstairs.Config{Targets: cl.Targets(), TLS: cl.ClientTLS})
+	up, err := layout.Open(layout.Replicated, layout.Config{Targets: cl.Targets(), TLS: cl.ClientTLS})
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func RunVolume(ctx context.Context, opts VolumeOptions) (*VolumeReport, error) {
 	report := &VolumeReport{DurationSec: opts.Duration.Seconds(), VolumeBytes: spec.SizeBytes()}
 	for _, shape := range VolumeScenarios {
 		say("%s: volume", shape.Name)
-		vol, err := upstairsLoad(ctx, up, shape, space, opts.Duration)
+		vol, err := volumeLoad(ctx, up, shape, space, opts.Duration)
 		if err != nil {
 			return nil, fmt.Errorf("%s on the volume: %w", shape.Name, err)
 		}
@@ -153,9 +154,10 @@ func WriteJSONFile(path string, v any) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// upstairsLoad drives shape against up directly for d and, after writes,
-// flushes, so the next scenario starts with nothing in flight.
-func upstairsLoad(ctx context.Context, up *upstairs.Upstairs, shape IOShape, spaceBytes int64, d time.Duration) (Result, error) {
+// volumeLoad drives shape against the volume up directly for d and,
+// after writes, flushes, so the next scenario starts with nothing in
+// flight.
+func volumeLoad(ctx context.Context, up volume.Volume, shape IOShape, spaceBytes int64, d time.Duration) (Result, error) {
 	res, err := runLoad(ctx, shape, spaceBytes, d, func(ctx context.Context, _ int, buf []byte, off int64) error {
 		var err error
 		if shape.Write {

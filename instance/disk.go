@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"tern/vmm/devices"
+	"tern/volume"
 	"tern/volume/ec"
 	"tern/volume/ids"
+	"tern/volume/layout"
 	"tern/volume/reconcile"
-	"tern/volume/upstairs"
 	"tern/volume/wire"
 )
 
@@ -58,9 +59,9 @@ type disk struct {
 	spec    DiskSpec
 	backend devices.BlockBackend
 	file    *devices.FileBackend
-	// up is a volume disk's client, replicated or erasure-coded; nil
+	// up is a volume disk's volume, replicated or erasure-coded; nil
 	// for a file disk.
-	up volumeClient
+	up volume.Volume
 	// activated is closed when a volume's Activate returned; nil for a
 	// file disk.
 	activated chan struct{}
@@ -88,25 +89,16 @@ func openDisk(spec DiskSpec, clientTLS *tls.Config, log *slog.Logger) (*disk, er
 		if b.QuorumWaitMs != nil {
 			wait = max(time.Duration(*b.QuorumWaitMs)*time.Millisecond, time.Millisecond)
 		}
-		var up volumeClient
+		l := layout.Replicated
 		if b.erasureCoded() {
-			v, err := ec.New(ec.Config{
-				Layout: ec.Layout{Data: b.Layout.Data, Parity: b.Layout.Parity}, Targets: b.Targets, TLS: clientTLS,
-				Region: region, Logger: log.With("disk", spec.Name), ActivationQuorumWait: wait,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
-			}
-			up = ecClient{v}
-		} else {
-			u, err := upstairs.New(upstairs.Config{
-				Targets: b.Targets, TLS: clientTLS, Region: region,
-				Logger: log.With("disk", spec.Name), ActivationQuorumWait: wait,
-			})
-			if err != nil {
-				return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
-			}
-			up = replicatedClient{u}
+			l = layout.ErasureCoded(ec.Layout{Data: b.Layout.Data, Parity: b.Layout.Parity})
+		}
+		up, err := layout.Open(l, layout.Config{
+			Targets: b.Targets, TLS: clientTLS, Region: region,
+			Logger: log.With("disk", spec.Name), ActivationQuorumWait: wait,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
 		}
 		d.up, d.activated = up, make(chan struct{})
 		d.backend = volumeBackend{up: up, blockSize: int(b.Region.BlockSize), size: b.VolumeSizeBytes()}
@@ -141,7 +133,7 @@ func (d *disk) close() error {
 	if d.file != nil {
 		return d.file.Close()
 	}
-	if err := d.up.Close(); err != nil && !errors.Is(err, upstairs.ErrClosed) {
+	if err := d.up.Close(); err != nil && !errors.Is(err, volume.ErrClosed) {
 		return fmt.Errorf("closing disk %s: %w", d.spec.Name, err)
 	}
 	return nil
@@ -175,42 +167,16 @@ func (d *disk) status(replicas bool) DiskStatus {
 		s.State = DiskClosed
 	}
 	if replicas {
-		s.Replicas = d.up.replicas()
+		s.Replicas = downstairsStatus(d.up)
 	}
 	return s
 }
 
-// volumeClient is what a volume disk needs of its volume, whichever its
-// layout.
-type volumeClient interface {
-	devices.VolumeIO
-	Activate(ctx context.Context, gen ids.Generation) error
-	Close() error
-	ActivationProgress() reconcile.Progress
-	// replicas describes each downstairs (replica or shard).
-	replicas() []ReplicaStatus
-}
-
-// replicatedClient is a three-replica volume's upstairs.
-type replicatedClient struct{ *upstairs.Upstairs }
-
-func (c replicatedClient) replicas() []ReplicaStatus {
+// downstairsStatus describes each downstairs (replica or shard) of a
+// volume disk.
+func downstairsStatus(v volume.Volume) []ReplicaStatus {
 	var out []ReplicaStatus
-	for _, r := range c.Status().Replicas {
-		out = append(out, ReplicaStatus{
-			Target: r.Target, State: r.State.String(), LastError: r.LastError,
-			FaultReason: r.FaultReason, Repair: r.Repair,
-		})
-	}
-	return out
-}
-
-// ecClient is an erasure-coded volume; its shards show as replicas.
-type ecClient struct{ *ec.Volume }
-
-func (c ecClient) replicas() []ReplicaStatus {
-	var out []ReplicaStatus
-	for _, r := range c.Status().Shards {
+	for _, r := range v.Summary().Downstairs {
 		out = append(out, ReplicaStatus{
 			Target: r.Target, State: r.State, LastError: r.LastError,
 			FaultReason: r.FaultReason, Repair: r.Repair,
@@ -219,9 +185,11 @@ func (c ecClient) replicas() []ReplicaStatus {
 	return out
 }
 
-// volumeBackend is a volume disk as the virtio-blk device's backend.
+// volumeBackend is a volume disk as the virtio-blk device's backend: the
+// volume's IO with the spec's geometry, which the device needs before
+// the activation that tells the volume its own has ended.
 type volumeBackend struct {
-	up        volumeClient
+	up        volume.Volume
 	blockSize int
 	size      uint64
 }

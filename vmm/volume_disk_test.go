@@ -41,10 +41,9 @@ func TestDiskGuestOnAThreeReplicaVolume(t *testing.T) {
 	if err := up.Activate(ctx, ids.Generation(1)); err != nil {
 		t.Fatalf("activating the volume: %v", err)
 	}
-	disk, err := devices.NewVolumeBackend(up, int(spec.BlockSize), uint64(spec.BlockSize)*uint64(spec.ExtentBlocks)*uint64(spec.ExtentCount))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// An activated volume is a BlockBackend as it is: its geometry
+	// is known.
+	var disk devices.BlockBackend = up
 	vm := newVM(t, vmm.Config{Guest: "disk", Disk: disk, Params: &guests.Params{Sectors: sectors}})
 	con := newConsole(t, vm)
 	r := wait(t, start(t, vm))

@@ -25,10 +25,11 @@ func newBenchECCmd() *cobra.Command {
 		Short: "A three-replica volume vs an erasure-coded one on loopback: IO, bytes stored, encode cost, rebuild of a lost downstairs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, isEC, err := erasureCoded(layout)
+			parsed, err := parseLayout(layout)
 			if err != nil {
 				return err
 			}
+			l, isEC := parsed.EC()
 			if !isEC {
 				return fmt.Errorf("--layout %s: want ec:K+M", layout)
 			}

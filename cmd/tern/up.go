@@ -104,13 +104,13 @@ needs a usable /dev/kvm and runs the demo guest only.`,
 				}
 				return runUpHosts(cmd.Context(), dataDir, hosts, cmd.OutOrStdout())
 			}
-			l, isEC, err := erasureCoded(layout)
+			l, err := parseLayout(layout)
 			if err != nil {
 				return err
 			}
 			var lp *ec.Layout
-			if isEC {
-				lp = &l
+			if e, isEC := l.EC(); isEC {
+				lp = &e
 			}
 			return runUp(cmd.Context(), dataDir, lp, guest, cmd.OutOrStdout())
 		},

@@ -31,11 +31,7 @@ func openVolumeDisk(ctx context.Context, f *vmmRunFlags, targets []string, log *
 		closeVolume()
 		return nil, nil, fmt.Errorf("--disk volume: %w", err)
 	}
-	bs := int(p.region.BlockSize)
-	disk, err := devices.NewVolumeBackend(p.io(), bs, p.region.Blocks()*uint64(bs))
-	if err != nil {
-		closeVolume()
-		return nil, nil, err
-	}
-	return disk, closeVolume, nil
+	// Activated, the volume knows its geometry: it is the disk's
+	// backend as it is.
+	return p.io(), closeVolume, nil
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/internal/units"
+	"tern/volume"
+	"tern/volume/layout"
 	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
@@ -38,14 +40,14 @@ const (
 
 // chunkFunc handles one chunk of a pattern command: buf holds the blocks
 // starting at block, each bs bytes.
-type chunkFunc func(ctx context.Context, up volumeIO, buf []byte, bs int, block uint64) error
+type chunkFunc func(ctx context.Context, up volume.Volume, buf []byte, bs int, block uint64) error
 
 // runOverRange is the body of fill and verify: check the flags and the
 // range against the probed region (before anything is activated),
 // activate, apply each chunk (volumeWorkers at once, each IO bounded by
 // --io-timeout), run finish, report, deactivate. The command's context is
 // cancelled by SIGINT and SIGTERM (see main).
-func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb string, each chunkFunc, finish func(context.Context, volumeIO) error) error {
+func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb string, each chunkFunc, finish func(context.Context, volume.Volume) error) error {
 	ctx := cmd.Context()
 	pf.lengthSet = cmd.Flags().Changed("length")
 	if err := pf.check(); err != nil {
@@ -61,7 +63,7 @@ func runOverRange(cmd *cobra.Command, vf *volumeFlags, pf *patternFlags, verb st
 	}
 	// Close flushes what is in flight; past the IO timeout there is
 	// no quorum to flush to.
-	tune := func(cfg *upstairs.Config) {
+	tune := func(cfg *layout.Config) {
 		cfg.DeactivateTimeout = min(pf.ioTimeout, upstairs.DefaultDeactivateTimeout)
 	}
 	p, err := vf.prepare(ctx, span, tune)
@@ -154,14 +156,14 @@ func newVolumeFillCmd() *cobra.Command {
 		Short: "Write deterministic pseudo-random data to a range of the volume, then flush",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			write := func(ctx context.Context, up volumeIO, buf []byte, bs int, block uint64) error {
+			write := func(ctx context.Context, up volume.Volume, buf []byte, bs int, block uint64) error {
 				upstairs.FillPattern(buf, bs, block, pf.seed)
 				if _, err := up.WriteAt(ctx, buf, int64(block)*int64(bs)); err != nil {
 					return fmt.Errorf("block %d: %w", block, err)
 				}
 				return nil
 			}
-			flush := func(ctx context.Context, up volumeIO) error { return up.Flush(ctx) }
+			flush := func(ctx context.Context, up volume.Volume) error { return up.Flush(ctx) }
 			return runOverRange(cmd, &vf, &pf, "filled", write, flush)
 		},
 	}
@@ -180,7 +182,7 @@ func newVolumeVerifyCmd() *cobra.Command {
 			"writes for the same seed; fails naming the first bad block (\"block N: ...\").",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			check := func(ctx context.Context, up volumeIO, buf []byte, bs int, block uint64) error {
+			check := func(ctx context.Context, up volume.Volume, buf []byte, bs int, block uint64) error {
 				if _, err := up.ReadAt(ctx, buf, int64(block)*int64(bs)); err != nil {
 					return fmt.Errorf("block %d: %w", block, err)
 				}

@@ -2,73 +2,21 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"tern/volume"
 	"tern/volume/ec"
-	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
-	"tern/volume/wire"
 )
 
-// volumeIO is what the pattern commands, the NBD export and a VM disk
-// need of a volume, replicated (*upstairs.Upstairs) or erasure-coded
-// (*ec.Volume).
-type volumeIO interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
-	Flush(ctx context.Context) error
-	Close() error
-}
-
 // io is the prepared volume, whichever its layout.
-func (p *preparedVolume) io() volumeIO {
-	if p.ev != nil {
-		return p.ev
-	}
-	return p.up
-}
+func (p *preparedVolume) io() volume.Volume { return p.vol }
 
 // close closes the prepared volume, whichever its layout.
-func (p *preparedVolume) close() error { return p.io().Close() }
-
-// volumeRegion is the geometry the client sees of an erasure-coded
-// volume: K shards' blocks but each shard's metadata block, as one run
-// (only BlockSize and Blocks() mean anything in it).
-func volumeRegion(shard wire.RegionInfo, l ec.Layout) wire.RegionInfo {
-	return wire.RegionInfo{UUID: shard.UUID, BlockSize: shard.BlockSize, ExtentBlocks: 1,
-		ExtentCount: uint32(l.VolumeBlocks(shard.Blocks() - 1))}
-}
-
-// newEC builds the erasure-coded volume of a probe that reached
-// `reached` shards; check runs against the volume's geometry first.
-func (p *preparedVolume) newEC(l ec.Layout, tlsConf *tls.Config, reached int, check func(wire.RegionInfo) error) error {
-	shardRegion := p.region
-	p.region = volumeRegion(shardRegion, l)
-	if check != nil {
-		if err := check(p.region); err != nil {
-			return err
-		}
-	}
-	f := p.flags
-	cfg := ec.Config{
-		Layout: l, Targets: f.targets, TLS: tlsConf, Region: shardRegion, Logger: p.log,
-		ActivationQuorumWait: f.quorumWait,
-	}
-	if reached < len(f.targets) {
-		// The quorum wait was spent probing.
-		cfg.ActivationQuorumWait = time.Millisecond
-	}
-	v, err := ec.New(cfg)
-	if err != nil {
-		return err
-	}
-	p.ev = v
-	return nil
-}
+func (p *preparedVolume) close() error { return p.vol.Close() }
 
 // activateEC activates the erasure-coded volume with --gen within what is
 // left of --activate-timeout for the negotiation, and warns once naming
@@ -169,9 +117,6 @@ func waitRepairedEC(ctx context.Context, v *ec.Volume) ec.Status {
 		}
 	}
 }
-
-var _ volumeIO = (*upstairs.Upstairs)(nil)
-var _ volumeIO = (*ec.Volume)(nil)
 
 // activeSummary says how many replicas or shards the activated volume
 // runs on: "3 of 3 replicas", "6 of 6 shards (ec:4+2)".

@@ -12,6 +12,7 @@ import (
 
 	"tern/internal/units"
 	"tern/volume/ec"
+	"tern/volume/layout"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
 )
@@ -45,33 +46,27 @@ type volumeFlags struct {
 // layoutReplicated is --layout's default: three replicas.
 const layoutReplicated = "replicated"
 
-// erasureCoded returns the layout of an erasure-coded --layout, false for
-// a replicated one, or the problem with the flag.
-func erasureCoded(layout string) (ec.Layout, bool, error) {
-	if layout == "" || layout == layoutReplicated {
-		return ec.Layout{}, false, nil
-	}
-	l, err := ec.ParseLayout(layout)
+// parseLayout reads --layout, or says what is wrong with it.
+func parseLayout(flag string) (layout.Layout, error) {
+	l, err := layout.Parse(flag)
 	if err != nil {
-		return ec.Layout{}, false, fmt.Errorf("--layout %q: want replicated or ec:K+M (K data shards from %d to %d, M parity from %d to %d)",
-			layout, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
+		return layout.Layout{}, fmt.Errorf("--layout %q: want replicated or ec:K+M (K data shards from %d to %d, M parity from %d to %d)",
+			flag, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
 	}
-	return l, true, nil
+	return l, nil
 }
 
 // registerLayout adds --layout to fs.
-func registerLayout(fs *pflag.FlagSet, layout *string) {
-	fs.StringVar(layout, "layout", layoutReplicated,
+func registerLayout(fs *pflag.FlagSet, flag *string) {
+	fs.StringVar(flag, "layout", layoutReplicated,
 		"replicated (three downstairs) or ec:K+M (erasure-coded: K data and M parity shards, K+M downstairs; ec alone is ec:4+2)")
 }
 
 // wantTargets is how many --targets the layout needs and what the
 // volume calls each of them; the layout must be valid.
-func wantTargets(layout string) (int, string) {
-	if l, ok, _ := erasureCoded(layout); ok {
-		return l.Shards(), "shard"
-	}
-	return 3, "replica"
+func wantTargets(flag string) (int, string) {
+	l, _ := parseLayout(flag)
+	return l.Downstairs(), l.Noun()
 }
 
 func (f *volumeFlags) register(cmd *cobra.Command) {
@@ -93,7 +88,7 @@ func (f *volumeFlags) register(cmd *cobra.Command) {
 // replica to find.
 func (f *volumeFlags) check() error {
 	var problems []string
-	if _, _, err := erasureCoded(f.layout); err != nil {
+	if _, err := parseLayout(f.layout); err != nil {
 		problems = append(problems, err.Error())
 	} else {
 		problems = checkTargets(f.targets, f.layout)
@@ -113,14 +108,14 @@ func (f *volumeFlags) check() error {
 // checkTargets checks that there are as many distinct host:port
 // addresses with numeric ports as the layout needs (three replicas, or
 // K+M shards).
-func checkTargets(targets []string, layout string) []string {
+func checkTargets(targets []string, flag string) []string {
 	var problems []string
-	want, what := wantTargets(layout)
+	want, what := wantTargets(flag)
 	if len(targets) != want {
 		if what == "replica" {
 			problems = append(problems, fmt.Sprintf("--targets: want 3 addresses (host:port,host:port,host:port), got %d", len(targets)))
 		} else {
-			problems = append(problems, fmt.Sprintf("--targets: --layout %s wants %d addresses (one per shard), got %d", layout, want, len(targets)))
+			problems = append(problems, fmt.Sprintf("--targets: --layout %s wants %d addresses (one per shard), got %d", flag, want, len(targets)))
 		}
 	}
 	seen := map[string]int{}

@@ -18,9 +18,10 @@ import (
 	"tern/internal/telemetry"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
+	"tern/volume"
+	"tern/volume/layout"
 	"tern/volume/nbd"
 	"tern/volume/reconcile"
-	"tern/volume/upstairs"
 )
 
 // How `tern volume nbd` spends the 10 s a stop may take: finish the
@@ -185,7 +186,7 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 		return err
 	}
 	defer ln.Close()
-	tune := func(cfg *upstairs.Config) { cfg.DeactivateTimeout = nbdDeactivateTimeout }
+	tune := func(cfg *layout.Config) { cfg.DeactivateTimeout = nbdDeactivateTimeout }
 	p, err := vf.prepare(ctx, nil, tune)
 	if err != nil {
 		return err
@@ -237,7 +238,7 @@ func runVolumeNBD(cmd *cobra.Command, vf *volumeFlags, f *nbdFlags) error {
 // stopNBD ends the service within nbdDrainTimeout + nbdFlushTimeout +
 // nbdDeactivateTimeout: stop accepting and reading, finish what was
 // read, flush what was acknowledged, deactivate.
-func stopNBD(srv *nbd.Server, up volumeIO, served <-chan error, serveErr error, stderr io.Writer) error {
+func stopNBD(srv *nbd.Server, up volume.Volume, served <-chan error, serveErr error, stderr io.Writer) error {
 	fmt.Fprintln(stderr, "stopping: finishing the requests in flight")
 	drain, cancel := context.WithTimeout(context.Background(), nbdDrainTimeout)
 	drainErr := srv.Shutdown(drain)

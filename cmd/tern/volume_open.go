@@ -14,9 +14,11 @@ import (
 
 	"tern/cmd/internal/serve"
 	"tern/internal/tlsconf"
+	"tern/volume"
 	"tern/volume/ec"
 	"tern/volume/ids"
 	"tern/volume/inspect"
+	"tern/volume/layout"
 	"tern/volume/reconcile"
 	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
@@ -40,8 +42,12 @@ const (
 // their region, and the caller's checks against that region passed.
 // Nothing has been activated yet, so no generation is used up.
 type preparedVolume struct {
-	// up is the replicated volume's upstairs; nil for an erasure-coded
-	// volume, which is ev.
+	// vol is the volume, whichever its layout; up is it as a replicated
+	// volume's upstairs (nil for an erasure-coded one) and ev as an
+	// erasure-coded volume (nil for replicas), for what only one layout
+	// has.
+	vol    volume.Volume
+	layout layout.Layout
 	up     *upstairs.Upstairs
 	ev     *ec.Volume
 	log    *slog.Logger      // for the upstairs
@@ -59,9 +65,9 @@ type preparedVolume struct {
 
 // prepare checks the flags, probes the replicas read-only until two agree
 // on a region (at most --activate-timeout), runs check against that
-// region and builds the upstairs. tune, if not nil, adjusts its Config.
+// region and builds the volume. tune, if not nil, adjusts its Config.
 // Every input error is found here, before any activation.
-func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) error, tune func(*upstairs.Config)) (*preparedVolume, error) {
+func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) error, tune func(*layout.Config)) (*preparedVolume, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
@@ -93,25 +99,28 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 			p.missing[i] = reachReason(r, p.probeWait)
 		}
 	}
-	if layout, isEC, _ := erasureCoded(f.layout); isEC {
-		return p, p.newEC(layout, tlsConf, reached, check)
-	}
+	l, _ := parseLayout(f.layout) // checked above
+	p.layout = l
+	// The client sees its own geometry (for shards, K of them); the
+	// volume is given the downstairs' region to activate.
+	shardRegion := p.region
+	p.region = l.ClientRegion(shardRegion)
 	if check != nil {
 		if err := check(p.region); err != nil {
 			return nil, err
 		}
 	}
-	cfg := upstairs.Config{
+	cfg := layout.Config{
 		Targets: f.targets,
 		TLS:     tlsConf,
 		// Activate what was probed and checked, nothing else.
-		Region:               p.region,
+		Region:               shardRegion,
 		Logger:               p.log,
 		ActivationQuorumWait: f.quorumWait,
 	}
 	if reached < len(f.targets) {
-		// The quorum wait was spent probing; activate with the two
-		// that answered as soon as they negotiate.
+		// The quorum wait was spent probing; activate with those that
+		// answered as soon as they negotiate.
 		cfg.ActivationQuorumWait = time.Millisecond
 		for i, why := range p.missing {
 			if why != "" && p.filter != nil {
@@ -122,9 +131,11 @@ func (f *volumeFlags) prepare(ctx context.Context, check func(wire.RegionInfo) e
 	if tune != nil {
 		tune(&cfg)
 	}
-	if p.up, err = upstairs.New(cfg); err != nil {
+	if p.vol, err = layout.Open(l, cfg); err != nil {
 		return nil, err
 	}
+	p.up, _ = p.vol.(*upstairs.Upstairs)
+	p.ev, _ = p.vol.(*ec.Volume)
 	return p, nil
 }
 
@@ -136,10 +147,8 @@ func (f *volumeFlags) reach(ctx context.Context, conf *tls.Config, p *preparedVo
 	start := time.Now()
 	quorumAt := start.Add(f.quorumWait)
 	tlsFails := make([]int, len(f.targets))
-	need, what := 2, "replicas"
-	if l, isEC, _ := erasureCoded(f.layout); isEC {
-		need, what = l.Data, "shards"
-	}
+	l, _ := parseLayout(f.layout) // checked by prepare
+	need, what := l.Quorum(), l.Noun()+"s"
 	warned := false
 	backoff := reachBackoffMin
 	for {

@@ -35,7 +35,8 @@ func newVolumeStatusCmd() *cobra.Command {
 			if len(targets) == 0 {
 				return errors.New("--targets is required")
 			}
-			if _, _, err := erasureCoded(layout); err != nil {
+			l, err := parseLayout(layout)
+			if err != nil {
 				return err
 			}
 			if problems := checkTargets(targets, layout); len(problems) > 0 {
@@ -53,7 +54,7 @@ func newVolumeStatusCmd() *cobra.Command {
 				}
 			} else if rep != nil {
 				printStatus(cmd, rep)
-				if _, isEC, _ := erasureCoded(layout); isEC && rep.GeometryMismatch == "" {
+				if _, isEC := l.EC(); isEC && rep.GeometryMismatch == "" {
 					// A flush stamps only the extents it covers, so the
 					// shards of a stripe carry different versions.
 					fmt.Fprintf(cmd.OutOrStdout(), "layout %s: extents disagree between shards wherever a flush covered some of them; scrub checks the stripes\n", layout)

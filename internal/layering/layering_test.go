@@ -21,11 +21,19 @@ import (
 var rules = []rule{
 	{
 		from: []string{"volume/..."}, mayNot: []string{"vmm/...", "migration/...", "bench/...", "cmd/..."}, tests: true,
-		why: "the volume knows nothing of VMs, migration or the commands; a VM reaches a volume through vmm/devices.BlockBackend",
+		why: "the volume knows nothing of VMs, migration or the commands; a VM reaches a volume through vmm/devices.BlockBackend, which every volume.Volume satisfies",
 	},
 	{
 		from: []string{"volume/upstairs/...", "volume/downstairs", "volume/extent", "volume/wire", "volume/transport", "volume/reconcile"}, mayNot: []string{"volume/ec"}, tests: true,
-		why: "the erasure-coded volume is built on the replicated volume's parts (wire, transport, downstairs, progress), not the other way round",
+		why: "the erasure-coded volume is built on the parts the layouts share (wire, transport, downstairs, progress), not the other way round",
+	},
+	{
+		from: []string{"volume/ec"}, mayNot: []string{"volume/upstairs/..."}, tests: true,
+		why: "the two layouts are siblings: what they share (errors, defaults, the Volume interface) is the volume package's",
+	},
+	{
+		from: []string{"volume/..."}, exceptFrom: []string{"volume/layout", "volume/sim", "volume/chaos"}, mayNot: []string{"volume/layout"}, tests: true,
+		why: "volume/layout is the one place that picks a layout; it sits above both (the simulator and fault campaigns may open a volume through it)",
 	},
 	{
 		from: []string{"..."}, exceptFrom: []string{"tools/..."}, mayNot: []string{"tools/..."}, tests: true,
@@ -50,8 +58,12 @@ var rules = []rule{
 	},
 	{
 		from:   []string{"volume/ids", "volume/wire", "volume/reconcile", "volume/upstairs/engine"},
-		mayNot: []string{"..."}, except: []string{"volume/ids", "volume/wire", "volume/reconcile", "volume/internal/fixes"},
-		why: "the protocol and the decision cores are plain data: no sockets, files or clocks (those are in their drivers); volume/internal/fixes lets a test undo a past fix in them",
+		mayNot: []string{"..."}, except: []string{"volume", "volume/ids", "volume/wire", "volume/reconcile", "volume/internal/fixes"},
+		why: "the protocol and the decision cores are plain data: no sockets, files or clocks (those are in their drivers); they share the volume package's errors, and volume/internal/fixes lets a test undo a past fix in them",
+	},
+	{
+		from: []string{"volume"}, mayNot: []string{"..."}, except: []string{"volume/ids", "volume/reconcile", "volume/wire", "volume/internal/fixes"},
+		why: "the volume vocabulary (the Volume interface, shared errors and defaults) is plain data every layout and the cores build on",
 	},
 	{
 		from: []string{"volume/internal/fixes"}, mayNot: []string{"..."},

@@ -7,9 +7,11 @@ import (
 )
 
 // BlockBackend is the storage behind a virtio-blk device: a local file
-// here, the volume upstairs later. ReadAt and WriteAt receive slices of
-// guest memory and must not retain them after returning. Offsets and
-// lengths the device passes are multiples of BlockSize.
+// (FileBackend), or a volume (any tern/volume.Volume has these methods;
+// the VMM does not import the volume, so the device states only what it
+// uses). ReadAt and WriteAt receive slices of guest memory and must not
+// retain them after returning. Offsets and lengths the device passes are
+// multiples of BlockSize.
 type BlockBackend interface {
 	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
 	WriteAt(ctx context.Context, p []byte, off int64) (int, error)

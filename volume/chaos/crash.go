@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
 )
@@ -62,7 +63,7 @@ func (r CrashResult) Violations() int64 {
 // generations gen (the workload) and gen+1 (the repair and verify after
 // it). It returns an error when the campaign could not run to its end; a
 // broken invariant is in the result, not an error.
-func RunCrashCampaign(ctx context.Context, c *Cluster, w *Workload, spec CrashSpec, gen uint64, logf func(string, ...any)) (CrashResult, error) {
+func RunCrashCampaign(ctx context.Context, c *Cluster, w *Workload, spec CrashSpec, gen ids.Generation, logf func(string, ...any)) (CrashResult, error) {
 	res := CrashResult{KillsByKind: map[string]int{}}
 	r := rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x2545f4914f6cdd1d))
 	if err := c.StartAll(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
 )
@@ -16,7 +17,7 @@ const testBlocks = 1024
 
 // newUpstairs opens and activates an upstairs on targets at gen, closed
 // at the end of the test.
-func newUpstairs(t *testing.T, c *Cluster, targets []string, gen uint64) *upstairs.Upstairs {
+func newUpstairs(t *testing.T, c *Cluster, targets []string, gen ids.Generation) *upstairs.Upstairs {
 	t.Helper()
 	u, err := openUpstairs(c, targets, gen)
 	if err != nil {

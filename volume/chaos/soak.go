@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"tern/volume/ids"
 )
 
 // SoakSpec is a soak: start an upstairs, run IO, kill and restart a
@@ -52,7 +54,7 @@ func RunSoak(ctx context.Context, c *Cluster, spec SoakSpec, logf func(string, .
 	start := time.Now()
 	sampler := startSampler(start, c, spec.SampleEvery)
 	defer func() { res.Samples = sampler.stop() }()
-	gen := uint64(0)
+	gen := ids.Generation(0)
 	for time.Since(start) < spec.Duration {
 		gen++
 		if err = soakIteration(ctx, c, w, r, gen, spec, &res); err != nil {
@@ -68,7 +70,7 @@ func RunSoak(ctx context.Context, c *Cluster, spec SoakSpec, logf func(string, .
 	return res, c.StopAll()
 }
 
-func soakIteration(ctx context.Context, c *Cluster, w *Workload, r *rand.Rand, gen uint64, spec SoakSpec, res *SoakResult) error {
+func soakIteration(ctx context.Context, c *Cluster, w *Workload, r *rand.Rand, gen ids.Generation, spec SoakSpec, res *SoakResult) error {
 	if err := c.StartAll(); err != nil {
 		return err
 	}
@@ -78,7 +80,7 @@ func soakIteration(ctx context.Context, c *Cluster, w *Workload, r *rand.Rand, g
 	}
 	defer u.Close()
 	lanes := w.StartLanes(ctx, u, 2, LaneSpec{MaxIOBlocks: 8, FlushEvery: 4, ReadBack: true,
-		IOTimeout: spec.RecoverTimeout, Seed: spec.Seed + gen*100})
+		IOTimeout: spec.RecoverTimeout, Seed: spec.Seed + uint64(gen)*100})
 	defer lanes.Stop()
 	acked := w.Stats().WritesAcked
 	if acked, err = waitMoreAcks(ctx, w, acked, 20+r.IntN(60), spec.RecoverTimeout); err != nil {

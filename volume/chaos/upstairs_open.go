@@ -14,13 +14,13 @@ const ActivateTimeout = 2 * time.Minute
 
 // openUpstairs creates an upstairs on targets (the cluster's replicas, or
 // proxies in front of them) and activates it at gen.
-func openUpstairs(c *Cluster, targets []string, gen uint64) (*upstairs.Upstairs, error) {
+func openUpstairs(c *Cluster, targets []string, gen ids.Generation) (*upstairs.Upstairs, error) {
 	return openUpstairsWith(c, targets, gen, nil)
 }
 
 // openUpstairsWith is openUpstairs with tune, if set, changing the
 // configuration first.
-func openUpstairsWith(c *Cluster, targets []string, gen uint64, tune func(*upstairs.Config)) (*upstairs.Upstairs, error) {
+func openUpstairsWith(c *Cluster, targets []string, gen ids.Generation, tune func(*upstairs.Config)) (*upstairs.Upstairs, error) {
 	b, err := c.Bundle()
 	if err != nil {
 		return nil, fmt.Errorf("loading certificates: %w", err)

@@ -80,7 +80,7 @@ func runCampaign(t *testing.T, seed uint64, l Layout, rounds int) {
 	c := newTestCluster(t, l)
 	cp := &campaign{t: t, c: c, r: rand.New(rand.NewPCG(seed, 0xec)), gen: 1, faults: map[string]int{}}
 	cp.v = c.open(cp.gen)
-	size := int(cp.v.Size())
+	size := int(cp.v.SizeBytes())
 	cp.want = make([]byte, size)
 	cp.written = make([]bool, size/testBlockSize)
 	defer func() {

@@ -9,13 +9,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/volume"
 	"tern/volume/transport"
-	"tern/volume/upstairs"
 	"tern/volume/wire"
 )
 
 // Config is what New needs. Zero values of optional fields take the
-// replicated volume's defaults (upstairs.Default*).
+// replicated volume's defaults (volume.Default*).
 type Config struct {
 	// Layout is the number of data and parity shards.
 	Layout Layout
@@ -87,13 +87,13 @@ func (cfg Config) withDefaults() (Config, error) {
 			*d = v
 		}
 	}
-	def(&cfg.ActivationQuorumWait, upstairs.DefaultActivationQuorumWait, "activation quorum wait")
-	def(&cfg.ReconnectMin, upstairs.DefaultReconnectMin, "reconnect min")
-	def(&cfg.ReconnectMax, max(upstairs.DefaultReconnectMax, cfg.ReconnectMin), "reconnect max")
-	def(&cfg.ReplyTimeout, upstairs.DefaultReplyTimeout, "reply timeout")
+	def(&cfg.ActivationQuorumWait, volume.DefaultActivationQuorumWait, "activation quorum wait")
+	def(&cfg.ReconnectMin, volume.DefaultReconnectMin, "reconnect min")
+	def(&cfg.ReconnectMax, max(volume.DefaultReconnectMax, cfg.ReconnectMin), "reconnect max")
+	def(&cfg.ReplyTimeout, volume.DefaultReplyTimeout, "reply timeout")
 	def(&cfg.IdleTimeout, transport.IdleTimeout, "idle timeout")
 	def(&cfg.KeepAlivePeriod, min(transport.KeepAlivePeriod, cfg.IdleTimeout/2), "keepalive")
-	def(&cfg.DeactivateTimeout, upstairs.DefaultDeactivateTimeout, "deactivate timeout")
+	def(&cfg.DeactivateTimeout, volume.DefaultDeactivateTimeout, "deactivate timeout")
 	if cfg.KeepAlivePeriod >= cfg.IdleTimeout {
 		bad("keepalive %v: must be shorter than the idle timeout %v", cfg.KeepAlivePeriod, cfg.IdleTimeout)
 	}

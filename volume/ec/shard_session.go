@@ -212,7 +212,7 @@ func (s *session) start(req wire.Message, data []byte) (*pendingReq, error) {
 	p.id = s.next
 	s.pending[p.id] = p
 	s.mu.Unlock()
-	setJobID(req, p.id)
+	wire.SetJobID(req, p.id)
 	err := s.enc.Encode(req)
 	<-s.sendTurn
 	if err != nil {
@@ -307,22 +307,6 @@ func toReply(m wire.Message, data []byte) sessionReply {
 		return sessionReply{msg: r}
 	}
 	return sessionReply{msg: wire.Clone(m)}
-}
-
-// setJobID stamps a request with its JobID.
-func setJobID(m wire.Message, id wire.JobID) {
-	switch m := m.(type) {
-	case *wire.Write:
-		m.JobID = id
-	case *wire.Read:
-		m.JobID = id
-	case *wire.Flush:
-		m.JobID = id
-	case *wire.ExtentHashesRequest:
-		m.JobID = id
-	case *wire.ExtentVersionsRequest:
-		m.JobID = id
-	}
 }
 
 // regionDiff names the first difference between the region asked for

@@ -142,8 +142,9 @@ func (v *Volume) BlockSize() int {
 	return v.bs
 }
 
-// Size is the volume's size in bytes: Layout.Data times a shard's region.
-func (v *Volume) Size() uint64 {
+// SizeBytes is the volume's size in bytes: Layout.Data times a shard's
+// region but its metadata block; 0 before activation.
+func (v *Volume) SizeBytes() uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.cfg.Layout.VolumeBlocks(v.stripes) * uint64(v.bs)

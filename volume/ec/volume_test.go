@@ -20,7 +20,7 @@ import (
 func TestWriteReadScrub4Plus2(t *testing.T) {
 	c := newTestCluster(t, DefaultLayout)
 	v := c.open(1)
-	size := int64(v.Size())
+	size := int64(v.SizeBytes())
 	if want := int64(4 * testBlockSize * (testExtentBlocks*testExtentCount - 1)); size != want {
 		t.Fatalf("Size = %d, want %d (4 × a shard but its metadata block)", size, want)
 	}
@@ -51,7 +51,7 @@ func TestWriteReadScrub4Plus2(t *testing.T) {
 func TestTwoShardsLostIOContinuesThenRepaired(t *testing.T) {
 	c := newTestCluster(t, DefaultLayout)
 	v := c.open(1)
-	size := int64(v.Size())
+	size := int64(v.SizeBytes())
 	want := pattern(1, 0, int(size))
 	mustWrite(t, v, want, 0)
 	// Closed cleanly (every shard flushed), so the shards stopped below

@@ -221,7 +221,7 @@ func (c *conn) do(ctx context.Context, r request, buf *buffer, rep *reply) error
 			return err
 		}
 	case cmdWriteZeroes:
-		if err := writeZeroes(ctx, dev, off, int64(r.length)); err != nil {
+		if err := dev.WriteZeroes(ctx, off, int64(r.length)); err != nil {
 			return err
 		}
 	case cmdTrim:
@@ -243,23 +243,6 @@ func (c *conn) do(ctx context.Context, r request, buf *buffer, rep *reply) error
 	if r.cmd != cmdTrim {
 		st.writes.Add(1)
 		st.bytesWritten.Add(int64(r.length))
-	}
-	return nil
-}
-
-// zeroes is the source of WRITE_ZEROES; the device only reads it.
-var zeroes = make([]byte, 8<<20)
-
-// writeZeroes writes length zero bytes at off, zeroChunk at a time (each
-// WriteAt already fans out into many volume jobs).
-func writeZeroes(ctx context.Context, dev Device, off, length int64) error {
-	for length > 0 {
-		n := min(length, int64(len(zeroes)))
-		if _, err := dev.WriteAt(ctx, zeroes[:n], off); err != nil {
-			return err
-		}
-		off += n
-		length -= n
 	}
 	return nil
 }

@@ -33,7 +33,7 @@
 //
 //  1. A reply is sent only after its device call returned: a WRITE is
 //     acknowledged once the device completed it, a FLUSH or FUA once the
-//     device flushed. Every connection shares one Device, so a flush on
+//     device flushed. Every connection shares one volume, so a flush on
 //     any of them covers every write completed on all of them
 //     (CAN_MULTI_CONN).
 //  2. A READ's reply header is built only after its data was read, so a

@@ -12,15 +12,20 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"tern/volume"
 )
 
 // testTimeout bounds every wait of these tests: generous, for a busy
 // machine under -race.
 const testTimeout = 30 * time.Second
 
-// memDevice is an in-memory Device. gate, when set, holds every call at
-// offset gateOff until it is closed.
+// memDevice is an in-memory volume with the methods an export calls (the
+// embedded nil Volume stands for the rest). gate, when set, holds every
+// call at offset gateOff until it is closed.
 type memDevice struct {
+	volume.Volume
+
 	mu      sync.Mutex
 	data    []byte
 	flushes int
@@ -79,6 +84,10 @@ func (d *memDevice) Flush(ctx context.Context) error {
 	return nil
 }
 
+func (d *memDevice) WriteZeroes(ctx context.Context, off, length int64) error {
+	return volume.WriteZeroesAsWrites(ctx, d.WriteAt, testBlockSize, uint64(len(d.data)), off, length)
+}
+
 func (d *memDevice) bytes(off, n int) []byte {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -92,7 +101,7 @@ const (
 
 // startServer serves dev on a loopback port and shuts the server down
 // at the end of the test, checking that no goroutine outlives it.
-func startServer(t *testing.T, dev Device, tune func(*Config)) (*Server, string) {
+func startServer(t *testing.T, dev volume.Volume, tune func(*Config)) (*Server, string) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	cfg := Config{Export: Export{Name: "vol", Device: dev, Size: testSize, BlockSize: testBlockSize}}

@@ -11,17 +11,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-)
 
-// Device is the block device an export serves. Calls may run
-// concurrently; a write is complete when WriteAt returns, and Flush makes
-// every write completed before it durable. *upstairs.Upstairs satisfies
-// it.
-type Device interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
-	Flush(ctx context.Context) error
-}
+	"tern/volume"
+)
 
 // Export is the one export a Server offers.
 type Export struct {
@@ -29,7 +21,10 @@ type Export struct {
 	// always names it too.
 	Name        string
 	Description string
-	Device      Device
+	// Device is the volume the export serves; calls run concurrently,
+	// a write is complete when WriteAt returns, and Flush makes every
+	// write completed before it durable.
+	Device volume.Volume
 	// Size is the export's size in bytes, a multiple of BlockSize.
 	Size uint64
 	// BlockSize is the device's block size: a power of two from 512 to

@@ -78,7 +78,7 @@ type Plan struct {
 	// Replicas lists the replicas that took part, in increasing order.
 	Replicas []ReplicaID
 	// Gen is the generation of the activation being planned.
-	Gen uint64
+	Gen ids.Generation
 	// ExtentCount is the number of extents each replica holds.
 	ExtentCount int
 	// Copies is the number of (extent, destination) pairs: how many
@@ -89,7 +89,8 @@ type Plan struct {
 	// number of a dirty source's Target, above them). Gen exceeds MaxGen
 	// (PlanRestart: at least MaxGen); the activation's first flush number
 	// must exceed MaxFlush (see NextFlush).
-	MaxGen, MaxFlush uint64
+	MaxGen   ids.Generation
+	MaxFlush uint64
 }
 
 // NextFlush returns the first flush number the activated session may use:
@@ -114,7 +115,7 @@ func (p Plan) NextFlush() uint64 { return p.MaxFlush + 1 }
 // the error wraps ErrStaleGeneration. Problems with replicas are
 // reported all at once, joined, each wrapping ErrNoReplicas,
 // ErrBadReplica or ErrExtentCountMismatch.
-func PlanActivation(gen uint64, replicas []ReplicaVersions) (Plan, error) {
+func PlanActivation(gen ids.Generation, replicas []ReplicaVersions) (Plan, error) {
 	if err := validateReplicaVersions(replicas); err != nil {
 		return Plan{}, fmt.Errorf("planning activation repair: %w", err)
 	}
@@ -138,7 +139,7 @@ func PlanActivation(gen uint64, replicas []ReplicaVersions) (Plan, error) {
 // destinations, donors and errors, except that gen may equal the greatest
 // generation present (ErrStaleGeneration only when it is below), and a
 // replica marked Behind is a source only when every present one is.
-func PlanRestart(gen, flush uint64, replicas []ReplicaVersions) (Plan, error) {
+func PlanRestart(gen ids.Generation, flush uint64, replicas []ReplicaVersions) (Plan, error) {
 	if err := validateReplicaVersions(replicas); err != nil {
 		return Plan{}, fmt.Errorf("planning restart repair: %w", err)
 	}
@@ -155,7 +156,7 @@ func PlanRestart(gen, flush uint64, replicas []ReplicaVersions) (Plan, error) {
 
 // newPlan starts the plan of replicas (validated) at generation gen: the
 // replicas sorted by ID, and the greatest generation and flush present.
-func newPlan(gen uint64, replicas []ReplicaVersions) (Plan, []ReplicaVersions) {
+func newPlan(gen ids.Generation, replicas []ReplicaVersions) (Plan, []ReplicaVersions) {
 	byID := slices.Clone(replicas)
 	slices.SortFunc(byID, func(a, b ReplicaVersions) int { return int(a.Replica - b.Replica) })
 	plan := Plan{Gen: gen, ExtentCount: len(byID[0].Extents)}

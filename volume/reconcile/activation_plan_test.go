@@ -5,11 +5,15 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+
+	"tern/volume/ids"
 )
 
 // clean and dirty build versions tersely for tables.
-func clean(gen, flush uint64) Version { return Version{Gen: gen, Flush: flush} }
-func dirty(gen, flush uint64) Version { return Version{Gen: gen, Flush: flush, Dirty: true} }
+func clean(gen ids.Generation, flush uint64) Version { return Version{Gen: gen, Flush: flush} }
+func dirty(gen ids.Generation, flush uint64) Version {
+	return Version{Gen: gen, Flush: flush, Dirty: true}
+}
 
 // one builds the input for a single-extent region from per-replica
 // versions; replicas mapped to nothing are absent.
@@ -168,7 +172,7 @@ func TestPlanActivationRejectsBadInput(t *testing.T) {
 	ext := func(n int) []Version { return make([]Version, n) }
 	tests := []struct {
 		name     string
-		gen      uint64
+		gen      ids.Generation
 		replicas []ReplicaVersions
 		want     []error
 	}{
@@ -235,7 +239,7 @@ func TestRepairNeverMakesUnequalCopiesLookEqual(t *testing.T) {
 	for iter := range 3000 {
 		state := randomConsistentExtent(rng)
 		absent := ReplicaID(rng.IntN(ReplicaCount + 1)) // ReplicaCount: none absent
-		gen := uint64(10)
+		gen := ids.Generation(10)
 		crashAt := rng.IntN(6)
 		for round := 0; round < 2; round++ {
 			steps := repairSteps(t, gen, state, absent)
@@ -265,7 +269,7 @@ func randomConsistentExtent(rng *rand.Rand) *[ReplicaCount]replicaModel {
 	var s [ReplicaCount]replicaModel
 	for r := range s {
 		s[r] = replicaModel{
-			v:    Version{Gen: uint64(1 + rng.IntN(2)), Flush: uint64(rng.IntN(3)), Dirty: rng.IntN(2) == 0},
+			v:    Version{Gen: ids.Generation(1 + rng.IntN(2)), Flush: uint64(rng.IntN(3)), Dirty: rng.IntN(2) == 0},
 			data: rng.IntN(3),
 		}
 		for q := range r {
@@ -279,7 +283,7 @@ func randomConsistentExtent(rng *rand.Rand) *[ReplicaCount]replicaModel {
 
 // repairSteps plans the extent over the present replicas and returns the
 // driver's steps in the documented order, each mutating state.
-func repairSteps(t *testing.T, gen uint64, state *[ReplicaCount]replicaModel, absent ReplicaID) []func() {
+func repairSteps(t *testing.T, gen ids.Generation, state *[ReplicaCount]replicaModel, absent ReplicaID) []func() {
 	var in []ReplicaVersions
 	for r := range ReplicaID(ReplicaCount) {
 		if r != absent {

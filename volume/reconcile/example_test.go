@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/ids"
 	"tern/volume/reconcile"
 )
 
@@ -12,7 +13,7 @@ import (
 // differing runs, reporting progress as it goes.
 func ExamplePlanActivation() {
 	const blockSize = 4096
-	v := func(gen, flush uint64, dirty bool) reconcile.Version {
+	v := func(gen ids.Generation, flush uint64, dirty bool) reconcile.Version {
 		return reconcile.Version{Gen: gen, Flush: flush, Dirty: dirty}
 	}
 	// Replica 1 did not answer within the quorum wait.

@@ -9,7 +9,9 @@ import (
 )
 
 func TestNewestFirstOrdersDonorsByVersionThenID(t *testing.T) {
-	v := func(gen, flush uint64, dirty bool) Version { return Version{Gen: gen, Flush: flush, Dirty: dirty} }
+	v := func(gen ids.Generation, flush uint64, dirty bool) Version {
+		return Version{Gen: gen, Flush: flush, Dirty: dirty}
+	}
 	// Given out of ID order: replica 2 newest, 0 and 1 equal, src 1.
 	present := []ReplicaVersions{
 		{Replica: 2, Extents: []Version{v(1, 1, false), v(1, 5, true)}},

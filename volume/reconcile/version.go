@@ -1,6 +1,11 @@
 package reconcile
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+
+	"tern/volume/ids"
+)
 
 // ReplicaCount is the number of replicas (downstairs) behind one upstairs.
 const ReplicaCount = 3
@@ -23,7 +28,7 @@ type ExtentBlock uint32
 // flush, and whether the extent was written since.
 type Version struct {
 	// Gen is the activation generation of the last flush.
-	Gen uint64
+	Gen ids.Generation
 	// Flush is the flush number of the last flush.
 	Flush uint64
 	// Dirty reports a write since the last flush.
@@ -39,9 +44,9 @@ type Version struct {
 func (v Version) Compare(w Version) int {
 	switch {
 	case v.Gen != w.Gen:
-		return cmpUint(v.Gen, w.Gen)
+		return cmp.Compare(v.Gen, w.Gen)
 	case v.Flush != w.Flush:
-		return cmpUint(v.Flush, w.Flush)
+		return cmp.Compare(v.Flush, w.Flush)
 	case v.Dirty == w.Dirty:
 		return 0
 	case v.Dirty:
@@ -57,11 +62,4 @@ func (v Version) String() string {
 		return fmt.Sprintf("%d/%d+dirty", v.Gen, v.Flush)
 	}
 	return fmt.Sprintf("%d/%d", v.Gen, v.Flush)
-}
-
-func cmpUint(a, b uint64) int {
-	if a < b {
-		return -1
-	}
-	return 1
 }

@@ -221,7 +221,7 @@ func (w *ecWorld) run() error {
 		return err
 	}
 	w.vols[0] = v
-	w.blocks = v.Size() / ecBlockSize
+	w.blocks = v.SizeBytes() / ecBlockSize
 	w.oracle.init(w.blocks)
 
 	stop := make(chan struct{})

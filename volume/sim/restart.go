@@ -81,7 +81,7 @@ func (u *upNode) considerRestart() {
 					u.restartFailed("collecting extent versions failed")
 					return
 				}
-				plan, err := reconcile.PlanRestart(uint64(u.gen), flush, versions)
+				plan, err := reconcile.PlanRestart(u.gen, flush, versions)
 				if err != nil {
 					u.restartFailed(err.Error())
 					return

@@ -52,7 +52,7 @@ func (u *upNode) reconcileActivation() {
 					u.activationFailed("collecting extent versions failed")
 					return
 				}
-				plan, err := reconcile.PlanActivation(uint64(u.gen), versions)
+				plan, err := reconcile.PlanActivation(u.gen, versions)
 				if err != nil {
 					u.activationFailed(err.Error())
 					return
@@ -70,7 +70,7 @@ func (u *upNode) reconcileActivation() {
 }
 
 func versionOf(m *message) reconcile.Version {
-	return reconcile.Version{Gen: uint64(m.version.Gen), Flush: m.version.Flush, Dirty: m.version.Dirty}
+	return reconcile.Version{Gen: m.version.Gen, Flush: m.version.Flush, Dirty: m.version.Dirty}
 }
 
 // activationFailed gives the activation up; the next try uses a higher

@@ -551,8 +551,8 @@ func (u *upNode) repairCopy(rw *repairWalk, e ids.ExtentID, src int, srcH, dstH 
 		u.wake(rw.r) // writes held for e may go now
 		u.repairNext(rw)
 	}
-	srcV := reconcile.Version{Gen: uint64(srcH.version.Gen), Flush: srcH.version.Flush, Dirty: srcH.version.Dirty}
-	dstV := reconcile.Version{Gen: uint64(dstH.version.Gen), Flush: dstH.version.Flush, Dirty: dstH.version.Dirty}
+	srcV := reconcile.Version{Gen: srcH.version.Gen, Flush: srcH.version.Flush, Dirty: srcH.version.Dirty}
+	dstV := reconcile.Version{Gen: dstH.version.Gen, Flush: dstH.version.Flush, Dirty: dstH.version.Dirty}
 	if !reconcile.LiveRepairNeeded(srcV, dstV) {
 		next()
 		return

@@ -53,7 +53,7 @@ func (u *Upstairs) reconcileActivation(ctx context.Context, a *activation) error
 	}
 	u.mu.Unlock()
 
-	plan, err := reconcile.PlanActivation(uint64(a.gen), present)
+	plan, err := reconcile.PlanActivation(a.gen, present)
 	if err != nil {
 		return err
 	}

@@ -10,12 +10,14 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/google/uuid"
 
+	"tern/volume"
 	"tern/volume/transport"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
 
-// Defaults for the zero values of Config.
+// Defaults for the zero values of Config (those every layout shares are
+// the volume package's).
 const (
 	// DefaultBacklogJobs is how many jobs an Offline replica may owe before
 	// it is faulted (Crucible's limit).
@@ -25,20 +27,20 @@ const (
 	DefaultBacklogBytes = 64 << 20
 	// DefaultActivationQuorumWait is how long Activate waits for all three
 	// replicas before going ahead with two.
-	DefaultActivationQuorumWait = 5 * time.Second
+	DefaultActivationQuorumWait = volume.DefaultActivationQuorumWait
 	// DefaultReconnectMin and DefaultReconnectMax bound the reconnect
 	// backoff, which doubles from min to max.
-	DefaultReconnectMin = 50 * time.Millisecond
-	DefaultReconnectMax = 2 * time.Second
+	DefaultReconnectMin = volume.DefaultReconnectMin
+	DefaultReconnectMax = volume.DefaultReconnectMax
 	// DefaultDeactivateTimeout bounds the flush and drain Close does.
-	DefaultDeactivateTimeout = 10 * time.Second
+	DefaultDeactivateTimeout = volume.DefaultDeactivateTimeout
 	// DefaultReplyTimeout is how long a downstairs may leave a request
 	// unanswered before its session is dropped (QUIC's keepalive only
 	// proves the peer's stack is alive, not that it serves). A dead or
 	// silent downstairs is noticed sooner, by the connection's idle
 	// timeout (DefaultIdleTimeout); this bounds one that is alive but
 	// stuck, and leaves a slow disk on a busy machine room.
-	DefaultReplyTimeout = 10 * time.Second
+	DefaultReplyTimeout = volume.DefaultReplyTimeout
 	// DefaultKeepAlivePeriod and DefaultIdleTimeout are how often a quiet
 	// downstairs connection is pinged and how long it may stay silent
 	// (no packet at all, not even an acknowledgement) before it is

@@ -251,9 +251,9 @@ func (u *Upstairs) countCopied(k repairKind, t *reconcile.Tracker, n int) {
 }
 
 func toWireVersion(v reconcile.Version) wire.ExtentVersion {
-	return wire.ExtentVersion{Gen: ids.Generation(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+	return wire.ExtentVersion{Gen: v.Gen, Flush: v.Flush, Dirty: v.Dirty}
 }
 
 func fromWireVersion(v wire.ExtentVersion) reconcile.Version {
-	return reconcile.Version{Gen: uint64(v.Gen), Flush: v.Flush, Dirty: v.Dirty}
+	return reconcile.Version{Gen: v.Gen, Flush: v.Flush, Dirty: v.Dirty}
 }

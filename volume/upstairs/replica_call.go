@@ -60,7 +60,7 @@ func (u *Upstairs) startCall(r int, epoch uint64, req wire.Message, data []byte)
 		return nil, fmt.Errorf("calling replica %d: %w", r, ErrNoSession)
 	}
 	c.id = u.eng.AllocID()
-	if !setJobID(req, c.id) {
+	if !wire.SetJobID(req, c.id) {
 		return nil, fmt.Errorf("calling replica %d: %v is not a request", r, req.Type())
 	}
 	rep.calls = append(rep.calls, c)
@@ -90,27 +90,6 @@ func (u *Upstairs) abandonCall(c *call) {
 	if i := slices.Index(rep.calls, c); i >= 0 {
 		rep.calls = slices.Delete(rep.calls, i, i+1)
 	}
-}
-
-// setJobID stamps a request with its JobID.
-func setJobID(m wire.Message, id wire.JobID) bool {
-	switch m := m.(type) {
-	case *wire.ExtentHashesRequest:
-		m.JobID = id
-	case *wire.RepairRead:
-		m.JobID = id
-	case *wire.RepairWrite:
-		m.JobID = id
-	case *wire.ExtentVersionsRequest:
-		m.JobID = id
-	case *wire.RegionInfoRequest:
-		m.JobID = id
-	case *wire.Flush:
-		m.JobID = id
-	default:
-		return false
-	}
-	return true
 }
 
 // sendCall sends the first queued call of this replica; run by its owner

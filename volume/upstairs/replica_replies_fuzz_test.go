@@ -71,7 +71,7 @@ func newFuzzSession(layout uint8) *fuzzSession {
 	for i := range calls {
 		c := calls[(i+int(layout>>2))%len(calls)]
 		c.id = wire.JobID(20 + i)
-		setJobID(c.req, c.id)
+		wire.SetJobID(c.req, c.id)
 		c.reply = make(chan callResult, 1)
 		s.inflight[c.id] = &c
 	}

@@ -224,7 +224,7 @@ func (u *Upstairs) reconcileRestart(ctx context.Context, held [engine.ReplicaCou
 		u.mu.Unlock()
 		present = append(present, reconcile.ReplicaVersions{Replica: reconcile.ReplicaID(r), Extents: vs, Behind: behind})
 	}
-	plan, err := reconcile.PlanRestart(uint64(u.gen), flush, present)
+	plan, err := reconcile.PlanRestart(u.gen, flush, present)
 	if err != nil {
 		return err
 	}

@@ -130,6 +130,34 @@ func JobOf(m Message) (JobID, bool) {
 	return 0, false
 }
 
+// SetJobID stamps a request a client sends by job id (IO, flush,
+// extent versions and hashes, repair reads and writes, region info) with
+// id, and returns false for any other message. The replicated upstairs
+// and the erasure-coded volume both number their calls with it.
+func SetJobID(m Message, id JobID) bool {
+	switch m := m.(type) {
+	case *RegionInfoRequest:
+		m.JobID = id
+	case *ExtentVersionsRequest:
+		m.JobID = id
+	case *Write:
+		m.JobID = id
+	case *Read:
+		m.JobID = id
+	case *Flush:
+		m.JobID = id
+	case *ExtentHashesRequest:
+		m.JobID = id
+	case *RepairRead:
+		m.JobID = id
+	case *RepairWrite:
+		m.JobID = id
+	default:
+		return false
+	}
+	return true
+}
+
 // Hello opens a session: the client's versions and identity.
 type Hello struct {
 	// Versions lists every protocol version the client speaks (1 to

@@ -1,6 +1,10 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+
+	"tern/volume"
+)
 
 // Errors the engine decides. Callers branch on them like on the others
 // (errors.go).
@@ -8,8 +12,9 @@ var (
 	// ErrNotActive: the upstairs is not activated (or was closed).
 	ErrNotActive = errors.New("upstairs not active")
 	// ErrNotEnoughReplicas: fewer than two replicas can take a write or
-	// flush, or none can serve a read.
-	ErrNotEnoughReplicas = errors.New("not enough replicas")
+	// flush, or none can serve a read (the volume package's, shared
+	// with every layout).
+	ErrNotEnoughReplicas = volume.ErrNotEnoughDownstairs
 	// ErrCorrupt: no replica returned a block matching its hash.
 	ErrCorrupt = errors.New("corrupt data on every replica")
 	// ErrRestarted: a flush was in flight when every replica restarted;
