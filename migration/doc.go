@@ -2,14 +2,16 @@
 // migration by pre-copy over QUIC with mutual TLS, or, on one host, by
 // handing over the guest-memory memfds. It owns the protocol (wire.go,
 // peer.go), the source and target engines (Send, Receive), the
-// convergence rule (Decide), device-state encoding (devices.go), and the
+// convergence rule (Decide), and the
 // one Phase and one Progress type that the engines, the instance
 // controller (instance, which drives the engines), the API, the client
 // and `tern migrate` all publish and read.
 //
 // What it needs of a VM is in vmm's migration.go (a VM built on given
-// memory, dirty logging, the vCPUs' KVM handles); the VM's own state
-// capture is vmm/kvm's and vmm/devices'. The runner that drives a
+// memory, dirty logging, the vCPUs' KVM handles) and vm_state.go (the
+// VM's state as entries of kind, version and bytes, each device encoding
+// its own: devices.Stateful). This package carries those entries without
+// reading them. The runner that drives a
 // migration between two VMMs through their APIs is migration/runner; the
 // black-box tests of `tern migrate` are migration/migratetest.
 //
@@ -40,11 +42,13 @@
 //     and runs SourceConfig.AfterPause (the controller flushes its disks).
 //  5. ram_push_dirty: the last dirty pages (same-host: nothing; the
 //     memory is shared).
-//  6. device: a list of {kind, version, payload} (devices.go): vCPU
-//     state, clock, UART, serial history, boot timer, the disk's
-//     virtio-mmio transport. The target decodes every entry before it
-//     applies any; an unknown kind or version is an error that aborts the
-//     migration.
+//  6. device: a list of {kind, version, payload}, opaque here
+//     (vmm.VM.SaveState): vCPU state, clock, UART, serial history, boot
+//     timer, each disk's and card's virtio-mmio transport, a Linux
+//     guest's irqchips and PIT. The target's VM (vmm.VM.RestoreState)
+//     checks every entry's kind and version and that they describe it
+//     before it loads any; an unknown kind or version is an error that
+//     aborts the migration (ErrUnknownDevice, devices.go).
 //  7. finish: the target runs TargetConfig.BeforeFinish (the controller
 //     activates its volumes at their higher generation) and says it is
 //     ready; the source sends commit. The

@@ -14,7 +14,6 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/vmm"
-	"tern/vmm/kvm"
 	"tern/vmm/memory"
 )
 
@@ -287,9 +286,9 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.cfg.Injector.failExport(PhaseDevice); err != nil {
 		return res, false, err
 	}
-	devs, err := captureDevices(s.cfg.VM)
+	devs, err := s.cfg.VM.SaveState()
 	if err != nil {
-		return res, false, err
+		return res, false, fmt.Errorf("capturing device state: %w", err)
 	}
 	if err := s.p.send(devicesMsg{devs}); err != nil {
 		return res, false, err
@@ -482,55 +481,4 @@ func (s *source) sendDue() (uint64, error) {
 		}
 	}
 	return sent, nil
-}
-
-// captureDevices captures every device of the paused VM.
-func captureDevices(vm *vmm.VM) ([]DeviceState, error) {
-	spec, err := vm.KVM().StateSpec()
-	if err != nil {
-		return nil, fmt.Errorf("capturing device state: %w", err)
-	}
-	var out []DeviceState
-	for _, v := range vm.VCPUs() {
-		c := v.KVM()
-		st, err := c.SaveState(spec)
-		if err != nil {
-			return nil, fmt.Errorf("capturing device state: %w", err)
-		}
-		if c.ExitReason() == kvm.ExitHLT {
-			// Parked at HLT (an application processor): restart it at its
-			// HLT, so the target parks it again.
-			st.Regs.RIP--
-		}
-		ds, err := encodeVCPU(vcpuState{ID: uint32(c.ID()), State: st})
-		if err != nil {
-			return nil, fmt.Errorf("capturing device state: %w", err)
-		}
-		out = append(out, ds)
-	}
-	clk := clockState{RealtimeNs: time.Now().UnixNano()}
-	if d, err := vm.KVM().Clock(); err == nil {
-		clk.HasKVM, clk.KVM = true, d
-	} else if !errors.Is(err, kvm.ErrNotSupported) {
-		return nil, fmt.Errorf("capturing device state: %w", err)
-	}
-	plat, err := vm.PlatformState()
-	if err != nil {
-		return nil, fmt.Errorf("capturing device state: %w", err)
-	}
-	if plat != nil {
-		for _, c := range plat.IRQChips {
-			out = append(out, encodeIRQChip(c))
-		}
-		out = append(out, encodePIT(plat.PIT))
-	}
-	out = append(out, encodeClock(clk), encodeUART(vm.Serial().State()),
-		encodeHistory(vm.Serial().Output().State()), encodeBootTimer(vm.BootTimer().State()))
-	for i, blk := range vm.VirtioBlks() {
-		out = append(out, encodeVirtioBlk(virtioBlkState{Slot: uint16(i), State: blk.State()}))
-	}
-	for j, n := range vm.VirtioNets() {
-		out = append(out, encodeVirtioNet(virtioNetState{Card: uint16(j), State: n.Transport().State()}))
-	}
-	return out, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/vmm"
-	"tern/vmm/kvm"
 	"tern/vmm/memory"
 )
 
@@ -241,8 +240,8 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if t.prog.Phase != PhaseDevice || t.devicesDone {
 			return false, fmt.Errorf("receiving device state: %w: in phase %v", ErrMalformed, t.prog.Phase)
 		}
-		if err := t.applyDevices(currentDevices, m.Devices); err != nil {
-			return false, err
+		if err := t.vm.RestoreState(m.Devices); err != nil {
+			return false, fmt.Errorf("applying device state: %w", classifyStateError(err))
 		}
 		t.devicesDone = true
 		return false, t.p.send(empty{msgDevicesOK})
@@ -254,192 +253,11 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if err := t.vm.Resume(); err != nil {
 			return false, err
 		}
-		t.vm.ResumeVirtio() // no-op but for a Linux guest's, held since applyDevices
+		t.vm.ResumeVirtio() // no-op but for a Linux guest's, held since RestoreState
 		res.BytesSent = t.prog.BytesSent
 		return true, t.p.send(empty{msgResumed})
 	default:
 		return false, fmt.Errorf("receiving message: %w: unexpected %T", ErrMalformed, m)
 	}
 	return false, nil
-}
-
-// applyDevices decodes every device state, then applies them: clock
-// first (it shifts every vCPU's TSC), vCPUs, then the devices.
-func (t *target) applyDevices(reg registry, list []DeviceState) error {
-	var (
-		clock *clockState
-		cpus  = map[uint32]*kvm.VCPUState{}
-		disks = map[uint16]bool{}
-		cards = map[uint16]bool{}
-		apply []func() error
-		// A Linux guest's irqchip and PIT (vmm.PlatformState).
-		plat          vmm.PlatformState
-		chips         [3]bool
-		nChips, nPITs int
-	)
-	vm := t.vm
-	for _, ds := range list {
-		v, err := reg.decode(ds)
-		if err != nil {
-			return err
-		}
-		switch v := v.(type) {
-		case clockState:
-			clock = &v
-		case irqChipState:
-			id := v.State.ChipID // the decoder bounds it
-			if chips[id] {
-				return fmt.Errorf("applying device state: %w: irqchip %d twice", ErrIncompatible, id)
-			}
-			chips[id], plat.IRQChips[id] = true, v.State
-			nChips++
-		case pitState:
-			plat.PIT = v.State
-			nPITs++
-		case vcpuState:
-			if int(v.ID) >= len(vm.KVMVCPUs()) || cpus[v.ID] != nil {
-				return fmt.Errorf("applying device state: %w: vCPU %d", ErrIncompatible, v.ID)
-			}
-			cpus[v.ID] = v.State
-		case virtioBlkState:
-			if disks[v.Slot] {
-				return fmt.Errorf("applying device state: %w: disk %d twice", ErrIncompatible, v.Slot)
-			}
-			disks[v.Slot] = true
-			f, err := t.deviceApplier(v)
-			if err != nil {
-				return err
-			}
-			apply = append(apply, f)
-		case virtioNetState:
-			if cards[v.Card] {
-				return fmt.Errorf("applying device state: %w: network card %d twice", ErrIncompatible, v.Card)
-			}
-			cards[v.Card] = true
-			f, err := t.deviceApplier(v)
-			if err != nil {
-				return err
-			}
-			apply = append(apply, f)
-		default:
-			f, err := t.deviceApplier(v)
-			if err != nil {
-				return err
-			}
-			apply = append(apply, f)
-		}
-	}
-	if len(cpus) != len(vm.KVMVCPUs()) || clock == nil {
-		return fmt.Errorf("applying device state: %w: %d of %d vCPUs, clock %v", ErrIncompatible, len(cpus), len(vm.KVMVCPUs()), clock != nil)
-	}
-	if want := vm.IsLinux(); want && (nChips != len(chips) || nPITs != 1) || !want && nChips+nPITs > 0 {
-		return fmt.Errorf("applying device state: %w: %d irqchips and %d PITs for a VM that runs a Linux guest: %v (it has 3 and 1, tern's own guests none)",
-			ErrIncompatible, nChips, nPITs, want)
-	}
-	if len(disks) != len(vm.VirtioBlks()) {
-		return fmt.Errorf("applying device state: %w: the source has %d disks, this VM %d", ErrIncompatible, len(disks), len(vm.VirtioBlks()))
-	}
-	if len(cards) != len(vm.VirtioNets()) {
-		return fmt.Errorf("applying device state: %w: the source has %d network cards, this VM %d", ErrIncompatible, len(cards), len(vm.VirtioNets()))
-	}
-	// Guest time moves on by the host time the migration took since the
-	// capture (never back: clocks of two hosts may disagree).
-	delta := max(time.Now().UnixNano()-clock.RealtimeNs, 0)
-	if clock.HasKVM {
-		d := clock.KVM
-		if d.Flags&kvm.ClockRealtime == 0 {
-			d.Clock += uint64(delta)
-		}
-		if err := vm.KVM().SetClock(d); err != nil && !errors.Is(err, kvm.ErrNotSupported) {
-			return fmt.Errorf("applying clock state: %w", err)
-		}
-	}
-	if vm.IsLinux() {
-		// The interrupt controllers before the local APICs they feed;
-		// the transports held until commit (ResumeVirtio), so what the
-		// source was notified of is served only once the guest is ours.
-		if err := vm.SetPlatformState(&plat); err != nil {
-			return fmt.Errorf("applying device state: %w", err)
-		}
-		if err := vm.QuiesceVirtio(context.Background()); err != nil { // fresh transports: nothing to wait for
-			return fmt.Errorf("applying device state: %w", err)
-		}
-	}
-	spec, err := vm.KVM().StateSpec()
-	if err != nil {
-		return fmt.Errorf("applying vCPU state: %w", err)
-	}
-	for i, c := range vm.KVMVCPUs() {
-		st := cpus[uint32(i)]
-		restoreTRAvailableOnAMD(c, st)
-		advanceTSC(st, delta)
-		dropUnchangedMSRs(c, st)
-		if err := c.RestoreState(st, spec); err != nil {
-			return fmt.Errorf("applying vCPU state: %w", err)
-		}
-	}
-	for _, f := range apply {
-		if err := f(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// TSS descriptor types of a 64-bit TR.
-const (
-	trTypeAvailable = 9
-	trTypeBusy      = 11
-)
-
-// restoreTRAvailableOnAMD restores a busy 64-bit TR as available on an
-// AMD host. KVM on SVM reports a loaded TR as busy whatever the VMCB holds
-// (it ORs the busy bit in), SVM checks no TR type, and QEMU's TCG — the
-// emulated test host's CPU — honours the IO-permission bitmap only of an
-// available TR, so a guest doing port IO at CPL3 through its TSS's bitmap
-// would #GP after the restore. Intel's VM entry requires a busy TR, so on
-// any other vendor it stays as saved.
-func restoreTRAvailableOnAMD(c *kvm.VCPU, st *kvm.VCPUState) {
-	if st.Sregs.TR.Type != trTypeBusy {
-		return
-	}
-	entries, err := c.CPUID2()
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		// "AuthenticAMD" in EBX, EDX, ECX of leaf 0.
-		if e.Function == 0 && e.EBX == 0x68747541 && e.EDX == 0x69746e65 && e.ECX == 0x444d4163 {
-			st.Sregs.TR.Type = trTypeAvailable
-			return
-		}
-	}
-}
-
-// advanceTSC moves the saved TSC on by deltaNs at the vCPU's frequency.
-func advanceTSC(st *kvm.VCPUState, deltaNs int64) {
-	if st.TSCKHz == 0 {
-		return
-	}
-	for i := range st.MSRs {
-		if st.MSRs[i].Index == kvm.MSRIA32TSC {
-			st.MSRs[i].Data += uint64(deltaNs/1000) * uint64(st.TSCKHz) / 1000
-		}
-	}
-}
-
-// dropUnchangedMSRs leaves out of st the MSRs the target vCPU already
-// holds with the same value: restoring them changes nothing, and some
-// KVMs (nested PVM) list paravirtual MSRs as readable that they refuse to
-// have written, even with their own value.
-func dropUnchangedMSRs(c *kvm.VCPU, st *kvm.VCPUState) {
-	kept := st.MSRs[:0:0]
-	for _, e := range st.MSRs {
-		cur, err := c.MSRs([]uint32{e.Index})
-		if err == nil && len(cur) == 1 && cur[0].Data == e.Data {
-			continue
-		}
-		kept = append(kept, e)
-	}
-	st.MSRs = kept
 }

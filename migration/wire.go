@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"tern/vmm"
 	"tern/vmm/memory"
 )
 
@@ -152,15 +153,9 @@ type roundEnd struct {
 // roundAck acknowledges a round.
 type roundAck struct{ Round uint32 }
 
-// DeviceState is one device's state: {kind, version, payload}.
-type DeviceState struct {
-	Kind    string
-	Version uint16
-	Payload []byte
-}
-
-// devicesMsg carries every device's state.
-type devicesMsg struct{ Devices []DeviceState }
+// devicesMsg carries the VM's state (vmm.VM.SaveState): per entry its
+// kind, version and payload, which this package does not read.
+type devicesMsg struct{ Devices []vmm.DeviceState }
 
 // empty is a message with no payload (ready, devices-ok, finish-ready,
 // commit, resumed).
@@ -471,7 +466,7 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 			if d.err != nil {
 				break
 			}
-			ds := DeviceState{Kind: d.str8(), Version: d.u16(), Payload: d.bytes32(maxFrame)}
+			ds := vmm.DeviceState{Kind: d.str8(), Version: d.u16(), Payload: d.bytes32(maxFrame)}
 			if d.err == nil && ds.Kind == "" {
 				d.err = errors.New("device with an empty kind")
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/vmm"
 	"tern/vmm/memory"
 )
 
@@ -24,7 +25,7 @@ var sampleMessages = []any{
 	pagesHeader{Region: 1, First: 17, Count: 3},
 	roundEnd{Round: 4, Pages: 999},
 	roundAck{Round: 4},
-	devicesMsg{Devices: []DeviceState{{Kind: "uart", Version: 1, Payload: []byte{1, 2}}, {Kind: "clock", Version: 1, Payload: []byte{}}}},
+	devicesMsg{Devices: []vmm.DeviceState{{Kind: "uart", Version: 1, Payload: []byte{1, 2}}, {Kind: "clock", Version: 1, Payload: []byte{}}}},
 	empty{msgReady}, empty{msgDevicesOK}, empty{msgFinishReady}, empty{msgCommit}, empty{msgResumed},
 }
 

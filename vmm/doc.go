@@ -60,4 +60,14 @@
 //   - Pause returns once every vCPU is parked at an instruction boundary;
 //     then VCPUs()[i].KVM() and KVM() may be used to inspect or capture
 //     state, until Resume.
+//   - New and NewMigrationTarget are one builder (newVM); a migration
+//     target is built on the memory it is given and skips only the boot
+//     image (guest, boot vCPU state, application processors' HLT,
+//     parameter block), every vCPU parked in KVM's reset state.
+//   - A VM's state is a list of DeviceState entries (vm_state.go): the
+//     vCPUs', the clock's and a Linux guest's irqchips' and PIT's, which
+//     the VM encodes, and each devices.Stateful device's, which the
+//     device encodes. SaveState captures them from a paused VM;
+//     RestoreState checks that they describe this VM before it loads
+//     any, then loads clock, platform, vCPUs and devices in that order.
 package vmm

@@ -92,8 +92,31 @@ type VM struct {
 // RAM, the guest loaded, the devices, and one goroutine per vCPU, which
 // creates its vCPU on its own thread and parks before the first guest
 // instruction until Run.
-func New(cfg Config) (_ *VM, err error) {
+func New(cfg Config) (*VM, error) { return newVM(cfg, buildOptions{loadImage: true}) }
+
+// buildOptions is what differs between booting a VM (New) and building a
+// migration target (NewMigrationTarget); newVM is the one builder.
+type buildOptions struct {
+	// mem, when set, is the guest memory to build on, which the VM takes
+	// over (closing it on failure too); its regions must be the
+	// config's. When nil the VM makes its memory from the config.
+	mem *memory.Memory
+	// loadImage loads the boot image: the guest, the boot vCPU's state,
+	// the application processors' HLT and the parameter block. Without it
+	// the memory is left as given and every vCPU in KVM's reset state,
+	// for a migration to fill and restore (RestoreState).
+	loadImage bool
+}
+
+// newVM validates cfg (and a given memory against it), reporting every
+// problem at once, then builds the VM as opts say.
+func newVM(cfg Config, opts buildOptions) (_ *VM, err error) {
 	img, errs := cfg.validate()
+	if opts.mem != nil {
+		if err := checkRegions(cfg, opts.mem); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	sys, kerr := kvm.Open()
 	switch {
 	case kerr != nil && len(errs) == 0:
@@ -112,9 +135,12 @@ func New(cfg Config) (_ *VM, err error) {
 		if sys != nil {
 			sys.Close()
 		}
+		if opts.mem != nil {
+			opts.mem.Close()
+		}
 		return nil, errors.Join(errs...)
 	}
-	vm := &VM{log: cfg.Logger, sys: sys, stopReq: make(chan struct{})}
+	vm := &VM{log: cfg.Logger, sys: sys, stopReq: make(chan struct{}), mem: opts.mem}
 	if vm.log == nil {
 		vm.log = slog.New(slog.DiscardHandler)
 	}
@@ -124,6 +150,9 @@ func New(cfg Config) (_ *VM, err error) {
 			vm.Close()
 		}
 	}()
+	if !opts.loadImage {
+		img = nil
+	}
 	if err := vm.build(cfg, img); err != nil {
 		return nil, err
 	}
@@ -153,36 +182,46 @@ func checkVCPUs(sys *kvm.System, n int) error {
 	return nil
 }
 
-// build creates everything of a validated config.
+// build creates everything of a validated config: the memory unless the
+// VM has it, the KVM VM, a Linux guest's platform, the boot image when img
+// is set, the devices and the vCPUs.
 func (vm *VM) build(cfg Config, img *guestImage) error {
-	mem, err := memory.New(cfg.regionSpecs()...)
-	if err != nil {
-		return fmt.Errorf("creating guest memory: %w", err)
+	if vm.mem == nil {
+		mem, err := memory.New(cfg.regionSpecs()...)
+		if err != nil {
+			return fmt.Errorf("creating guest memory: %w", err)
+		}
+		vm.mem = mem
 	}
-	vm.mem = mem
+	var err error
 	if vm.kvm, err = vm.sys.CreateVM(); err != nil {
 		return err
 	}
-	for i, r := range mem.Regions() {
-		if err := vm.kvm.SetUserMemoryRegion(kvm.MemoryRegion{Slot: uint32(i), GuestPhysAddr: uint64(r.Base()), Memory: r.Bytes()}); err != nil {
-			return err
+	for i, s := range vm.MemorySlots() {
+		if err := vm.kvm.SetUserMemoryRegion(s); err != nil {
+			return fmt.Errorf("setting memory slot of region %d: %w", i, err)
 		}
 	}
 	linux := cfg.Linux != nil
 	if linux {
+		// Before the devices (their irqfds need the irqchip) and the
+		// vCPUs (each gets its local APIC).
 		if err := vm.createLinuxPlatform(); err != nil {
 			return err
 		}
 	}
-	st, err := loadImage(mem, cfg, img)
-	if err != nil {
-		return err
-	}
-	n := max(cfg.VCPUs, 1)
-	if n > 1 && !linux {
-		if err := mem.Write(APParkAddr, []byte{hlt}); err != nil {
-			return fmt.Errorf("placing the application processors' HLT: %w", err)
+	var bootCPU *boot.CPUState
+	if img != nil {
+		st, err := loadImage(vm.mem, cfg, img)
+		if err != nil {
+			return err
 		}
+		if max(cfg.VCPUs, 1) > 1 && !linux {
+			if err := vm.mem.Write(APParkAddr, []byte{hlt}); err != nil {
+				return fmt.Errorf("placing the application processors' HLT: %w", err)
+			}
+		}
+		bootCPU = &st
 	}
 	if err := vm.attachDevices(cfg); err != nil {
 		return err
@@ -193,29 +232,52 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 	if linux {
 		vm.startInterruptWatchdog()
 	}
-	supported, err := vm.sys.SupportedCPUID()
+	tscKHz, tscErr, err := vm.startVCPUs(max(cfg.VCPUs, 1), bootCPU)
 	if err != nil {
 		return err
 	}
+	if img != nil && (img.builtin || cfg.Params != nil) {
+		if tscErr != nil {
+			vm.log.Warn("guest TSC frequency unknown; the guest assumes its default", "err", tscErr)
+		}
+		if err := vm.writeParams(cfg, tscKHz); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startVCPUs starts n vCPU goroutines, each parked before its first
+// instruction until Run, and returns the boot vCPU's TSC frequency (or
+// why it is unknown). With bootCPU set the boot vCPU starts in that state
+// and, for tern's own guests, the application processors in long mode at
+// their HLT; a Linux guest's application processors, and every vCPU
+// without bootCPU (a migration restores them), stay in KVM's reset state.
+func (vm *VM) startVCPUs(n int, bootCPU *boot.CPUState) (tscKHz uint32, tscErr, err error) {
+	supported, err := vm.sys.SupportedCPUID()
+	if err != nil {
+		return 0, nil, err
+	}
 	tscDeadline := false
-	if linux {
+	if vm.linux {
 		v, err := vm.kvm.CheckExtension(kvm.CapTSCDeadlineTimer)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		tscDeadline = v > 0
 	}
-	var tscKHz uint32
-	var tscErr error
 	for id := range n {
 		// tern's own guests start every vCPU in long mode, the
 		// application processors parked on a HLT; a Linux guest's stay
 		// in KVM's reset state until the kernel sends them INIT and a
 		// start-up IPI (linux_platform.go).
-		s, reset := st, false
-		if id > 0 {
-			s.RIP = uint64(APParkAddr)
-			reset = linux
+		var st *boot.CPUState
+		if bootCPU != nil && (id == 0 || !vm.linux) {
+			s := *bootCPU
+			if id > 0 {
+				s.RIP = uint64(APParkAddr)
+			}
+			st = &s
 		}
 		// Runs on the vCPU's own thread (see vmm/vcpu), before Start
 		// returns.
@@ -225,14 +287,14 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 				return nil, err
 			}
 			cpuid := cpuidFor(supported, id)
-			if linux {
+			if vm.linux {
 				cpuid = linuxCPUID(cpuid, tscDeadline)
 			}
 			if err := cpu.SetCPUID2(cpuid); err != nil {
 				return nil, err
 			}
-			if !reset {
-				if err := setCPUState(cpu, s); err != nil {
+			if st != nil {
+				if err := setCPUState(cpu, *st); err != nil {
 					return nil, err
 				}
 			}
@@ -246,21 +308,13 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 			WaitOnHLT: id > 0, StartPaused: true, // until Run
 		})
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		vm.mu.Lock()
 		vm.vcpus = append(vm.vcpus, v)
 		vm.mu.Unlock()
 	}
-	if img.builtin || cfg.Params != nil {
-		if tscErr != nil {
-			vm.log.Warn("guest TSC frequency unknown; the guest assumes its default", "err", tscErr)
-		}
-		if err := vm.writeParams(cfg, tscKHz); err != nil {
-			return err
-		}
-	}
-	return nil
+	return tscKHz, tscErr, nil
 }
 
 // loadImage loads the guest into mem and returns the boot vCPU's state.

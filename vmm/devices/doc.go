@@ -38,6 +38,13 @@
 //     QueueReady 0, SetState and Close.
 //   - The used-buffer bit of InterruptStatus is set before Interrupt is
 //     triggered, and only the driver's InterruptACK clears it.
+//   - Each device whose guest-visible state migrates (the UART, its
+//     History, the boot timer, the virtio-mmio transport) is Stateful: it
+//     encodes its state itself, in its *_state.go file, under a kind and
+//     a version, and restores it from those bytes, refusing what it cannot
+//     read with ErrUnknownState, ErrMalformedState or ErrStateMismatch.
+//     Package vmm collects them with the vCPUs' and the clock's into the
+//     VM's state; the migration carries it without knowing a device.
 //
 // The vCPU loop (vmm/vcpu) dispatches KVM_EXIT_IO and KVM_EXIT_MMIO to
 // these handlers, and package vmm boots the guests against them on KVM:

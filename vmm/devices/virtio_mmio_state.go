@@ -7,102 +7,15 @@ import (
 	"tern/vmm/memory"
 )
 
-// UARTState is the UART's guest-visible state as plain data, for
-// migration.
-type UARTState struct {
-	IER, LCR, MCR, SCR, DLL, DLM uint8
-	FIFO, THREPending            bool
-	// Input is the receive queue, Input[0] in RBR.
-	Input []byte
-}
+// virtioMMIOStateVersion is the version of the transport state SaveState
+// writes: Status, DeviceFeaturesSel, DriverFeaturesSel, QueueSel
+// (uint32 each), DriverFeatures (uint64), InterruptStatus (uint32), the
+// queue count (uint16) and per queue its size (uint16), ready (one byte)
+// and ring addresses (uint64 each).
+const virtioMMIOStateVersion = 1
 
-// State captures the UART's registers and receive queue.
-func (u *UART) State() UARTState {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return UARTState{
-		IER: u.ier, LCR: u.lcr, MCR: u.mcr, SCR: u.scr, DLL: u.dll, DLM: u.dlm,
-		FIFO: u.fifo, THREPending: u.threPending, Input: append([]byte(nil), u.input...),
-	}
-}
-
-// SetState loads s into the UART (the input queue is cut at its bound).
-func (u *UART) SetState(s UARTState) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.ier, u.lcr, u.mcr, u.scr, u.dll, u.dlm = s.IER&0x0f, s.LCR, s.MCR&0x1f, s.SCR, s.DLL, s.DLM
-	u.fifo, u.threPending = s.FIFO, s.THREPending
-	u.input = append([]byte(nil), s.Input[:min(len(s.Input), uartInputMax)]...)
-}
-
-// Reassert pulses the UART's interrupt line if an interrupt it enables is
-// pending (received data, or the transmit holding register's empty
-// event): after SetState on a migration target, so a pending condition
-// is served even if the edge that announced it was consumed on the source
-// without the guest having run its handler. A pulse with nothing new is a
-// spurious interrupt the guest's driver reads IIR for and ignores.
-func (u *UART) Reassert() {
-	u.mu.Lock()
-	pending := u.ier&ierRDA != 0 && len(u.input) > 0 || u.ier&ierTHRE != 0 && u.threPending
-	u.mu.Unlock()
-	if pending {
-		u.irq.Trigger()
-	}
-}
-
-// HistoryState is a History's retained bytes and their absolute end.
-type HistoryState struct {
-	// End is the absolute offset one past the newest byte.
-	End uint64
-	// Data are the retained bytes, ending at End.
-	Data []byte
-}
-
-// State captures the retained bytes and the end offset.
-func (h *History) State() HistoryState {
-	start, end := h.Bounds()
-	data, _, _, _ := h.ReadFrom(start, int(end-start))
-	return HistoryState{End: end, Data: data}
-}
-
-// Restore replaces the history with s, keeping the newest capacity bytes,
-// so that offsets continue where the sender's left off; subscribers are
-// woken.
-func (h *History) Restore(s HistoryState) {
-	data := s.Data
-	if uint64(len(data)) > s.End {
-		data = data[uint64(len(data))-s.End:]
-	}
-	h.mu.Lock()
-	h.end = s.End - uint64(len(data))
-	clear(h.ring)
-	h.mu.Unlock()
-	h.Write(data)
-}
-
-// BootTimerState is whether the guest wrote its magic and when.
-type BootTimerState struct {
-	Done    bool
-	Elapsed time.Duration
-}
-
-// State captures the boot timer.
-func (b *BootTimer) State() BootTimerState {
-	e, ok := b.Elapsed()
-	return BootTimerState{Done: ok, Elapsed: e}
-}
-
-// Restore marks the timer done with the sender's elapsed time, unless s
-// is not done or this timer already is.
-func (b *BootTimer) Restore(s BootTimerState) {
-	if !s.Done {
-		return
-	}
-	b.once.Do(func() {
-		b.elapsed = s.Elapsed
-		close(b.done)
-	})
-}
+// maxVirtioStateQueues bounds the queues of a transport state read.
+const maxVirtioStateQueues = 64
 
 // VirtioQueueState is the driver's configuration of one virtqueue.
 type VirtioQueueState struct {
@@ -180,4 +93,78 @@ func (t *VirtioMMIO) SetState(s VirtioMMIOState) error {
 		t.raisedAt = time.Now() // raised on the source, so RaiseUnacknowledged covers an edge lost in the move
 	}
 	return nil
+}
+
+// StateKind names the transport's state by its device: VirtioBlkStateKind
+// for a disk, VirtioNetStateKind for a network card. The encoding is the
+// same; the kinds keep a disk's state from loading into a card.
+func (t *VirtioMMIO) StateKind() string {
+	switch id := t.dev.DeviceID(); id {
+	case VirtioBlkDeviceID:
+		return VirtioBlkStateKind
+	case VirtioNetDeviceID:
+		return VirtioNetStateKind
+	default:
+		return fmt.Sprintf("virtio-%d", id)
+	}
+}
+
+// StateVersion returns the version SaveState writes.
+func (t *VirtioMMIO) StateVersion() uint16 { return virtioMMIOStateVersion }
+
+// SaveState returns the transport's registers, encoded (the rings are in
+// guest memory).
+func (t *VirtioMMIO) SaveState() ([]byte, error) {
+	s := t.State()
+	w := &stateWriter{}
+	w.u32(s.Status)
+	w.u32(s.DeviceFeaturesSel)
+	w.u32(s.DriverFeaturesSel)
+	w.u32(s.QueueSel)
+	w.u64(s.DriverFeatures)
+	w.u32(s.InterruptStatus)
+	w.u16(uint16(len(s.Queues)))
+	for _, q := range s.Queues {
+		w.u16(q.Num)
+		w.bool(q.Ready)
+		w.u64(q.Desc)
+		w.u64(q.Driver)
+		w.u64(q.Device)
+	}
+	return w.b, nil
+}
+
+// RestoreState loads an encoded state (SetState); a state that does not
+// fit this transport is ErrStateMismatch and leaves it reset.
+func (t *VirtioMMIO) RestoreState(version uint16, b []byte) error {
+	s, err := decodeVirtioMMIOState(t.StateKind(), version, b)
+	if err != nil {
+		return err
+	}
+	if err := t.SetState(s); err != nil {
+		return fmt.Errorf("%w: %w", ErrStateMismatch, err)
+	}
+	return nil
+}
+
+func decodeVirtioMMIOState(kind string, version uint16, b []byte) (VirtioMMIOState, error) {
+	if err := CheckStateVersion(kind, virtioMMIOStateVersion, version); err != nil {
+		return VirtioMMIOState{}, err
+	}
+	r := &stateReader{b: b}
+	s := VirtioMMIOState{Status: r.u32(), DeviceFeaturesSel: r.u32(), DriverFeaturesSel: r.u32(), QueueSel: r.u32(),
+		DriverFeatures: r.u64(), InterruptStatus: r.u32()}
+	n := int(r.u16())
+	if r.err == nil && n > maxVirtioStateQueues {
+		r.fail(fmt.Errorf("%d virtqueues, at most %d", n, maxVirtioStateQueues))
+	}
+	for i := 0; i < n && r.err == nil; i++ {
+		q := VirtioQueueState{Num: r.u16(), Ready: r.bool()}
+		q.Desc, q.Driver, q.Device = r.u64(), r.u64(), r.u64()
+		s.Queues = append(s.Queues, q)
+	}
+	if err := r.finish(kind); err != nil {
+		return VirtioMMIOState{}, err
+	}
+	return s, nil
 }
