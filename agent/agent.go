@@ -21,11 +21,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"tern/dataplane"
-	"tern/internal/telemetry"
-	"tern/migration"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
-	"tern/instance"
+	"tern/internal/telemetry"
 )
 
 // Config is an agent's configuration.
@@ -43,7 +41,7 @@ type Config struct {
 	CPUs      int
 	MemoryMiB uint64
 	// Version is what GET /v1/version answers (the vmms', same binary).
-	Version api.Version
+	Version apiv1.Version
 	// Control is the control plane's URL ("": report to no one);
 	// ControlHTTP the client to reach it.
 	Control     string
@@ -319,7 +317,7 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 		}
 		c, _ := client.New(url, nil)
 		v = &vmmProc{proc: proc, client: c, status: VMMStatus{ID: id, InstanceID: req.InstanceID, URL: url,
-			State: instance.Creating, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}}
+			State: apiv1.Creating, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}}
 		a.vmms[id] = v
 		a.changedLocked()
 		a.log.Info("vmm started", "vmm", id, "instance", req.InstanceID, "url", url)
@@ -354,7 +352,7 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 	}
 	a.mu.Unlock()
 	if req.Run {
-		if err := v.client.RequestState(ctx, instance.Run); err != nil && !client.IsCode(err, api.CodeWrongState) {
+		if err := v.client.RequestState(ctx, apiv1.Run); err != nil && !client.IsCode(err, apiv1.CodeWrongState) {
 			return VMMStatus{}, fmt.Errorf("running vmm %s: %w", id, err)
 		}
 	}
@@ -380,7 +378,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		case <-ctx.Done():
 		}
 	}()
-	var gen uint64
+	var gen apiv1.ViewGen
 	for {
 		s, err := v.client.Monitor(ctx, gen)
 		if err != nil {
@@ -396,7 +394,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: s.Gen, State: s.State,
 			In: activeProgress(s.Migration.In), Out: activeProgress(s.Migration.Out)})
 		a.mu.Unlock()
-		if s.State == instance.Destroyed {
+		if s.State == apiv1.Destroyed {
 			break
 		}
 	}
@@ -410,7 +408,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 	<-v.proc.exited
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !v.stopping && v.status.State != instance.Destroyed {
+	if !v.stopping && v.status.State != apiv1.Destroyed {
 		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.err)
 	}
 	v.status.Gone = true
@@ -460,7 +458,7 @@ func (a *Agent) putVMMState(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
-	var req api.StateRequest
+	var req apiv1.StateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -537,7 +535,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{ErrorCode: code, Message: msg})
+	writeJSON(w, status, apiv1.Error{ErrorCode: code, Message: msg})
 }
 
 // maxBody bounds a request body.
@@ -553,7 +551,7 @@ func decodeJSON(r *http.Request, v any) error {
 }
 
 // activeProgress is p, or nil when it describes no migration.
-func activeProgress(p migration.Progress) *migration.Progress {
+func activeProgress(p apiv1.Progress) *apiv1.Progress {
 	if !p.Active() {
 		return nil
 	}

@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"tern/agent"
-	"tern/migration"
-	"tern/instance"
+	"tern/instance/apiv1"
 )
 
-func half(p *migration.Progress) *MigrationHalf {
+func half(p *apiv1.Progress) *MigrationHalf {
 	if p == nil {
 		return nil
 	}
@@ -98,11 +97,11 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 		}
 	}
 	if inst.MigrationID == "" {
-		if src == nil || !(src.Gone || src.State == instance.Destroyed || src.State == instance.Failed) {
+		if src == nil || !(src.Gone || src.State == apiv1.Destroyed || src.State == apiv1.Failed) {
 			return nil
 		}
 		// The active vmm ended: the instance has none.
-		inst.Failed = !(inst.Intent == IntentStopped && !(src.State == instance.Failed))
+		inst.Failed = !(inst.Intent == IntentStopped && !(src.State == apiv1.Failed))
 		inst.ActiveVMM = ""
 		return s.store.Commit(ctx, Put(kindInstance, instID, &inst, cur.Rev))
 	}

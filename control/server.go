@@ -19,8 +19,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"tern/agent"
-	"tern/instance/api"
-	"tern/instance"
+	"tern/instance/apiv1"
 )
 
 // Config is a control process's configuration.
@@ -345,15 +344,15 @@ type HostView struct {
 func instanceState(inst *Instance, active *VMM) string {
 	switch {
 	case inst.MigrationID != "":
-		return instance.Migrating.String()
+		return apiv1.Migrating.String()
 	case active == nil && inst.Failed:
-		return instance.Failed.String()
+		return apiv1.Failed.String()
 	case active == nil:
-		return instance.Stopped.String()
+		return apiv1.Stopped.String()
 	case active.Gone:
-		return instance.Failed.String()
+		return apiv1.Failed.String()
 	case active.Gen == 0:
-		return instance.Creating.String()
+		return apiv1.Creating.String()
 	}
 	return active.State.String()
 }
@@ -387,7 +386,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{ErrorCode: code, Message: msg})
+	writeJSON(w, status, apiv1.Error{ErrorCode: code, Message: msg})
 }
 
 // writeErr maps an error to its status.

@@ -21,10 +21,10 @@ import (
 
 	"tern/agent"
 	"tern/dataplane"
+	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 	"tern/migration"
-	"tern/instance/api"
 )
 
 func init() { rootCmd.AddCommand(newAgentCmd()) }
@@ -108,7 +108,7 @@ GET /metrics.`,
 			}
 			a, err := agent.New(agent.Config{HostID: id, Plane: plane, Underlay: underlayAddr, Address: url, IP: ip, DataDir: dataDir, Certs: certs, Tern: self,
 				CPUs: cpus, MemoryMiB: uint64(memory) >> 20,
-				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
+				Version:     apiv1.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
 				Control:     strings.TrimRight(control, "/"),
 				ControlHTTP: clientHTTP(bundle, control),
 				Logger:      log})

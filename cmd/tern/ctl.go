@@ -20,10 +20,9 @@ import (
 	"golang.org/x/term"
 
 	"tern/control"
+	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
-	"tern/instance/api"
-	"tern/instance"
 )
 
 func init() { rootCmd.AddCommand(newCtlCmd()) }
@@ -74,7 +73,7 @@ func (f *ctlFlags) do(ctx context.Context, method, path string, body, out any) e
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		var e api.Error
+		var e apiv1.Error
 		if json.Unmarshal(b, &e) == nil && e.Message != "" {
 			return fmt.Errorf("%s: %s", e.ErrorCode, e.Message)
 		}
@@ -207,7 +206,7 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 			if guest == "" {
 				return errors.New("--guest is required")
 			}
-			g := instance.GuestSpec{Kind: instance.GuestELF, Path: guest}
+			g := apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: guest}
 			for _, p := range params {
 				k, v, ok := strings.Cut(p, "=")
 				n, err := strconv.ParseUint(v, 10, 64)

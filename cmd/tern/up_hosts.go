@@ -17,9 +17,9 @@ import (
 
 	"tern/agent"
 	"tern/control"
-	"tern/internal/tlsconf"
+	"tern/instance/apiv1"
 	"tern/instance/client"
-	"tern/instance"
+	"tern/internal/tlsconf"
 	"tern/vmm/kvm"
 )
 
@@ -114,7 +114,7 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 		}
 	}
 	var demo control.InstanceView
-	req := control.CreateInstance{Name: "demo", VCPUs: 1, MemoryMiB: 64, Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
+	req := control.CreateInstance{Name: "demo", VCPUs: 1, MemoryMiB: 64, Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
 		VolumeBytes: 16 << 20, Start: true}
 	if err := f.do(wctx, http.MethodPost, "/v1/instances", req, &demo); err != nil {
 		return fmt.Errorf("creating the demo instance: %w", err)

@@ -17,10 +17,10 @@ import (
 	"tern/agent"
 	"tern/control"
 	"tern/control/internal/proctest"
-	"tern/internal/tlsconf"
+	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/internal/tlsconf"
 	"tern/vmm/guests"
-	"tern/instance"
 	"tern/vmm/kvm/kvmtest"
 )
 
@@ -242,7 +242,7 @@ func (w *agentWatch) update(id string, inv *agent.Inventory) {
 	running := map[string][]string{}
 	for h, i := range w.inv {
 		for _, v := range i.VMMs {
-			if !v.Gone && v.State == instance.Running {
+			if !v.Gone && v.State == apiv1.Running {
 				running[v.InstanceID] = append(running[v.InstanceID], h+"/"+v.ID)
 			}
 		}
@@ -294,7 +294,7 @@ func runningIn(inv map[string]agent.Inventory, id string) map[string]agent.VMMSt
 	out := map[string]agent.VMMStatus{}
 	for h, i := range inv {
 		for _, v := range i.VMMs {
-			if v.InstanceID == id && !v.Gone && v.State == instance.Running {
+			if v.InstanceID == id && !v.Gone && v.State == apiv1.Running {
 				out[h] = v
 			}
 		}
@@ -451,7 +451,7 @@ func (c *cluster) settled(id string) (string, string) {
 	c.t.Helper()
 	inv := c.waitAgents("instance "+id+"'s vmms all running or gone", func(inv map[string]agent.Inventory) bool {
 		for _, v := range vmmsOf(inv, id) {
-			if v.State != instance.Running {
+			if v.State != apiv1.Running {
 				return false
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"tern/agent"
 	"tern/control"
+	"tern/instance/apiv1"
 )
 
 // faultyRelay stands between the agents and the control plane: it
@@ -37,7 +38,7 @@ type faultyRelay struct {
 	rng         *rand.Rand
 	pending     []agent.Report
 	seen        []agent.Report
-	newest      map[string]uint64
+	newest      map[string]apiv1.ViewGen
 	late, twice int
 	changed     chan struct{}
 	closed      bool
@@ -47,7 +48,7 @@ type faultyRelay struct {
 const maxLate = 150 * time.Millisecond
 
 func newFaultyRelay(t *testing.T, seed uint64) *faultyRelay {
-	r := &faultyRelay{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), newest: map[string]uint64{},
+	r := &faultyRelay{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), newest: map[string]apiv1.ViewGen{},
 		changed: make(chan struct{}), done: make(chan struct{})}
 	return r
 }

@@ -7,8 +7,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"tern/instance/apiv1"
 	"tern/internal/units"
-	"tern/migration"
 )
 
 // Printer shows a migration's events as tern migrate prints them: a
@@ -30,23 +30,23 @@ func NewPrinter(out io.Writer, isTTY bool) *Printer {
 
 // eventLine is one JSON line of a non-terminal migrate.
 type eventLine struct {
-	Side      Side                `json:"side"`
-	Gen       uint64              `json:"gen"`
-	State     string              `json:"state"`
-	Migration *migration.Progress `json:"migration"`
+	Side      Side            `json:"side"`
+	Gen       apiv1.ViewGen   `json:"gen"`
+	State     string          `json:"state"`
+	Migration *apiv1.Progress `json:"migration"`
 }
 
 // Event shows one event; it is a MigrateOptions.Progress.
 func (p *Printer) Event(ev MigrationEvent) {
 	if !p.isTTY {
-		p.enc.Encode(eventLine{Side: ev.Side, Gen: ev.Snapshot.Gen, State: ev.Snapshot.State.String(), Migration: ev.Progress})
+		p.enc.Encode(eventLine{Side: ev.Side, Gen: ev.View.Gen, State: ev.View.State.String(), Migration: ev.Progress})
 		return
 	}
 	m := ev.Progress
 	if ev.Side != SideSource || m == nil {
-		if ev.Side == SideTarget && p.lastPhase[ev.Side] != ev.Snapshot.State.String() {
-			p.lastPhase[ev.Side] = ev.Snapshot.State.String()
-			p.println(fmt.Sprintf("target: %s", ev.Snapshot.State))
+		if ev.Side == SideTarget && p.lastPhase[ev.Side] != ev.View.State.String() {
+			p.lastPhase[ev.Side] = ev.View.State.String()
+			p.println(fmt.Sprintf("target: %s", ev.View.State))
 		}
 		return
 	}
