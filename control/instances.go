@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/instance/apiv1"
 	"tern/volume/ids"
 )
@@ -148,7 +148,7 @@ func (s *Server) ensureRegion(ctx context.Context, reg *Region, vol *Volume) err
 	if err != nil {
 		return err
 	}
-	got, err := a.EnsureRegion(ctx, reg.ID, agent.RegionSpec{UUID: reg.UUID, BlockSize: vol.BlockSize,
+	got, err := a.EnsureRegion(ctx, reg.ID, agentapi.RegionSpec{UUID: reg.UUID, BlockSize: vol.BlockSize,
 		ExtentBlocks: vol.ExtentBlocks, ExtentCount: vol.ExtentCount})
 	if err != nil {
 		return fmt.Errorf("creating region %s on host %s: %w", reg.ID, reg.HostID, err)
@@ -230,8 +230,8 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 		var body []byte
 		body, err = json.Marshal(sp)
 		if err == nil {
-			a := agent.NewClient(hrec.Value.Address, s.cfg.AgentHTTP)
-			_, err = a.EnsureVMM(ctx, vmmID, agent.EnsureVMM{InstanceID: inst.ID, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Spec: body, Run: true})
+			a := agentapi.NewClient(hrec.Value.Address, s.cfg.AgentHTTP)
+			_, err = a.EnsureVMM(ctx, vmmID, agentapi.EnsureVMM{InstanceID: inst.ID, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Spec: body, Run: true})
 		}
 	}
 	if err != nil {
@@ -374,13 +374,13 @@ func (s *Server) pushV2P(ctx context.Context) {
 	for _, h := range hosts {
 		underlay[h.Value.ID] = h.Value.Underlay
 	}
-	m := []agent.Mapping{}
+	m := []agentapi.Mapping{}
 	for _, v := range all {
-		m = append(m, agent.Mapping{IP: v.Value.IP, VNI: v.Value.VNI, InstanceID: v.Value.InstanceID, HostID: v.Value.HostID,
+		m = append(m, agentapi.Mapping{IP: v.Value.IP, VNI: v.Value.VNI, InstanceID: v.Value.InstanceID, HostID: v.Value.HostID,
 			HostAddress: v.Value.HostAddress, HostUnderlay: underlay[v.Value.HostID]})
 	}
 	for _, h := range hosts {
-		if err := agent.NewClient(h.Value.Address, s.cfg.AgentHTTP).PutV2P(ctx, m); err != nil {
+		if err := agentapi.NewClient(h.Value.Address, s.cfg.AgentHTTP).PutV2P(ctx, m); err != nil {
 			s.log.Warn("pushing v2p mappings", "host", h.Value.ID, "err", err)
 		}
 	}

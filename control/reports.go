@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/instance/apiv1"
 )
 
@@ -20,7 +20,7 @@ func half(p *apiv1.Progress) *MigrationHalf {
 // ApplyReport records a vmm's report if it is newer than the record's
 // (by the vmm's generation; a gone report is final) and settles its
 // instance. It reports whether the record changed.
-func (s *Server) ApplyReport(ctx context.Context, rep agent.Report) (bool, error) {
+func (s *Server) ApplyReport(ctx context.Context, rep agentapi.Report) (bool, error) {
 	applied := true
 	v, err := Update(ctx, s.store, kindVMM, rep.VMMID, func(v *VMM, exists bool) error {
 		switch {

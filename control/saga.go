@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/instance/apiv1"
 	"tern/migration/runner"
 )
@@ -438,7 +438,7 @@ func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 	if err != nil {
 		return err
 	}
-	_, err = da.EnsureVMM(ctx, sg.TargetVMM, agent.EnsureVMM{InstanceID: sg.InstanceID, VCPUs: inst.Value.VCPUs,
+	_, err = da.EnsureVMM(ctx, sg.TargetVMM, agentapi.EnsureVMM{InstanceID: sg.InstanceID, VCPUs: inst.Value.VCPUs,
 		MemoryMiB: inst.Value.MemoryMiB, Spec: body})
 	if err != nil {
 		return fmt.Errorf("ensuring the target vmm on host %s: %w", sg.TargetHost, err)

@@ -18,7 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/instance/apiv1"
 )
 
@@ -269,12 +269,12 @@ func (s *Server) crashPoint(point string) {
 }
 
 // agentFor returns a client for host id's agent.
-func (s *Server) agentFor(ctx context.Context, id string) (*agent.Client, error) {
+func (s *Server) agentFor(ctx context.Context, id string) (*agentapi.Client, error) {
 	h, err := Get[Host](ctx, s.store, kindHost, id)
 	if err != nil {
 		return nil, err
 	}
-	return agent.NewClient(h.Value.Address, s.cfg.AgentHTTP), nil
+	return agentapi.NewClient(h.Value.Address, s.cfg.AgentHTTP), nil
 }
 
 // loads returns every host's capacity and reservations from the records.

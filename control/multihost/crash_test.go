@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/control"
 	"tern/instance/apiv1"
 	"tern/instance/client"
@@ -170,7 +170,7 @@ func TestSIGKILLMidMigrationEndsByTheRules(t *testing.T) {
 			c.neverTwoRunning()
 			// The restarted agent runs no vmm of the instance unless it
 			// is the one the records name.
-			inv := c.waitAgents("the agents", func(map[string]agent.Inventory) bool { return true })
+			inv := c.waitAgents("the agents", func(map[string]agentapi.Inventory) bool { return true })
 			if vs := vmmsOf(inv, v.ID); len(vs) > 1 {
 				t.Fatalf("instance %s has vmms %+v left", v.ID, vs)
 			}

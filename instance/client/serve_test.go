@@ -21,11 +21,11 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
-	"tern/internal/tlsconf"
 	"tern/instance/api"
 	"tern/instance/client"
-	"tern/vmm/linuxtest"
+	"tern/internal/tlsconf"
 	"tern/vmm/kvm/kvmtest"
+	"tern/vmm/linuxtest"
 )
 
 // TestMain: in the emulated host, the Linux tests (two vCPUs) and the

@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"encoding/json"
@@ -105,3 +105,6 @@ type Registration struct {
 	// (a restarted agent runs none; its children died with it).
 	VMMs []string `json:"vmms"`
 }
+
+// CodeNoSuchVMM is the error code of a vmm the agent does not run.
+const CodeNoSuchVMM = "no_such_vmm"
