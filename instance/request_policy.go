@@ -380,27 +380,11 @@ func Decide(s apiv1.State, p Pending, req apiv1.Request) (Decision, Pending) {
 	return d, p
 }
 
-// enumString, enumMarshal and enumParse map small enums to the names in a
-// table indexed by value (index 0 unused).
+// enumString maps a small enum to its name in a table indexed by value
+// (index 0 unused).
 func enumString(names []string, v uint8, typ string) string {
 	if int(v) < len(names) && names[v] != "" {
 		return names[v]
 	}
 	return fmt.Sprintf("%s(%d)", typ, v)
-}
-
-func enumMarshal(names []string, v uint8, what string) ([]byte, error) {
-	if int(v) < len(names) && names[v] != "" {
-		return []byte(names[v]), nil
-	}
-	return nil, fmt.Errorf("marshaling %s: invalid value %d", what, v)
-}
-
-func enumParse(names []string, text []byte, what string) (uint8, error) {
-	for i, n := range names {
-		if n != "" && n == string(text) {
-			return uint8(i), nil
-		}
-	}
-	return 0, fmt.Errorf("parsing %s: unknown name %q", what, text)
 }
