@@ -20,12 +20,11 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"tern/agent/agentapi"
 	"tern/dataplane"
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/telemetry"
-	"tern/migration"
 )
 
 // Config is an agent's configuration.
@@ -43,7 +42,7 @@ type Config struct {
 	CPUs      int
 	MemoryMiB uint64
 	// Version is what GET /v1/version answers (the vmms', same binary).
-	Version api.Version
+	Version apiv1.Version
 	// Control is the control plane's URL ("": report to no one);
 	// ControlHTTP the client to reach it.
 	Control     string
@@ -72,10 +71,10 @@ type Agent struct {
 	// vmms and regions are the live ones, by id (guarded by mu).
 	vmms    map[string]*vmmProc
 	regions map[string]*regionProc
-	v2p     []Mapping
+	v2p     []agentapi.Mapping
 	// pending holds each vmm's newest unsent report (guarded by mu);
 	// wake has one slot to tell the sender.
-	pending map[string]Report
+	pending map[string]agentapi.Report
 	wake    chan struct{}
 	// v2pMu serialises PUT /v1/v2p (held across the data plane's Apply,
 	// which mu is not).
@@ -90,7 +89,7 @@ type Agent struct {
 }
 
 type vmmProc struct {
-	status VMMStatus
+	status agentapi.VMMStatus
 	proc   *child
 	client *client.Client
 	// ensured is set once the spec was accepted.
@@ -110,7 +109,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent", "host", cfg.HostID), ctx: ctx, stop: stop,
-		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]Report{}, wake: make(chan struct{}, 1),
+		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]agentapi.Report{}, wake: make(chan struct{}, 1),
 		invGen: 1, invChanged: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "regions"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
@@ -175,7 +174,7 @@ func (a *Agent) routes() {
 	m.HandleFunc("GET /v1/v2p", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		writeJSON(w, http.StatusOK, append([]Mapping{}, a.v2p...))
+		writeJSON(w, http.StatusOK, append([]agentapi.Mapping{}, a.v2p...))
 	})
 	m.Handle("GET /metrics", telemetry.MetricsHandler(a.metrics))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -227,11 +226,11 @@ func (a *Agent) getInventory(w http.ResponseWriter, r *http.Request) {
 }
 
 // Inventory returns the host's capacity, allocations and processes.
-func (a *Agent) Inventory() Inventory {
+func (a *Agent) Inventory() agentapi.Inventory {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	inv := Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: a.invGen, Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
-		Version: a.cfg.Version, VMMs: []VMMStatus{}, Regions: []Region{}}
+	inv := agentapi.Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: a.invGen, Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+		Version: a.cfg.Version, VMMs: []agentapi.VMMStatus{}, Regions: []agentapi.Region{}}
 	for _, v := range a.vmms {
 		inv.VMMs = append(inv.VMMs, v.status)
 		inv.AllocatedCPUs += v.status.VCPUs
@@ -247,7 +246,7 @@ func (a *Agent) Inventory() Inventory {
 
 func (a *Agent) putVMM(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var req EnsureVMM
+	var req agentapi.EnsureVMM
 	if !validID.MatchString(id) {
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("vmm id %q: want letters, digits, '.', '_' or '-'", id))
 		return
@@ -291,7 +290,7 @@ type httpError struct {
 func (e *httpError) Error() string { return e.msg }
 
 // ensureVMM starts the vmm (once) and ensures its spec.
-func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMStatus, error) {
+func (a *Agent) ensureVMM(ctx context.Context, id string, req agentapi.EnsureVMM) (agentapi.VMMStatus, error) {
 	a.mu.Lock()
 	v, ok := a.vmms[id]
 	if !ok {
@@ -302,31 +301,31 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 		}
 		if cpus+req.VCPUs > a.cfg.CPUs || mem+req.MemoryMiB > a.cfg.MemoryMiB {
 			a.mu.Unlock()
-			return VMMStatus{}, &httpError{http.StatusConflict, "no_capacity",
+			return agentapi.VMMStatus{}, &httpError{http.StatusConflict, "no_capacity",
 				fmt.Sprintf("host %s has %d of %d CPUs and %d of %d MiB free; vmm %s asks %d and %d MiB",
 					a.cfg.HostID, a.cfg.CPUs-cpus, a.cfg.CPUs, a.cfg.MemoryMiB-mem, a.cfg.MemoryMiB, id, req.VCPUs, req.MemoryMiB)}
 		}
 		logf, err := os.OpenFile(filepath.Join(a.cfg.DataDir, "vmm-"+id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			a.mu.Unlock()
-			return VMMStatus{}, fmt.Errorf("opening vmm log: %w", err)
+			return agentapi.VMMStatus{}, fmt.Errorf("opening vmm log: %w", err)
 		}
 		proc, url, err := startVMMProcess(a.cfg.Tern, a.cfg.IP, a.cfg.Certs, logf)
 		logf.Close()
 		if err != nil {
 			a.mu.Unlock()
-			return VMMStatus{}, err
+			return agentapi.VMMStatus{}, err
 		}
 		c, _ := client.New(url, nil)
-		v = &vmmProc{proc: proc, client: c, status: VMMStatus{ID: id, InstanceID: req.InstanceID, URL: url,
-			State: instance.Creating, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}}
+		v = &vmmProc{proc: proc, client: c, status: agentapi.VMMStatus{ID: id, InstanceID: req.InstanceID, URL: url,
+			State: apiv1.Creating, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}}
 		a.vmms[id] = v
 		a.changedLocked()
 		a.log.Info("vmm started", "vmm", id, "instance", req.InstanceID, "url", url)
 	}
 	a.mu.Unlock()
 	if v.status.InstanceID != req.InstanceID {
-		return VMMStatus{}, &httpError{http.StatusConflict, "wrong_instance", fmt.Sprintf("vmm %s runs instance %s", id, v.status.InstanceID)}
+		return agentapi.VMMStatus{}, &httpError{http.StatusConflict, "wrong_instance", fmt.Sprintf("vmm %s runs instance %s", id, v.status.InstanceID)}
 	}
 	view, err := v.client.EnsureRaw(ctx, req.Spec)
 	if err != nil {
@@ -342,9 +341,9 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 		}
 		var ae *client.APIError
 		if errors.As(err, &ae) && ae.Status/100 == 4 {
-			return VMMStatus{}, &httpError{ae.Status, ae.Body.ErrorCode, ae.Body.Message}
+			return agentapi.VMMStatus{}, &httpError{ae.Status, ae.Body.ErrorCode, ae.Body.Message}
 		}
-		return VMMStatus{}, fmt.Errorf("ensuring vmm %s: %w", id, err)
+		return agentapi.VMMStatus{}, fmt.Errorf("ensuring vmm %s: %w", id, err)
 	}
 	a.mu.Lock()
 	if !v.ensured {
@@ -354,8 +353,8 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 	}
 	a.mu.Unlock()
 	if req.Run {
-		if err := v.client.RequestState(ctx, instance.Run); err != nil && !client.IsCode(err, api.CodeWrongState) {
-			return VMMStatus{}, fmt.Errorf("running vmm %s: %w", id, err)
+		if err := v.client.RequestState(ctx, apiv1.Run); err != nil && !client.IsCode(err, apiv1.CodeWrongState) {
+			return agentapi.VMMStatus{}, fmt.Errorf("running vmm %s: %w", id, err)
 		}
 	}
 	a.mu.Lock()
@@ -380,7 +379,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		case <-ctx.Done():
 		}
 	}()
-	var gen uint64
+	var gen apiv1.ViewGen
 	for {
 		s, err := v.client.Monitor(ctx, gen)
 		if err != nil {
@@ -393,10 +392,10 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		a.mu.Lock()
 		v.status.State, v.status.Gen = s.State, s.Gen
 		a.changedLocked()
-		a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: s.Gen, State: s.State,
+		a.queueLocked(agentapi.Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: s.Gen, State: s.State,
 			In: activeProgress(s.Migration.In), Out: activeProgress(s.Migration.Out)})
 		a.mu.Unlock()
-		if s.State == instance.Destroyed {
+		if s.State == apiv1.Destroyed {
 			break
 		}
 	}
@@ -410,12 +409,12 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 	<-v.proc.exited
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !v.stopping && v.status.State != instance.Destroyed {
+	if !v.stopping && v.status.State != apiv1.Destroyed {
 		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.err)
 	}
 	v.status.Gone = true
 	v.status.Gen++
-	a.queueLocked(Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: v.status.Gen,
+	a.queueLocked(agentapi.Report{HostID: a.cfg.HostID, VMMID: id, InstanceID: v.status.InstanceID, Gen: v.status.Gen,
 		State: v.status.State, Gone: true})
 	delete(a.vmms, id)
 	a.changedLocked()
@@ -424,20 +423,17 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 func (a *Agent) getVMM(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	v, ok := a.vmms[r.PathValue("id")]
-	var st VMMStatus
+	var st agentapi.VMMStatus
 	if ok {
 		st = v.status
 	}
 	a.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		writeError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
 }
-
-// CodeNoSuchVMM is the error code of a vmm this agent does not run.
-const CodeNoSuchVMM = "no_such_vmm"
 
 func (a *Agent) deleteVMM(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
@@ -457,10 +453,10 @@ func (a *Agent) putVMMState(w http.ResponseWriter, r *http.Request) {
 	v, ok := a.vmms[r.PathValue("id")]
 	a.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		writeError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
-	var req api.StateRequest
+	var req apiv1.StateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -482,7 +478,7 @@ func (a *Agent) getVMMVersion(w http.ResponseWriter, r *http.Request) {
 	v, ok := a.vmms[r.PathValue("id")]
 	a.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		writeError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
 	ver, err := v.client.Version(r.Context())
@@ -494,7 +490,7 @@ func (a *Agent) getVMMVersion(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
-	var m []Mapping
+	var m []agentapi.Mapping
 	if err := decodeJSON(r, &m); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
@@ -537,7 +533,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{ErrorCode: code, Message: msg})
+	writeJSON(w, status, apiv1.Error{ErrorCode: code, Message: msg})
 }
 
 // maxBody bounds a request body.
@@ -553,7 +549,7 @@ func decodeJSON(r *http.Request, v any) error {
 }
 
 // activeProgress is p, or nil when it describes no migration.
-func activeProgress(p migration.Progress) *migration.Progress {
+func activeProgress(p apiv1.Progress) *apiv1.Progress {
 	if !p.Active() {
 		return nil
 	}

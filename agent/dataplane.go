@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 
+	"tern/agent/agentapi"
 	"tern/dataplane"
 )
 
@@ -16,7 +17,7 @@ import (
 // plane cannot place (not IPv4, no underlay for its host) is left out,
 // and named in the error, so one such mapping does not hold back every
 // other update; packets to its VM drop as having no mapping.
-func planeTable(ms []Mapping, selfID string, self netip.Addr) ([]dataplane.Mapping, error) {
+func planeTable(ms []agentapi.Mapping, selfID string, self netip.Addr) ([]dataplane.Mapping, error) {
 	out := make([]dataplane.Mapping, 0, len(ms))
 	var errs []error
 	for _, m := range ms {
@@ -37,7 +38,7 @@ func planeTable(ms []Mapping, selfID string, self netip.Addr) ([]dataplane.Mappi
 	return out, errors.Join(errs...)
 }
 
-func hostUnderlay(m Mapping) (netip.Addr, error) {
+func hostUnderlay(m agentapi.Mapping) (netip.Addr, error) {
 	if m.HostUnderlay != "" {
 		a, err := netip.ParseAddr(m.HostUnderlay)
 		if err != nil || !a.Is4() {

@@ -14,13 +14,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"tern/agent/agentapi"
 	"tern/dataplane"
 	"tern/dataplane/nettest"
 )
 
 func TestPlaneTableUsesUnderlayThenAgentAddress(t *testing.T) {
 	self := netip.MustParseAddr("10.99.0.1")
-	got, err := planeTable([]Mapping{
+	got, err := planeTable([]agentapi.Mapping{
 		{IP: "10.7.0.1", VNI: 7, InstanceID: "here", HostID: "a", HostAddress: "http://127.0.0.1:1"},
 		{IP: "10.7.0.2", VNI: 7, InstanceID: "b1", HostID: "b", HostAddress: "http://10.0.0.2:7000", HostUnderlay: "10.99.0.2"},
 		{IP: "10.7.0.3", VNI: 7, InstanceID: "c1", HostID: "c", HostAddress: "https://10.99.0.3:7000"},
@@ -34,7 +35,7 @@ func TestPlaneTableUsesUnderlayThenAgentAddress(t *testing.T) {
 			t.Errorf("mapping %s: underlay %v, want %s", m.InstanceID, m.Underlay, want[i])
 		}
 	}
-	_, err = planeTable([]Mapping{
+	_, err = planeTable([]agentapi.Mapping{
 		{IP: "fd00::1", VNI: 7, InstanceID: "v6", HostID: "a"},
 		{IP: "10.7.0.2", VNI: 7, InstanceID: "named", HostID: "b", HostAddress: "http://host-b:7000"},
 	}, "a", self)
@@ -84,7 +85,7 @@ func TestPutV2PProgramsTheDataPlane(t *testing.T) {
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 
-	put := func(ms []Mapping) *http.Response {
+	put := func(ms []agentapi.Mapping) *http.Response {
 		b, _ := json.Marshal(ms)
 		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/v2p", bytes.NewReader(b))
 		resp, err := http.DefaultClient.Do(req)
@@ -94,7 +95,7 @@ func TestPutV2PProgramsTheDataPlane(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	table := []Mapping{
+	table := []agentapi.Mapping{
 		{IP: "10.7.0.1", VNI: 7, InstanceID: "inst-1", HostID: "host-a", HostAddress: "http://127.0.0.1:1"},
 		{IP: "10.7.0.2", VNI: 7, InstanceID: "inst-2", HostID: "host-b", HostAddress: "http://10.99.0.2:7000"},
 	}
@@ -109,7 +110,7 @@ func TestPutV2PProgramsTheDataPlane(t *testing.T) {
 		t.Fatalf("kernel entries %+v: want inst-1 local and inst-2 on 10.99.0.2", entries)
 	}
 	// A mapping the plane cannot place is left out; the rest applies.
-	moved := []Mapping{table[0], {IP: "10.7.0.2", VNI: 7, InstanceID: "inst-2", HostID: "host-c", HostAddress: "http://10.99.0.3:7000"},
+	moved := []agentapi.Mapping{table[0], {IP: "10.7.0.2", VNI: 7, InstanceID: "inst-2", HostID: "host-c", HostAddress: "http://10.99.0.3:7000"},
 		{IP: "fd00::3", VNI: 7, InstanceID: "inst-3", HostID: "host-b"}}
 	if resp := put(moved); resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("PUT /v1/v2p with an IPv6 mapping: %s, want 204", resp.Status)
@@ -119,7 +120,7 @@ func TestPutV2PProgramsTheDataPlane(t *testing.T) {
 	}
 	// A table the plane refuses whole (two VMs at one address) changes
 	// nothing and is a 400.
-	dup := append(moved[:2:2], Mapping{IP: "10.7.0.2", VNI: 7, InstanceID: "inst-4", HostID: "host-b", HostAddress: "http://10.99.0.2:7000"})
+	dup := append(moved[:2:2], agentapi.Mapping{IP: "10.7.0.2", VNI: 7, InstanceID: "inst-4", HostID: "host-b", HostAddress: "http://10.99.0.2:7000"})
 	if resp := put(dup); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("PUT /v1/v2p with two VMs at one address: %s, want 400", resp.Status)
 	}

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"tern/agent/agentapi"
 )
 
 // TestInventoryLongPollAnswersOnceItChanges asks for an inventory newer
@@ -19,14 +21,14 @@ func TestInventoryLongPollAnswersOnceItChanges(t *testing.T) {
 	defer a.Close()
 	srv := httptest.NewServer(a)
 	defer srv.Close()
-	c := NewClient(srv.URL, nil)
+	c := agentapi.NewClient(srv.URL, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	first, err := c.InventoryAfter(ctx, 0)
 	if err != nil || first.Gen == 0 {
 		t.Fatalf("the first inventory: %+v, %v", first, err)
 	}
-	got := make(chan Inventory, 1)
+	got := make(chan agentapi.Inventory, 1)
 	go func() {
 		inv, err := c.InventoryAfter(ctx, first.Gen)
 		if err != nil {

@@ -11,13 +11,14 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/agent/agentapi"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 )
 
 // regionProc is a region and its downstairs process.
 type regionProc struct {
-	region Region
+	region agentapi.Region
 	proc   *child
 }
 
@@ -46,7 +47,7 @@ func (a *Agent) restartRegions() error {
 }
 
 // runRegion starts id's downstairs unless it runs, and returns it.
-func (a *Agent) runRegion(id string) (Region, error) {
+func (a *Agent) runRegion(id string) (agentapi.Region, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if r, ok := a.regions[id]; ok {
@@ -59,7 +60,7 @@ func (a *Agent) runRegion(id string) (Region, error) {
 	dir := a.regionDir(id)
 	spec, err := readRegionSpec(dir)
 	if err != nil {
-		return Region{}, fmt.Errorf("reading region %s: %w", id, err)
+		return agentapi.Region{}, fmt.Errorf("reading region %s: %w", id, err)
 	}
 	listen := net.JoinHostPort(a.cfg.IP, "0")
 	if b, err := os.ReadFile(filepath.Join(dir, regionListenFile)); err == nil {
@@ -67,19 +68,19 @@ func (a *Agent) runRegion(id string) (Region, error) {
 	}
 	logf, err := os.OpenFile(filepath.Join(a.cfg.DataDir, "downstairs-"+id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return Region{}, fmt.Errorf("opening downstairs log: %w", err)
+		return agentapi.Region{}, fmt.Errorf("opening downstairs log: %w", err)
 	}
 	proc, addr, err := startDownstairsProcess(a.cfg.Tern, dir, listen, a.cfg.Certs, logf)
 	if err != nil {
 		logf.Close()
-		return Region{}, err
+		return agentapi.Region{}, err
 	}
 	go func() { <-proc.exited; logf.Close() }()
 	if err := os.WriteFile(filepath.Join(dir, regionListenFile), []byte(addr), 0o644); err != nil {
 		proc.stop(0)
-		return Region{}, fmt.Errorf("recording region %s's address: %w", id, err)
+		return agentapi.Region{}, fmt.Errorf("recording region %s's address: %w", id, err)
 	}
-	r := Region{ID: id, UUID: spec.UUID.String(), Addr: addr}
+	r := agentapi.Region{ID: id, UUID: spec.UUID.String(), Addr: addr}
 	a.regions[id] = &regionProc{region: r, proc: proc}
 	a.changedLocked()
 	a.log.Info("downstairs started", "region", id, "addr", addr)
@@ -88,7 +89,7 @@ func (a *Agent) runRegion(id string) (Region, error) {
 
 func (a *Agent) putRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var req RegionSpec
+	var req agentapi.RegionSpec
 	if !validID.MatchString(id) {
 		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"tern/agent/agentapi"
 )
 
 // queueLocked keeps rep as its vmm's newest unsent report, unless a newer
 // one is already waiting, and wakes the sender.
-func (a *Agent) queueLocked(rep Report) {
+func (a *Agent) queueLocked(rep agentapi.Report) {
 	if a.cfg.Control == "" {
 		return
 	}
@@ -39,7 +41,7 @@ func (a *Agent) sendReports() {
 	backoff := retryMin
 	for {
 		a.mu.Lock()
-		var batch []Report
+		var batch []agentapi.Report
 		for _, r := range a.pending {
 			batch = append(batch, r)
 		}
@@ -88,7 +90,7 @@ func (a *Agent) register() {
 	}
 	backoff := retryMin
 	for {
-		reg := Registration{Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+		reg := agentapi.Registration{Address: a.cfg.Address, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
 			Build: a.cfg.Version.Build, MigrationProtocols: protos, VMMs: []string{}}
 		a.mu.Lock()
 		for id := range a.vmms {

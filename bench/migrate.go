@@ -13,8 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/kvmhost"
 	"tern/internal/tlsconf"
@@ -179,7 +178,7 @@ func RunMigrate(ctx context.Context, opts MigrateOptions) (*MigrateReport, error
 // dirtySpec is the benchmark's guest at size MiB dirtying rate MiB/s
 // over benchWorkingSet MiB, verifying every second; at rate 0 it is the
 // idle guest (the API's dirty_mib_per_sec 0 alone means unthrottled).
-func dirtySpec(id string, size, rate uint64) instance.Spec {
+func dirtySpec(id string, size, rate uint64) apiv1.Spec {
 	params := map[string]uint64{
 		"mem_mib": size - benchDirtyMemSkip, "working_set_mib": benchWorkingSet,
 		"dirty_mib_per_sec": rate, "verify_every_sec": 1,
@@ -187,9 +186,9 @@ func dirtySpec(id string, size, rate uint64) instance.Spec {
 	if rate == 0 {
 		params["idle"] = 1
 	}
-	return instance.Spec{ID: id, Name: "bench-migrate", VCPUs: 1, MemoryMiB: size,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: params},
-		Disks: []instance.DiskSpec{}, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	return apiv1.Spec{ID: id, Name: "bench-migrate", VCPUs: 1, MemoryMiB: size,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "dirty", Params: params},
+		Disks: []apiv1.DiskSpec{}, Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }
 
 // runTernMigration boots the dirty guest in one `tern vmm serve`,
@@ -218,10 +217,10 @@ func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate u
 	if err != nil {
 		return row, 0, fmt.Errorf("ensuring the source: %w", err)
 	}
-	if err := src.RequestState(ctx, instance.Run); err != nil {
+	if err := src.RequestState(ctx, apiv1.Run); err != nil {
 		return row, 0, fmt.Errorf("running the source: %w", err)
 	}
-	if _, err := src.WaitFor(ctx, v.Gen, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := src.WaitFor(ctx, v.Gen, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		return row, 0, fmt.Errorf("waiting for the source to run: %w", err)
 	}
 	var khz uint64
@@ -274,7 +273,7 @@ func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate u
 // its history from offset.
 func consoleEnd(ctx context.Context, c *client.Client, offset uint64) (uint64, error) {
 	for {
-		h, err := c.SerialHistory(ctx, offset, api.MaxSerialMaxBytes)
+		h, err := c.SerialHistory(ctx, offset, apiv1.MaxSerialMaxBytes)
 		if err != nil {
 			return 0, fmt.Errorf("reading the target's console: %w", err)
 		}

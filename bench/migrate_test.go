@@ -21,7 +21,7 @@ func TestMigrateRateZeroIsTheIdleGuest(t *testing.T) {
 		idleSet    bool
 	}{{0, 1, true}, {10, 0, false}, {100, 0, false}} {
 		s := dirtySpec("bench-256", 256, tc.rate)
-		if err := s.Validate(instance.Host{}); err != nil {
+		if err := instance.Validate(&s, instance.Host{}); err != nil {
 			t.Errorf("rate %d: Validate: %v", tc.rate, err)
 		}
 		p := s.Guest.Params

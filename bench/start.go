@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/internal/kvmhost"
 	"tern/vmm/kvm"
+	"tern/volume/ids"
 	"tern/volume/volumetest"
 )
 
@@ -100,7 +101,7 @@ type startWorker struct {
 	// blocks are the slow volume's diverged blocks.
 	blocks []uint64
 	// gen is the slow volume's last activation generation.
-	gen uint64
+	gen ids.Generation
 	// round counts re-divergences of the slow volume.
 	round uint64
 	// ids numbers the instances.
@@ -284,8 +285,8 @@ func met(ok bool) string {
 
 // spec returns the benchmark's instance: the demo guest (it stays
 // running) on disk.
-func startSpec(id string, disk instance.DiskSpec) instance.Spec {
-	return instance.Spec{ID: id, VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
-		Disks: []instance.DiskSpec{disk}, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+func startSpec(id string, disk apiv1.DiskSpec) apiv1.Spec {
+	return apiv1.Spec{ID: id, VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
+		Disks: []apiv1.DiskSpec{disk}, Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 )
 
@@ -121,12 +121,12 @@ func (p *vmmProc) healthz(ctx context.Context) (time.Duration, error) {
 }
 
 // stopInstance asks the instance to stop and waits until it is gone.
-func (p *vmmProc) stopInstance(ctx context.Context, afterGen uint64) error {
-	if err := p.client.RequestState(ctx, instance.Stop); err != nil && !client.IsCode(err, "instance_gone") {
+func (p *vmmProc) stopInstance(ctx context.Context, afterGen apiv1.ViewGen) error {
+	if err := p.client.RequestState(ctx, apiv1.Stop); err != nil && !client.IsCode(err, "instance_gone") {
 		return fmt.Errorf("stopping instance: %w", err)
 	}
-	_, err := p.client.WaitFor(ctx, afterGen, func(s instance.Snapshot) bool {
-		return s.State == instance.Destroyed || s.State == instance.Failed
+	_, err := p.client.WaitFor(ctx, afterGen, func(s apiv1.View) bool {
+		return s.State == apiv1.Destroyed || s.State == apiv1.Failed
 	})
 	if client.IsCode(err, "instance_gone") {
 		err = nil

@@ -7,8 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/volume/extent"
 	"tern/volume/volumetest"
@@ -85,8 +84,8 @@ func (w *startWorker) nextID(kind string) string {
 // for running, then stops it; healthz round trips follow.
 func (w *startWorker) runFile(ctx context.Context, s *startSamples) error {
 	c := w.vmm.client
-	spec := startSpec(w.nextID("file"), instance.DiskSpec{Name: "root",
-		Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: w.disk}})
+	spec := startSpec(w.nextID("file"), apiv1.DiskSpec{Name: "root",
+		Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: w.disk}})
 	if err := w.healthz(ctx, s); err != nil {
 		return err
 	}
@@ -95,17 +94,17 @@ func (w *startWorker) runFile(ctx context.Context, s *startSamples) error {
 	if err != nil {
 		return err
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		return fmt.Errorf("running %s: %w", spec.ID, err)
 	}
-	snap, err := c.WaitFor(ctx, v.Gen, func(sn instance.Snapshot) bool {
-		return sn.State == instance.Running || sn.State == instance.Failed || sn.State == instance.Destroyed
+	snap, err := c.WaitFor(ctx, v.Gen, func(sn apiv1.View) bool {
+		return sn.State == apiv1.Running || sn.State == apiv1.Failed || sn.State == apiv1.Destroyed
 	})
 	running := time.Since(start)
 	if err != nil {
 		return fmt.Errorf("waiting for %s to run: %w", spec.ID, err)
 	}
-	if snap.State != instance.Running {
+	if snap.State != apiv1.Running {
 		return fmt.Errorf("waiting for %s to run: it is %s", spec.ID, snap.State)
 	}
 	s.add(&s.ensureReturn, ret)
@@ -133,11 +132,11 @@ const ensureRetries = 1000
 // should it still refuse one with instance_exists (a regression; the
 // report's ensure_retries_after_destroyed, which should be 0), the attempt
 // is counted, repeated and not timed.
-func (w *startWorker) ensure(ctx context.Context, spec instance.Spec) (time.Time, api.InstanceView, error) {
+func (w *startWorker) ensure(ctx context.Context, spec apiv1.Spec) (time.Time, apiv1.Instance, error) {
 	for range ensureRetries {
 		start := time.Now()
 		v, err := w.vmm.client.Ensure(ctx, spec)
-		if client.IsCode(err, api.CodeConflict) {
+		if client.IsCode(err, apiv1.CodeConflict) {
 			w.ensureRetried++
 			continue
 		}
@@ -146,17 +145,17 @@ func (w *startWorker) ensure(ctx context.Context, spec instance.Spec) (time.Time
 		}
 		return start, v, nil
 	}
-	return time.Time{}, api.InstanceView{}, fmt.Errorf("ensuring %s: the previous instance is still there after %d attempts", spec.ID, ensureRetries)
+	return time.Time{}, apiv1.Instance{}, fmt.Errorf("ensuring %s: the previous instance is still there after %d attempts", spec.ID, ensureRetries)
 }
 
 // slowSpec is an instance on the diverged volume at the next generation.
-func (w *startWorker) slowSpec() instance.Spec {
+func (w *startWorker) slowSpec() apiv1.Spec {
 	w.gen++
 	wait := uint64(60_000)
 	sp := w.cluster.Spec
-	return startSpec(w.nextID("slow"), instance.DiskSpec{Name: "vol", Backend: instance.BackendSpec{
-		Kind: instance.BackendVolume, Targets: w.cluster.Targets(), Gen: w.gen, QuorumWaitMs: &wait,
-		Region: &instance.RegionSpec{BlockSize: sp.BlockSize, ExtentBlocks: sp.ExtentBlocks, ExtentCount: sp.ExtentCount}}})
+	return startSpec(w.nextID("slow"), apiv1.DiskSpec{Name: "vol", Backend: apiv1.BackendSpec{
+		Kind: apiv1.BackendVolume, Targets: w.cluster.Targets(), Gen: w.gen, QuorumWaitMs: &wait,
+		Region: &apiv1.RegionSpec{BlockSize: sp.BlockSize, ExtentBlocks: sp.ExtentBlocks, ExtentCount: sp.ExtentCount}}})
 }
 
 // runSlowEnsure times the ensure of an instance on the diverged volume,
@@ -188,17 +187,17 @@ func (w *startWorker) runSlowActivation(ctx context.Context) (time.Duration, uin
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		return 0, 0, fmt.Errorf("running %s: %w", spec.ID, err)
 	}
-	snap, err := c.WaitFor(ctx, v.Gen, func(sn instance.Snapshot) bool {
-		return sn.State == instance.Running || sn.State == instance.Failed || sn.State == instance.Destroyed
+	snap, err := c.WaitFor(ctx, v.Gen, func(sn apiv1.View) bool {
+		return sn.State == apiv1.Running || sn.State == apiv1.Failed || sn.State == apiv1.Destroyed
 	})
 	took := time.Since(start)
 	if err != nil {
 		return 0, 0, fmt.Errorf("waiting for %s to run: %w", spec.ID, err)
 	}
-	if snap.State != instance.Running {
+	if snap.State != apiv1.Running {
 		return 0, 0, fmt.Errorf("waiting for %s to run: it is %s", spec.ID, snap.State)
 	}
 	var repaired uint64

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 )
 
 func (s *Server) routes() {
@@ -84,7 +84,7 @@ func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
 // re-registrations), then pushes it the network mappings.
 func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var reg agent.Registration
+	var reg agentapi.Registration
 	if err := decodeJSON(r, &reg); err != nil {
 		writeErr(w, err)
 		return
@@ -202,7 +202,7 @@ func (s *Server) listV2P(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
-	var rep agent.Report
+	var rep agentapi.Report
 	if err := decodeJSON(r, &rep); err != nil {
 		writeErr(w, err)
 		return
@@ -287,7 +287,7 @@ func (s *Server) goneUnlessRunning(ctx context.Context, host string, running []s
 			continue
 		}
 		s.log.Warn("vmm gone with its agent", "vmm", vm.ID, "host", host)
-		if _, err := s.ApplyReport(ctx, agent.Report{HostID: host, VMMID: vm.ID, InstanceID: vm.InstanceID,
+		if _, err := s.ApplyReport(ctx, agentapi.Report{HostID: host, VMMID: vm.ID, InstanceID: vm.InstanceID,
 			Gen: vm.Gen + 1, State: vm.State, Gone: true}); err != nil {
 			return err
 		}

@@ -13,8 +13,9 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/agent"
-	"tern/instance"
+	"tern/agent/agentapi"
+	"tern/instance/apiv1"
+	"tern/volume/ids"
 )
 
 // validName is an instance or host name.
@@ -22,12 +23,12 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // CreateInstance is the body of POST /v1/instances.
 type CreateInstance struct {
-	Name        string             `json:"name"`
-	VCPUs       int                `json:"vcpus"`
-	MemoryMiB   uint64             `json:"memory_mib"`
-	Guest       instance.GuestSpec `json:"guest"`
-	VolumeBytes uint64             `json:"volume_bytes"`
-	Start       bool               `json:"start"`
+	Name        string          `json:"name"`
+	VCPUs       int             `json:"vcpus"`
+	MemoryMiB   uint64          `json:"memory_mib"`
+	Guest       apiv1.GuestSpec `json:"guest"`
+	VolumeBytes uint64          `json:"volume_bytes"`
+	Start       bool            `json:"start"`
 }
 
 // Volume geometry: 4 KiB blocks in 1 MiB extents.
@@ -53,9 +54,9 @@ func (req *CreateInstance) validate() error {
 		errs = append(errs, fmt.Errorf("memory_mib %d: want 2 to 1048576", req.MemoryMiB))
 	}
 	if req.Guest.Kind == "" {
-		req.Guest.Kind = instance.GuestELF
+		req.Guest.Kind = apiv1.GuestELF
 	}
-	if req.Guest.Kind != instance.GuestELF || req.Guest.Path == "" {
+	if req.Guest.Kind != apiv1.GuestELF || req.Guest.Path == "" {
 		errs = append(errs, errors.New("guest: want kind elf and a built-in guest's name or an ELF file's path"))
 	}
 	if req.VolumeBytes%volumeExtentBytes != 0 || req.VolumeBytes > 1<<40 {
@@ -147,7 +148,7 @@ func (s *Server) ensureRegion(ctx context.Context, reg *Region, vol *Volume) err
 	if err != nil {
 		return err
 	}
-	got, err := a.EnsureRegion(ctx, reg.ID, agent.RegionSpec{UUID: reg.UUID, BlockSize: vol.BlockSize,
+	got, err := a.EnsureRegion(ctx, reg.ID, agentapi.RegionSpec{UUID: reg.UUID, BlockSize: vol.BlockSize,
 		ExtentBlocks: vol.ExtentBlocks, ExtentCount: vol.ExtentCount})
 	if err != nil {
 		return fmt.Errorf("creating region %s on host %s: %w", reg.ID, reg.HostID, err)
@@ -163,9 +164,9 @@ func (s *Server) ensureRegion(ctx context.Context, reg *Region, vol *Volume) err
 }
 
 // spec is the instance spec its vmm is ensured with.
-func (s *Server) spec(ctx context.Context, inst *Instance, gen uint64) (instance.Spec, error) {
-	sp := instance.Spec{ID: inst.ID, Name: inst.Name, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Guest: inst.Guest,
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+func (s *Server) spec(ctx context.Context, inst *Instance, gen ids.Generation) (apiv1.Spec, error) {
+	sp := apiv1.Spec{ID: inst.ID, Name: inst.Name, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Guest: inst.Guest,
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	if inst.Volume != nil {
 		var targets []string
 		for _, id := range inst.Volume.Regions {
@@ -179,8 +180,8 @@ func (s *Server) spec(ctx context.Context, inst *Instance, gen uint64) (instance
 			targets = append(targets, reg.Value.Addr)
 		}
 		wait := uint64(10_000)
-		sp.Disks = []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
-			Region: &instance.RegionSpec{BlockSize: inst.Volume.BlockSize, ExtentBlocks: inst.Volume.ExtentBlocks, ExtentCount: inst.Volume.ExtentCount},
+		sp.Disks = []apiv1.DiskSpec{{Name: "vol", Backend: apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: targets,
+			Region: &apiv1.RegionSpec{BlockSize: inst.Volume.BlockSize, ExtentBlocks: inst.Volume.ExtentBlocks, ExtentCount: inst.Volume.ExtentCount},
 			Gen:    gen, QuorumWaitMs: &wait}}}
 	}
 	return sp, nil
@@ -209,7 +210,7 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 	}
 	vmmID := "vmm-" + uuid.NewString()[:8]
 	inst.ActiveVMM, inst.Intent, inst.Failed = vmmID, IntentRunning, false
-	gen := uint64(1)
+	gen := ids.Generation(1)
 	if inst.Volume != nil {
 		inst.Volume.Gen++
 		gen = inst.Volume.Gen
@@ -229,8 +230,8 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 		var body []byte
 		body, err = json.Marshal(sp)
 		if err == nil {
-			a := agent.NewClient(hrec.Value.Address, s.cfg.AgentHTTP)
-			_, err = a.EnsureVMM(ctx, vmmID, agent.EnsureVMM{InstanceID: inst.ID, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Spec: body, Run: true})
+			a := agentapi.NewClient(hrec.Value.Address, s.cfg.AgentHTTP)
+			_, err = a.EnsureVMM(ctx, vmmID, agentapi.EnsureVMM{InstanceID: inst.ID, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Spec: body, Run: true})
 		}
 	}
 	if err != nil {
@@ -373,13 +374,13 @@ func (s *Server) pushV2P(ctx context.Context) {
 	for _, h := range hosts {
 		underlay[h.Value.ID] = h.Value.Underlay
 	}
-	m := []agent.Mapping{}
+	m := []agentapi.Mapping{}
 	for _, v := range all {
-		m = append(m, agent.Mapping{IP: v.Value.IP, VNI: v.Value.VNI, InstanceID: v.Value.InstanceID, HostID: v.Value.HostID,
+		m = append(m, agentapi.Mapping{IP: v.Value.IP, VNI: v.Value.VNI, InstanceID: v.Value.InstanceID, HostID: v.Value.HostID,
 			HostAddress: v.Value.HostAddress, HostUnderlay: underlay[v.Value.HostID]})
 	}
 	for _, h := range hosts {
-		if err := agent.NewClient(h.Value.Address, s.cfg.AgentHTTP).PutV2P(ctx, m); err != nil {
+		if err := agentapi.NewClient(h.Value.Address, s.cfg.AgentHTTP).PutV2P(ctx, m); err != nil {
 			s.log.Warn("pushing v2p mappings", "host", h.Value.ID, "err", err)
 		}
 	}

@@ -1,6 +1,6 @@
 package control
 
-import "tern/instance"
+import "tern/instance/apiv1"
 
 // SideReport is what one side of a migration last reported: its vmm's
 // state, whether its process is gone, and the phase it reached in this
@@ -8,7 +8,7 @@ import "tern/instance"
 type SideReport struct {
 	// Reported is false until the side reported anything.
 	Reported bool
-	State    instance.State
+	State    apiv1.State
 	Gone     bool
 	Phase    string
 }
@@ -19,12 +19,12 @@ const (
 	phaseFinish = "finish"
 )
 
-func (s SideReport) running() bool { return s.Reported && !s.Gone && s.State == instance.Running }
+func (s SideReport) running() bool { return s.Reported && !s.Gone && s.State == apiv1.Running }
 
 // dead is a side that will never run: its process is gone, or its vmm
 // ended.
 func (s SideReport) dead() bool {
-	return s.Gone || s.State == instance.Destroyed || s.State == instance.Failed || s.State == instance.Stopped
+	return s.Gone || s.State == apiv1.Destroyed || s.State == apiv1.Failed || s.State == apiv1.Stopped
 }
 
 // failing is a side that can no longer complete this migration.

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"testing"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 )
 
-var allStates = []instance.State{instance.Creating, instance.Starting, instance.Running, instance.Rebooting,
-	instance.Migrating, instance.Stopping, instance.Stopped, instance.Failed, instance.Destroyed}
+var allStates = []apiv1.State{apiv1.Creating, apiv1.Starting, apiv1.Running, apiv1.Rebooting,
+	apiv1.Migrating, apiv1.Stopping, apiv1.Stopped, apiv1.Failed, apiv1.Destroyed}
 
 var allPhases = []string{"", "sync", phaseFinish, phaseError}
 
@@ -61,24 +61,24 @@ func TestSettleNeverLeavesTwoRunningVMMsOrNoneWhileOneRuns(t *testing.T) {
 
 // TestSettleRules pins the named rules.
 func TestSettleRules(t *testing.T) {
-	run := SideReport{Reported: true, State: instance.Running}
+	run := SideReport{Reported: true, State: apiv1.Running}
 	for _, tc := range []struct {
 		name     string
 		src, dst SideReport
 		want     Outcome
 	}{
-		{"a target that runs with the source gone completes it", SideReport{Reported: true, State: instance.Migrating, Gone: true},
-			SideReport{Reported: true, State: instance.Running, Phase: phaseFinish},
+		{"a target that runs with the source gone completes it", SideReport{Reported: true, State: apiv1.Migrating, Gone: true},
+			SideReport{Reported: true, State: apiv1.Running, Phase: phaseFinish},
 			Outcome{Migration: MigrationCompleted, Active: ActiveTarget, DestroySource: true}},
 		{"a source running again after an error fails it and destroys the target",
-			SideReport{Reported: true, State: instance.Running, Phase: phaseError}, SideReport{Reported: true, State: instance.Migrating},
+			SideReport{Reported: true, State: apiv1.Running, Phase: phaseError}, SideReport{Reported: true, State: apiv1.Migrating},
 			Outcome{Migration: MigrationFailed, Active: ActiveSource, DestroyTarget: true}},
-		{"a dead target fails it", run, SideReport{Reported: true, State: instance.Migrating, Gone: true},
+		{"a dead target fails it", run, SideReport{Reported: true, State: apiv1.Migrating, Gone: true},
 			Outcome{Migration: MigrationFailed, Active: ActiveSource, DestroyTarget: true}},
-		{"both dead leave no vmm", SideReport{Reported: true, State: instance.Migrating, Gone: true}, SideReport{Reported: true, State: instance.Failed},
+		{"both dead leave no vmm", SideReport{Reported: true, State: apiv1.Migrating, Gone: true}, SideReport{Reported: true, State: apiv1.Failed},
 			Outcome{Migration: MigrationFailed, Active: ActiveNone, DestroySource: true, DestroyTarget: true}},
-		{"an erred source that has not resumed yet is waited for", SideReport{Reported: true, State: instance.Migrating, Phase: phaseError},
-			SideReport{Reported: true, State: instance.Failed}, Outcome{Migration: MigrationInProgress, Active: ActiveSource}},
+		{"an erred source that has not resumed yet is waited for", SideReport{Reported: true, State: apiv1.Migrating, Phase: phaseError},
+			SideReport{Reported: true, State: apiv1.Failed}, Outcome{Migration: MigrationInProgress, Active: ActiveSource}},
 		{"nothing from the target yet is pending", run, SideReport{}, Outcome{Migration: MigrationPending, Active: ActiveSource}},
 	} {
 		got := Settle(tc.src, tc.dst)
@@ -92,27 +92,27 @@ func TestSettleRules(t *testing.T) {
 // lifecycle is one side's reports in the order its vmm made them.
 type lifecycle []SideReport
 
-func rep(st instance.State, phase string) SideReport {
+func rep(st apiv1.State, phase string) SideReport {
 	return SideReport{Reported: true, State: st, Phase: phase}
 }
 
-func gone(st instance.State, phase string) SideReport {
+func gone(st apiv1.State, phase string) SideReport {
 	return SideReport{Reported: true, State: st, Phase: phase, Gone: true}
 }
 
 // scenarios are realistic pairs of lifecycles.
 var scenarios = map[string][2]lifecycle{
-	"success": {{rep(instance.Running, ""), rep(instance.Migrating, "sync"), rep(instance.Migrating, phaseFinish), rep(instance.Destroyed, phaseFinish)},
-		{rep(instance.Migrating, "sync"), rep(instance.Running, phaseFinish)}},
-	"success, source process exits": {{rep(instance.Running, ""), rep(instance.Migrating, "sync"), gone(instance.Migrating, "sync")},
-		{rep(instance.Migrating, "sync"), rep(instance.Running, phaseFinish)}},
-	"source fails it": {{rep(instance.Running, ""), rep(instance.Migrating, "sync"), rep(instance.Running, phaseError)},
-		{rep(instance.Migrating, "sync"), rep(instance.Failed, phaseError)}},
-	"target dies": {{rep(instance.Running, ""), rep(instance.Migrating, "sync"), rep(instance.Running, phaseError)},
-		{rep(instance.Migrating, "sync"), gone(instance.Migrating, "sync")}},
-	"source dies mid-copy": {{rep(instance.Running, ""), rep(instance.Migrating, "sync"), gone(instance.Migrating, "sync")},
-		{rep(instance.Migrating, "sync"), rep(instance.Failed, phaseError)}},
-	"target never starts": {{rep(instance.Running, "")}, {gone(instance.Creating, "")}},
+	"success": {{rep(apiv1.Running, ""), rep(apiv1.Migrating, "sync"), rep(apiv1.Migrating, phaseFinish), rep(apiv1.Destroyed, phaseFinish)},
+		{rep(apiv1.Migrating, "sync"), rep(apiv1.Running, phaseFinish)}},
+	"success, source process exits": {{rep(apiv1.Running, ""), rep(apiv1.Migrating, "sync"), gone(apiv1.Migrating, "sync")},
+		{rep(apiv1.Migrating, "sync"), rep(apiv1.Running, phaseFinish)}},
+	"source fails it": {{rep(apiv1.Running, ""), rep(apiv1.Migrating, "sync"), rep(apiv1.Running, phaseError)},
+		{rep(apiv1.Migrating, "sync"), rep(apiv1.Failed, phaseError)}},
+	"target dies": {{rep(apiv1.Running, ""), rep(apiv1.Migrating, "sync"), rep(apiv1.Running, phaseError)},
+		{rep(apiv1.Migrating, "sync"), gone(apiv1.Migrating, "sync")}},
+	"source dies mid-copy": {{rep(apiv1.Running, ""), rep(apiv1.Migrating, "sync"), gone(apiv1.Migrating, "sync")},
+		{rep(apiv1.Migrating, "sync"), rep(apiv1.Failed, phaseError)}},
+	"target never starts": {{rep(apiv1.Running, "")}, {gone(apiv1.Creating, "")}},
 }
 
 // deliveries returns every delivery order of the two lifecycles'

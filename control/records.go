@@ -3,7 +3,8 @@ package control
 import (
 	"time"
 
-	"tern/instance"
+	"tern/instance/apiv1"
+	"tern/volume/ids"
 )
 
 // HostState is a host's place in the drain lifecycle.
@@ -45,11 +46,11 @@ const (
 // Instance is a VM as the operator sees it: its shape, its volume, and the
 // vmm that runs it.
 type Instance struct {
-	ID        string             `json:"id"`
-	Name      string             `json:"name"`
-	VCPUs     int                `json:"vcpus"`
-	MemoryMiB uint64             `json:"memory_mib"`
-	Guest     instance.GuestSpec `json:"guest"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	VCPUs     int             `json:"vcpus"`
+	MemoryMiB uint64          `json:"memory_mib"`
+	Guest     apiv1.GuestSpec `json:"guest"`
 	// Volume is the instance's volume, nil for none.
 	Volume *Volume        `json:"volume,omitempty"`
 	Intent InstanceIntent `json:"intent"`
@@ -73,7 +74,7 @@ type Volume struct {
 	ExtentBlocks uint32   `json:"extent_blocks"`
 	ExtentCount  uint32   `json:"extent_count"`
 	// Gen is above every generation a vmm activated the volume with.
-	Gen uint64 `json:"gen"`
+	Gen ids.Generation `json:"gen"`
 }
 
 // VMM is one `tern vmm serve` process: its host and its last report.
@@ -83,9 +84,9 @@ type VMM struct {
 	HostID     string `json:"host_id"`
 	// State and Gen are the vmm's last reported snapshot (Gen 0: none
 	// yet). Gone means its process exited or its agent no longer has it.
-	State instance.State `json:"state,omitzero"`
-	Gen   uint64         `json:"gen"`
-	Gone  bool           `json:"gone,omitempty"`
+	State apiv1.State   `json:"state,omitzero"`
+	Gen   apiv1.ViewGen `json:"gen"`
+	Gone  bool          `json:"gone,omitempty"`
 	// URL and MigrationAddr are the vmm's endpoints, once it runs.
 	URL           string `json:"url,omitempty"`
 	MigrationAddr string `json:"migration_addr,omitempty"`
@@ -102,7 +103,7 @@ type VMM struct {
 
 // holdsResources reports whether v still counts against its host.
 func (v *VMM) holdsResources() bool {
-	return !v.Gone && !v.Unwound && v.State != instance.Destroyed && v.State != instance.Failed
+	return !v.Gone && !v.Unwound && v.State != apiv1.Destroyed && v.State != apiv1.Failed
 }
 
 // processLive reports whether v's process may still run on its host:
@@ -141,15 +142,15 @@ type Migration struct {
 	SourceHost string         `json:"source_host"`
 	TargetHost string         `json:"target_host"`
 	// SourceGen and TargetGen are each side's last reported generation.
-	SourceGen  uint64     `json:"source_gen"`
-	TargetGen  uint64     `json:"target_gen"`
-	Started    time.Time  `json:"started"`
-	Finished   *time.Time `json:"finished,omitempty"`
-	BytesSent  uint64     `json:"bytes_sent"`
-	Rounds     uint64     `json:"rounds"`
-	TotalMs    float64    `json:"total_ms"`
-	DowntimeMs float64    `json:"downtime_ms"`
-	Error      string     `json:"error,omitempty"`
+	SourceGen  apiv1.ViewGen `json:"source_gen"`
+	TargetGen  apiv1.ViewGen `json:"target_gen"`
+	Started    time.Time     `json:"started"`
+	Finished   *time.Time    `json:"finished,omitempty"`
+	BytesSent  uint64        `json:"bytes_sent"`
+	Rounds     uint64        `json:"rounds"`
+	TotalMs    float64       `json:"total_ms"`
+	DowntimeMs float64       `json:"downtime_ms"`
+	Error      string        `json:"error,omitempty"`
 	// Rev is the record's revision as served (for ?after_rev= long-polls).
 	Rev int64 `json:"rev,omitempty"`
 }

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"time"
 
-	"tern/agent"
-	"tern/instance"
-	"tern/migration"
+	"tern/agent/agentapi"
+	"tern/instance/apiv1"
 )
 
-func half(p *migration.Progress) *MigrationHalf {
+func half(p *apiv1.Progress) *MigrationHalf {
 	if p == nil {
 		return nil
 	}
@@ -21,7 +20,7 @@ func half(p *migration.Progress) *MigrationHalf {
 // ApplyReport records a vmm's report if it is newer than the record's
 // (by the vmm's generation; a gone report is final) and settles its
 // instance. It reports whether the record changed.
-func (s *Server) ApplyReport(ctx context.Context, rep agent.Report) (bool, error) {
+func (s *Server) ApplyReport(ctx context.Context, rep agentapi.Report) (bool, error) {
 	applied := true
 	v, err := Update(ctx, s.store, kindVMM, rep.VMMID, func(v *VMM, exists bool) error {
 		switch {
@@ -98,11 +97,11 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 		}
 	}
 	if inst.MigrationID == "" {
-		if src == nil || !(src.Gone || src.State == instance.Destroyed || src.State == instance.Failed) {
+		if src == nil || !(src.Gone || src.State == apiv1.Destroyed || src.State == apiv1.Failed) {
 			return nil
 		}
 		// The active vmm ended: the instance has none.
-		inst.Failed = !(inst.Intent == IntentStopped && !(src.State == instance.Failed))
+		inst.Failed = !(inst.Intent == IntentStopped && !(src.State == apiv1.Failed))
 		inst.ActiveVMM = ""
 		return s.store.Commit(ctx, Put(kindInstance, instID, &inst, cur.Rev))
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/agent"
-	"tern/instance"
+	"tern/agent/agentapi"
+	"tern/instance/apiv1"
 	"tern/migration/runner"
 )
 
@@ -216,7 +216,7 @@ func (s *Server) StartMigration(ctx context.Context, instID, to string) (Migrate
 	if err != nil {
 		return MigrateSaga{}, err
 	}
-	if src.Value.Gone || src.Value.State != instance.Running {
+	if src.Value.Gone || src.Value.State != apiv1.Running {
 		return MigrateSaga{}, wrongState("instance %s's vmm is %s, not running", inst.Name, src.Value.State)
 	}
 	if to == src.Value.HostID {
@@ -429,7 +429,7 @@ func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 		return fmt.Errorf("the source vmm %s reports no migration address", sg.SourceVMM)
 	}
 	spec := runner.MigrationTargetSpec{ID: sg.InstanceID,
-		Init: runner.MigrationInit{Method: instance.InitMigrationTarget, Source: src.MigrationAddr, MigrationID: sg.MigrationID}}
+		Init: runner.MigrationInit{Method: apiv1.InitMigrationTarget, Source: src.MigrationAddr, MigrationID: sg.MigrationID}}
 	body, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -438,7 +438,7 @@ func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 	if err != nil {
 		return err
 	}
-	_, err = da.EnsureVMM(ctx, sg.TargetVMM, agent.EnsureVMM{InstanceID: sg.InstanceID, VCPUs: inst.Value.VCPUs,
+	_, err = da.EnsureVMM(ctx, sg.TargetVMM, agentapi.EnsureVMM{InstanceID: sg.InstanceID, VCPUs: inst.Value.VCPUs,
 		MemoryMiB: inst.Value.MemoryMiB, Spec: body})
 	if err != nil {
 		return fmt.Errorf("ensuring the target vmm on host %s: %w", sg.TargetHost, err)
@@ -450,7 +450,7 @@ func (s *Server) undoEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 	if m, err := Get[Migration](ctx, s.store, kindMigration, sg.MigrationID); err == nil && m.Value.State == MigrationCompleted {
 		return nil
 	}
-	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && !v.Value.Gone && v.Value.State == instance.Running {
+	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && !v.Value.Gone && v.Value.State == apiv1.Running {
 		return nil // the target runs: Settle completes the migration
 	}
 	da, err := s.agentFor(ctx, sg.TargetHost)

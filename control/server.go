@@ -18,9 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"tern/agent"
-	"tern/instance"
-	"tern/instance/api"
+	"tern/agent/agentapi"
+	"tern/instance/apiv1"
 )
 
 // Config is a control process's configuration.
@@ -270,12 +269,12 @@ func (s *Server) crashPoint(point string) {
 }
 
 // agentFor returns a client for host id's agent.
-func (s *Server) agentFor(ctx context.Context, id string) (*agent.Client, error) {
+func (s *Server) agentFor(ctx context.Context, id string) (*agentapi.Client, error) {
 	h, err := Get[Host](ctx, s.store, kindHost, id)
 	if err != nil {
 		return nil, err
 	}
-	return agent.NewClient(h.Value.Address, s.cfg.AgentHTTP), nil
+	return agentapi.NewClient(h.Value.Address, s.cfg.AgentHTTP), nil
 }
 
 // loads returns every host's capacity and reservations from the records.
@@ -345,15 +344,15 @@ type HostView struct {
 func instanceState(inst *Instance, active *VMM) string {
 	switch {
 	case inst.MigrationID != "":
-		return instance.Migrating.String()
+		return apiv1.Migrating.String()
 	case active == nil && inst.Failed:
-		return instance.Failed.String()
+		return apiv1.Failed.String()
 	case active == nil:
-		return instance.Stopped.String()
+		return apiv1.Stopped.String()
 	case active.Gone:
-		return instance.Failed.String()
+		return apiv1.Failed.String()
 	case active.Gen == 0:
-		return instance.Creating.String()
+		return apiv1.Creating.String()
 	}
 	return active.State.String()
 }
@@ -387,7 +386,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, api.Error{ErrorCode: code, Message: msg})
+	writeJSON(w, status, apiv1.Error{ErrorCode: code, Message: msg})
 }
 
 // writeErr maps an error to its status.

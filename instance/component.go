@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"tern/instance/apiv1"
 	"tern/migration"
 )
 
@@ -38,21 +39,21 @@ func parseInjector(raw json.RawMessage) (migration.InjectorSpec, error) {
 	}
 	spec := j.InjectorSpec
 	if spec.Phase == 0 {
-		spec.Phase = migration.PhaseDevice // the default, as Propolis's
+		spec.Phase = apiv1.PhaseDevice // the default, as Propolis's
 	}
 	switch {
-	case spec.Phase == migration.PhaseError:
-		return spec, fmt.Errorf("phase: want one of %v", migration.Phases)
+	case spec.Phase == apiv1.PhaseError:
+		return spec, fmt.Errorf("phase: want one of %v", apiv1.Phases)
 	case spec.FailExports < 0 || spec.FailImports < 0:
 		return spec, fmt.Errorf("fail_exports %d, fail_imports %d: want 0 or more", spec.FailExports, spec.FailImports)
 	}
 	return spec, nil
 }
 
-// FailureInjector returns the spec's migration_failure_injector, if it
+// failureInjector returns the spec's migration_failure_injector, if it
 // has one (Validate allows at most one). The spec must have passed
 // Validate.
-func (s Spec) FailureInjector() (migration.InjectorSpec, bool) {
+func failureInjector(s apiv1.Spec) (migration.InjectorSpec, bool) {
 	for _, c := range s.Components {
 		if c.Kind == ComponentMigrationFailureInjector {
 			spec, err := parseInjector(c.Raw)

@@ -8,14 +8,14 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"tern/migration"
+	"tern/instance/apiv1"
 	"tern/vmm/devices"
 )
 
 // Config is what Start needs besides the spec.
 type Config struct {
 	// Spec must have passed Validate.
-	Spec Spec
+	Spec apiv1.Spec
 	// VolumeTLS is the client configuration a volume disk's upstairs
 	// presents to its downstairs.
 	VolumeTLS *tls.Config
@@ -25,7 +25,7 @@ type Config struct {
 	Logger *slog.Logger
 	// FirstGen is the gen of the first snapshot (0 means 1); see
 	// NewPublisherAt.
-	FirstGen uint64
+	FirstGen apiv1.ViewGen
 	// Host is what a migration target validates the spec it inherits
 	// against.
 	Host Host
@@ -35,7 +35,7 @@ type Config struct {
 	MigrationTLS *tls.Config
 	// MigrationVersions are the protocol versions offered either way
 	// (nil: migration.SupportedVersions).
-	MigrationVersions []migration.Version
+	MigrationVersions []apiv1.MigrationVersion
 	// APIURL is this VMM's API, which a migration target sends its
 	// source for the source's serial watchers.
 	APIURL string
@@ -51,7 +51,7 @@ type Config struct {
 // is freed before it publishes destroyed or failed.
 type Controller struct {
 	// Immutable after Start.
-	spec       Spec
+	spec       apiv1.Spec
 	volumeTLS  *tls.Config
 	mig        migrationConfig
 	newMachine NewMachineFunc
@@ -67,7 +67,7 @@ type Controller struct {
 	mu sync.Mutex
 	// state is the state last published; pending the requests enqueued
 	// and not yet completed (the policy's input).
-	state   State
+	state   apiv1.State
 	pending Pending
 	// disks are the opened disks, set once by the owner goroutine.
 	disks []*disk
@@ -80,7 +80,7 @@ type Controller struct {
 	// built is the spec the instance is built from: spec, or for a
 	// migration target the source's merged with the ensure's (set once
 	// the source's is known); see BuiltSpec.
-	built Spec
+	built apiv1.Spec
 	// outgoing is the connection of a migration out that the policy
 	// enqueued and the owner goroutine has not taken yet.
 	outgoing *quic.Conn
@@ -116,16 +116,16 @@ func Start(cfg Config) *Controller {
 		console:    devices.NewHistory(consoleHistoryBytes),
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
-		state:      Creating,
+		state:      apiv1.Creating,
 		built:      cfg.Spec,
 	}
-	if cfg.Spec.Init.Method == InitMigrationTarget {
+	if cfg.Spec.Init.Method == apiv1.InitMigrationTarget {
 		// Born migrating in (the policy's migrate_in row): the built spec
 		// is known once the source sent its own.
-		c.state, c.pending, c.built = Migrating, PendingOf(MigrateIn), Spec{}
-		c.pub = NewPublisherAt(cfg.FirstGen, Migrating, Migration{In: migration.Progress{ID: cfg.Spec.Init.MigrationID, Phase: migration.PhaseSync}})
+		c.state, c.pending, c.built = apiv1.Migrating, PendingOf(apiv1.MigrateIn), apiv1.Spec{}
+		c.pub = NewPublisherAt(cfg.FirstGen, apiv1.Migrating, apiv1.Migration{In: apiv1.Progress{ID: cfg.Spec.Init.MigrationID, Phase: apiv1.PhaseSync}})
 	} else {
-		c.pub = NewPublisherAt(cfg.FirstGen, Creating, Migration{})
+		c.pub = NewPublisherAt(cfg.FirstGen, apiv1.Creating, apiv1.Migration{})
 	}
 	if c.newMachine == nil {
 		c.newMachine = NewVMMachine
@@ -139,12 +139,12 @@ func Start(cfg Config) *Controller {
 }
 
 // Spec returns the spec the instance was ensured with.
-func (c *Controller) Spec() Spec { return c.spec }
+func (c *Controller) Spec() apiv1.Spec { return c.spec }
 
 // BuiltSpec returns the spec the instance is built from: the ensured one,
 // or for a migration target the source's with the ensure's disks and
 // components, once the source sent it (until then the ensured one).
-func (c *Controller) BuiltSpec() Spec {
+func (c *Controller) BuiltSpec() apiv1.Spec {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.built.ID == "" {
@@ -187,7 +187,7 @@ func (c *Controller) SerialInput(p []byte) int {
 // Request judges req with the policy (Decide) and, when it is enqueued,
 // hands it to the owner goroutine. A denied request returns the
 // Decision's *WrongStateError.
-func (c *Controller) Request(req Request) (Decision, error) {
+func (c *Controller) Request(req apiv1.Request) (Decision, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d, p := Decide(c.state, c.pending, req)
@@ -206,24 +206,24 @@ func (c *Controller) Request(req Request) (Decision, error) {
 
 // Disks describes every disk, in spec order; before the owner goroutine
 // opened them each is "opening".
-func (c *Controller) Disks() []DiskStatus {
+func (c *Controller) Disks() []apiv1.DiskStatus {
 	c.mu.Lock()
 	disks, specs := c.disks, c.built.Disks
 	c.mu.Unlock()
-	out := make([]DiskStatus, 0, len(specs))
+	out := make([]apiv1.DiskStatus, 0, len(specs))
 	for i, ds := range specs {
 		if i < len(disks) {
 			out = append(out, disks[i].status(false))
 			continue
 		}
-		out = append(out, DiskStatus{Name: ds.Name, Kind: ds.Backend.Kind, State: DiskOpening})
+		out = append(out, apiv1.DiskStatus{Name: ds.Name, Kind: ds.Backend.Kind, State: apiv1.DiskOpening})
 	}
 	return out
 }
 
 // Disk describes one disk with its replicas; ok is false when the spec
 // has no disk of that name.
-func (c *Controller) Disk(name string) (DiskStatus, bool) {
+func (c *Controller) Disk(name string) (apiv1.DiskStatus, bool) {
 	c.mu.Lock()
 	disks, specs := c.disks, c.built.Disks
 	c.mu.Unlock()
@@ -234,20 +234,20 @@ func (c *Controller) Disk(name string) (DiskStatus, bool) {
 		if i < len(disks) {
 			return disks[i].status(true), true
 		}
-		return DiskStatus{Name: ds.Name, Kind: ds.Backend.Kind, State: DiskOpening}, true
+		return apiv1.DiskStatus{Name: ds.Name, Kind: ds.Backend.Kind, State: apiv1.DiskOpening}, true
 	}
-	return DiskStatus{}, false
+	return apiv1.DiskStatus{}, false
 }
 
 // publish moves to state s, with complete removed from Pending, as one
 // snapshot.
-func (c *Controller) publish(s State, complete ...Request) {
+func (c *Controller) publish(s apiv1.State, complete ...apiv1.Request) {
 	c.publishWith(s, nil, complete...)
 }
 
 // publishWith is publish that also applies update (may be nil) to the
 // snapshot: a state and a migration status change in one generation.
-func (c *Controller) publishWith(s State, update func(*Snapshot), complete ...Request) {
+func (c *Controller) publishWith(s apiv1.State, update func(*apiv1.View), complete ...apiv1.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.state = s
@@ -259,7 +259,7 @@ func (c *Controller) publishWith(s State, update func(*Snapshot), complete ...Re
 		// never an input from outside.
 		panic(fmt.Sprintf("instance: inconsistent state %s with %s pending", s, c.pending))
 	}
-	if _, err := c.pub.Publish(func(snap *Snapshot) {
+	if _, err := c.pub.Publish(func(snap *apiv1.View) {
 		snap.State = s
 		if update != nil {
 			update(snap)
@@ -271,7 +271,7 @@ func (c *Controller) publishWith(s State, update func(*Snapshot), complete ...Re
 }
 
 // current returns the state and pending requests.
-func (c *Controller) current() (State, Pending) {
+func (c *Controller) current() (apiv1.State, Pending) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state, c.pending

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tern/instance/apiv1"
 	"tern/migration"
 	"tern/vmm"
 )
@@ -42,25 +43,25 @@ func (c *Controller) run() {
 	d := &driver{c: c}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	defer d.cancel()
-	if c.spec.Init.Method == InitMigrationTarget {
+	if c.spec.Init.Method == apiv1.InitMigrationTarget {
 		st, err := d.migrateIn()
 		switch {
-		case err != nil && c.pendingNow().Has(Stop):
+		case err != nil && c.pendingNow().Has(apiv1.Stop):
 			// Stopped on purpose: the import is abandoned, not failed.
-			d.haltWith("stop requested during the migration in", func(s *Snapshot) { s.Migration.In = st })
+			d.haltWith("stop requested during the migration in", func(s *apiv1.View) { s.Migration.In = st })
 			return
 		case err != nil:
-			d.failWith(err, func(s *Snapshot) { s.Migration.In = st })
+			d.failWith(err, func(s *apiv1.View) { s.Migration.In = st })
 			return
 		}
-		c.publishWith(Running, func(s *Snapshot) { s.Migration.In = st }, MigrateIn)
+		c.publishWith(apiv1.Running, func(s *apiv1.View) { s.Migration.In = st }, apiv1.MigrateIn)
 	} else if err := d.create(); err != nil {
 		d.fail(err)
 		return
 	}
 	for {
 		st, p := c.current()
-		if p.Has(Stop) {
+		if p.Has(apiv1.Stop) {
 			d.halt("stop requested")
 			return
 		}
@@ -70,20 +71,20 @@ func (c *Controller) run() {
 		}
 		act := d.nextActivation()
 		switch {
-		case st == Creating && p.Has(Run):
-			c.publish(Starting)
+		case st == apiv1.Creating && p.Has(apiv1.Run):
+			c.publish(apiv1.Starting)
 			continue
-		case st == Starting && act == nil:
+		case st == apiv1.Starting && act == nil:
 			d.startMachine()
-			c.publish(Running, Run)
+			c.publish(apiv1.Running, apiv1.Run)
 			continue
-		case st == Running && p.Has(MigrateOut):
+		case st == apiv1.Running && p.Has(apiv1.MigrateOut):
 			if d.migrateOut() {
 				d.halt("migrated out")
 				return
 			}
 			continue
-		case st == Running && p.Has(Reboot):
+		case st == apiv1.Running && p.Has(apiv1.Reboot):
 			if err := d.reboot(); err != nil {
 				d.fail(err)
 				return
@@ -134,7 +135,7 @@ func (d *driver) create() error {
 	c.mu.Lock()
 	c.disks = d.disks
 	c.mu.Unlock()
-	if p := c.pendingNow(); p.Has(Stop) {
+	if p := c.pendingNow(); p.Has(apiv1.Stop) {
 		return nil // halt follows; do not build memory for nothing
 	}
 	return d.buildMachine()
@@ -194,7 +195,7 @@ func (d *driver) stopMachine() error {
 // reboot replaces the VM with a fresh one over the same disks: the guest
 // starts again from its entry with its devices reset.
 func (d *driver) reboot() error {
-	d.c.publish(Rebooting)
+	d.c.publish(apiv1.Rebooting)
 	if err := d.stopMachine(); err != nil {
 		return err
 	}
@@ -202,7 +203,7 @@ func (d *driver) reboot() error {
 		return err
 	}
 	d.startMachine()
-	d.c.publish(Running, Reboot)
+	d.c.publish(apiv1.Running, apiv1.Reboot)
 	return nil
 }
 
@@ -257,19 +258,19 @@ func (d *driver) halt(why string) { d.haltWith(why, nil) }
 
 // haltWith is halt that also applies update (may be nil) to the stopping
 // snapshot.
-func (d *driver) haltWith(why string, update func(*Snapshot)) {
+func (d *driver) haltWith(why string, update func(*apiv1.View)) {
 	c := d.c
 	c.log.Info("instance halting", "reason", why)
 	c.mu.Lock()
 	c.stopReason = why
 	c.mu.Unlock()
-	c.publishWith(Stopping, update, Run, Reboot, MigrateOut, MigrateIn)
+	c.publishWith(apiv1.Stopping, update, apiv1.Run, apiv1.Reboot, apiv1.MigrateOut, apiv1.MigrateIn)
 	c.dropOutgoing("the instance is stopping")
 	if err := d.teardown(); err != nil {
 		c.log.Error("freeing instance", "err", err)
 	}
-	c.publish(Stopped, Stop)
-	c.publish(Destroyed)
+	c.publish(apiv1.Stopped, apiv1.Stop)
+	c.publish(apiv1.Destroyed)
 	c.pub.Close()
 }
 
@@ -278,7 +279,7 @@ func (d *driver) fail(err error) { d.failWith(err, nil) }
 
 // failWith is fail that also applies update (may be nil) to the failed
 // snapshot.
-func (d *driver) failWith(err error, update func(*Snapshot)) {
+func (d *driver) failWith(err error, update func(*apiv1.View)) {
 	c := d.c
 	c.log.Error("instance failed", "err", err)
 	c.mu.Lock()
@@ -287,7 +288,7 @@ func (d *driver) failWith(err error, update func(*Snapshot)) {
 	if terr := d.teardown(); terr != nil {
 		c.log.Error("freeing instance", "err", terr)
 	}
-	c.publishWith(Failed, update, AllRequests()...)
+	c.publishWith(apiv1.Failed, update, apiv1.AllRequests()...)
 	c.dropOutgoing("the instance has failed")
 	c.pub.Close()
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"tern/instance/apiv1"
 	"tern/vmm/devices"
 	"tern/volume"
 	"tern/volume/ec"
@@ -18,45 +19,11 @@ import (
 	"tern/volume/wire"
 )
 
-// Disk states published in DiskStatus.State.
-const (
-	DiskOpening    = "opening"
-	DiskReady      = "ready"
-	DiskActivating = "activating"
-	DiskActive     = "active"
-	DiskFailed     = "failed"
-	DiskClosed     = "closed"
-)
-
-// DiskStatus is one disk as GET /v1/instance and /v1/instance/disks/{name}
-// show it.
-type DiskStatus struct {
-	Name  string `json:"name"`
-	Kind  string `json:"kind"`
-	State string `json:"state"`
-	// Activation is the volume's activation and repair progress; nil for
-	// a file disk.
-	Activation *reconcile.Progress `json:"activation"`
-	// Error is why the disk failed, if it did.
-	Error string `json:"error,omitempty"`
-	// Replicas are a volume's downstairs (only in the per-disk view).
-	Replicas []ReplicaStatus `json:"replicas,omitempty"`
-}
-
-// ReplicaStatus is one downstairs of a volume disk.
-type ReplicaStatus struct {
-	Target      string              `json:"target"`
-	State       string              `json:"state"`
-	LastError   string              `json:"last_error,omitempty"`
-	FaultReason string              `json:"fault_reason,omitempty"`
-	Repair      *reconcile.Progress `json:"repair,omitempty"`
-}
-
 // disk is one opened disk. The owner goroutine creates and closes it;
 // status readers take mu.
 type disk struct {
 	// Immutable after openDisk.
-	spec    DiskSpec
+	spec    apiv1.DiskSpec
 	backend devices.BlockBackend
 	file    *devices.FileBackend
 	// up is a volume disk's volume, replicated or erasure-coded; nil
@@ -74,23 +41,23 @@ type disk struct {
 
 // openDisk opens a file disk or creates a volume disk's upstairs; it
 // starts nothing.
-func openDisk(spec DiskSpec, clientTLS *tls.Config, log *slog.Logger) (*disk, error) {
+func openDisk(spec apiv1.DiskSpec, clientTLS *tls.Config, log *slog.Logger) (*disk, error) {
 	d := &disk{spec: spec}
 	switch b := spec.Backend; b.Kind {
-	case BackendFile:
+	case apiv1.BackendFile:
 		f, err := devices.OpenFileBackend(b.Path, 512)
 		if err != nil {
 			return nil, fmt.Errorf("opening disk %s: %w", spec.Name, err)
 		}
 		d.file, d.backend = f, f
-	case BackendVolume:
+	case apiv1.BackendVolume:
 		region := wire.RegionInfo{BlockSize: b.Region.BlockSize, ExtentBlocks: b.Region.ExtentBlocks, ExtentCount: b.Region.ExtentCount}
 		var wait time.Duration
 		if b.QuorumWaitMs != nil {
 			wait = max(time.Duration(*b.QuorumWaitMs)*time.Millisecond, time.Millisecond)
 		}
 		l := layout.Replicated
-		if b.erasureCoded() {
+		if b.ErasureCoded() {
 			l = layout.ErasureCoded(ec.Layout{Data: b.Layout.Data, Parity: b.Layout.Parity})
 		}
 		up, err := layout.Open(l, layout.Config{
@@ -140,31 +107,31 @@ func (d *disk) close() error {
 }
 
 // status describes the disk; replicas adds each downstairs.
-func (d *disk) status(replicas bool) DiskStatus {
-	s := DiskStatus{Name: d.spec.Name, Kind: d.spec.Backend.Kind}
+func (d *disk) status(replicas bool) apiv1.DiskStatus {
+	s := apiv1.DiskStatus{Name: d.spec.Name, Kind: d.spec.Backend.Kind}
 	d.mu.Lock()
 	closed, actErr := d.closed, d.actErr
 	d.mu.Unlock()
 	if d.file != nil {
-		s.State = DiskReady
+		s.State = apiv1.DiskReady
 		if closed {
-			s.State = DiskClosed
+			s.State = apiv1.DiskClosed
 		}
 		return s
 	}
 	p := d.up.ActivationProgress()
-	s.Activation = &p
+	s.Activation = repairProgress(&p)
 	select {
 	case <-d.activated:
-		s.State = DiskActive
+		s.State = apiv1.DiskActive
 		if actErr != nil {
-			s.State, s.Error = DiskFailed, actErr.Error()
+			s.State, s.Error = apiv1.DiskFailed, actErr.Error()
 		}
 	default:
-		s.State = DiskActivating
+		s.State = apiv1.DiskActivating
 	}
-	if closed && s.State != DiskFailed {
-		s.State = DiskClosed
+	if closed && s.State != apiv1.DiskFailed {
+		s.State = apiv1.DiskClosed
 	}
 	if replicas {
 		s.Replicas = downstairsStatus(d.up)
@@ -174,15 +141,35 @@ func (d *disk) status(replicas bool) DiskStatus {
 
 // downstairsStatus describes each downstairs (replica or shard) of a
 // volume disk.
-func downstairsStatus(v volume.Volume) []ReplicaStatus {
-	var out []ReplicaStatus
+func downstairsStatus(v volume.Volume) []apiv1.ReplicaStatus {
+	var out []apiv1.ReplicaStatus
 	for _, r := range v.Summary().Downstairs {
-		out = append(out, ReplicaStatus{
+		out = append(out, apiv1.ReplicaStatus{
 			Target: r.Target, State: r.State, LastError: r.LastError,
-			FaultReason: r.FaultReason, Repair: r.Repair,
+			FaultReason: r.FaultReason, Repair: repairProgress(r.Repair),
 		})
 	}
 	return out
+}
+
+// repairProgress copies the volume planner's progress into the API's
+// form, field by field; nil stays nil.
+func repairProgress(p *reconcile.Progress) *apiv1.RepairProgress {
+	if p == nil {
+		return nil
+	}
+	return &apiv1.RepairProgress{
+		Phase:          apiv1.RepairPhase(p.Phase),
+		ExtentsTotal:   p.ExtentsTotal,
+		ExtentsDone:    p.ExtentsDone,
+		BlocksCompared: p.BlocksCompared,
+		BytesTotal:     p.BytesTotal,
+		BytesDone:      p.BytesDone,
+		BytesPerSec:    p.BytesPerSec,
+		EtaSeconds:     p.EtaSeconds,
+		StartedAt:      p.StartedAt,
+		UpdatedAt:      p.UpdatedAt,
+	}
 }
 
 // volumeBackend is a volume disk as the virtio-blk device's backend: the

@@ -24,18 +24,18 @@
 //     *WrongStateError matching ErrWrongState, which the API answers with
 //     409 {"error_code":"wrong_state","message","state"}.
 //
-// State publisher (publisher.go). A Publisher holds the latest Snapshot
+// State publisher (publisher.go). A Publisher holds the latest apiv1.View
 // {gen, state, migration:{in, out}}. Invariants:
-//   - The first snapshot has gen 1 and each Publish adds exactly 1, also
+//   - The first view has gen 1 and each Publish adds exactly 1, also
 //     under concurrent publishers; everything one Publish changes appears in
-//     one snapshot (a failed migration's out.phase=error together with
+//     one view (a failed migration's out.phase=error together with
 //     state=running, seed 001).
-//   - Snapshots are plain values: a published snapshot never changes.
-//   - WaitAfter(ctx, N) returns the latest snapshot as soon as gen > N,
+//   - Views are plain values: a published view never changes.
+//   - WaitAfter(ctx, N) returns the latest view as soon as gen > N,
 //     blocking on a channel that every publish closes and replaces; no
 //     polling. Once Close is called, a waiter with nothing newer gets
 //     ErrGone (the API's 410); a waiter that is behind still gets the final
-//     snapshot first.
+//     view first.
 //
 // Operating contract for the controller (one owner goroutine per instance):
 //  1. The API handler, under the instance lock, calls Decide with the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
@@ -31,7 +32,7 @@ type Machine interface {
 
 // MachineConfig is what a Machine is built from.
 type MachineConfig struct {
-	Spec Spec
+	Spec apiv1.Spec
 	// Disks back the virtio-blk devices, one per disk of the spec, in
 	// its order. The caller owns them.
 	Disks  []devices.BlockBackend
@@ -51,7 +52,7 @@ func NewVMMachine(cfg MachineConfig) (Machine, error) {
 		Logger:      cfg.Logger,
 	}
 	var rate uint64
-	if g := cfg.Spec.Guest; g.Kind == GuestLinux {
+	if g := cfg.Spec.Guest; g.Kind == apiv1.GuestLinux {
 		vcfg.Linux = &vmm.LinuxGuest{Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: g.Cmdline}
 	} else {
 		vcfg.Guest = g.Path
@@ -85,7 +86,7 @@ func (m vmmMachine) VM() *vmm.VM { return m.vm }
 // guestParamsFor turns a built-in guest's API parameters into its
 // parameter block, and returns the dirty guest's rate in MiB/s, which
 // needs the TSC frequency the VM learns (setDirtyRate).
-func guestParamsFor(s Spec) (*guests.Params, uint64) {
+func guestParamsFor(s apiv1.Spec) (*guests.Params, uint64) {
 	g := s.Guest
 	if !IsBuiltinGuest(g.Path) {
 		return nil, 0

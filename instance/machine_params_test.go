@@ -20,7 +20,7 @@ func TestDirtyGuestParamsCarryIdleAndTheRate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := validSpec()
 			s.Guest.Path, s.Guest.Params = "dirty", tc.params
-			if err := s.Validate(Host{}); err != nil {
+			if err := Validate(&s, Host{}); err != nil {
 				t.Fatalf("Validate: %v", err)
 			}
 			p, rate := guestParamsFor(s)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/instance/apiv1"
 	"tern/migration"
 	"tern/vmm"
 	"tern/vmm/memory"
@@ -35,7 +36,7 @@ const migrationIdleTimeout = 15 * time.Second
 type migrationConfig struct {
 	host           Host
 	tls            *tls.Config
-	versions       []migration.Version
+	versions       []apiv1.MigrationVersion
 	apiURL         string
 	sameHostPrefix string
 }
@@ -60,8 +61,8 @@ const codeMigrationRefused = 6
 func (c *Controller) AcceptMigration(conn *quic.Conn) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d, p := Decide(c.state, c.pending, MigrateOut)
-	if err := d.Err(c.state, MigrateOut); err != nil {
+	d, p := Decide(c.state, c.pending, apiv1.MigrateOut)
+	if err := d.Err(c.state, apiv1.MigrateOut); err != nil {
 		conn.CloseWithError(codeMigrationRefused, err.Error())
 		return err
 	}
@@ -111,9 +112,9 @@ func (d *driver) migrateOut() (migrated bool) {
 		id, apiURL string
 		settled    bool // migrate_out completed by a published error
 	)
-	fail := func(st migration.Progress) {
+	fail := func(st apiv1.Progress) {
 		settled = true
-		c.publishWith(Running, func(s *Snapshot) { s.Migration.Out = st }, MigrateOut)
+		c.publishWith(apiv1.Running, func(s *apiv1.View) { s.Migration.Out = st }, apiv1.MigrateOut)
 	}
 	vm := vmOf(d.machine)
 	specJSON, err := json.Marshal(spec)
@@ -127,7 +128,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		if conn != nil {
 			conn.CloseWithError(codeMigrationRefused, "migrate_out refused: "+err.Error())
 		}
-		fail(migration.Progress{Phase: migration.PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
+		fail(apiv1.Progress{Phase: apiv1.PhaseError, Error: fmt.Sprintf("migrating out: %v", err)})
 		return false
 	}
 	cfg := migration.SourceConfig{
@@ -138,15 +139,15 @@ func (d *driver) migrateOut() (migrated bool) {
 			return nil
 		},
 		AfterPause: func() error { return d.flushDisks() },
-		OnProgress: func(p migration.Progress) {
-			if p.Phase == migration.PhaseError {
+		OnProgress: func(p apiv1.Progress) {
+			if p.Phase == apiv1.PhaseError {
 				fail(p) // the guest runs again: Send publishes error only after Resume
 				return
 			}
-			c.publishWith(Migrating, func(s *Snapshot) { s.Migration.Out = p })
+			c.publishWith(apiv1.Migrating, func(s *apiv1.View) { s.Migration.Out = p })
 		},
 	}
-	if inj, ok := spec.FailureInjector(); ok {
+	if inj, ok := failureInjector(spec); ok {
 		cfg.Injector = d.injector(inj)
 	}
 	res, err := migration.Send(d.ctx, conn, cfg)
@@ -165,7 +166,7 @@ func (d *driver) migrateOut() (migrated bool) {
 		c.mu.Unlock()
 		return true
 	case !settled:
-		fail(migration.Progress{ID: id, Phase: migration.PhaseError, Error: err.Error()})
+		fail(apiv1.Progress{ID: id, Phase: apiv1.PhaseError, Error: err.Error()})
 	}
 	c.log.Warn("migration out failed; the guest runs on", "migration_id", id, "err", err)
 	return false
@@ -200,10 +201,10 @@ func (d *driver) flushDisks() error {
 // run. A stop requested meanwhile aborts it. On success the instance is
 // running with migration.in at finish; on failure the caller fails the
 // instance with the returned status as migration.in.
-func (d *driver) migrateIn() (migration.Progress, error) {
+func (d *driver) migrateIn() (apiv1.Progress, error) {
 	c := d.c
 	in := c.spec.Init
-	last := migration.Progress{ID: in.MigrationID, Phase: migration.PhaseSync}
+	last := apiv1.Progress{ID: in.MigrationID, Phase: apiv1.PhaseSync}
 	if c.mig.tls == nil {
 		return errorStatus(last, errors.New("migrating in: this VMM has no certificates for migration")), errors.New("migrating in: no certificates")
 	}
@@ -217,7 +218,7 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 		for {
 			select {
 			case <-c.wake:
-				if c.pendingNow().Has(Stop) {
+				if c.pendingNow().Has(apiv1.Stop) {
 					cancel()
 					return
 				}
@@ -233,7 +234,7 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 		err = fmt.Errorf("migrating in: dialing the source %s: %w", in.Source, err)
 		return errorStatus(last, err), err
 	}
-	downtime := uint64(DefaultDowntimeTargetMs)
+	downtime := uint64(apiv1.DefaultDowntimeTargetMs)
 	if in.DowntimeTargetMs != nil {
 		downtime = *in.DowntimeTargetMs
 	}
@@ -246,17 +247,17 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 			SameHost: in.SameHost, APIURL: c.mig.apiURL},
 		BeforeFinish: d.activateMigrated,
 		Logger:       c.log.With("migration", "in"),
-		OnProgress: func(p migration.Progress) {
+		OnProgress: func(p apiv1.Progress) {
 			last = p
-			if p.Phase == migration.PhasePause && pausedAt.IsZero() {
+			if p.Phase == apiv1.PhasePause && pausedAt.IsZero() {
 				pausedAt = time.Now()
 			}
-			if p.Phase != migration.PhaseError {
-				c.publishWith(Migrating, func(s *Snapshot) { s.Migration.In = last })
+			if p.Phase != apiv1.PhaseError {
+				c.publishWith(apiv1.Migrating, func(s *apiv1.View) { s.Migration.In = last })
 			}
 		},
 	}
-	if inj, ok := c.spec.FailureInjector(); ok {
+	if inj, ok := failureInjector(c.spec); ok {
 		cfg.Injector = d.injector(inj)
 	}
 	vm, res, err := migration.Receive(ctx, conn, cfg)
@@ -267,7 +268,7 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 			d.runDone = nil
 		}
 		d.forgetMachine()
-		if c.pendingNow().Has(Stop) {
+		if c.pendingNow().Has(apiv1.Stop) {
 			err = fmt.Errorf("stopped: %w", err)
 		}
 		return errorStatus(last, err), err
@@ -276,7 +277,7 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 	st := hist.State()
 	c.console.Restore(st) // the source's console, at the source's offsets
 	d.pump = startConsolePumpAt(hist, c.console, st.End)
-	last.Phase = migration.PhaseFinish
+	last.Phase = apiv1.PhaseFinish
 	last.TotalMs = float64(res.Total) / float64(time.Millisecond)
 	if !pausedAt.IsZero() {
 		last.DowntimeMs = float64(time.Since(pausedAt)) / float64(time.Millisecond)
@@ -284,8 +285,8 @@ func (d *driver) migrateIn() (migration.Progress, error) {
 	return last, nil
 }
 
-func errorStatus(last migration.Progress, err error) migration.Progress {
-	last.Phase, last.Error = migration.PhaseError, err.Error()
+func errorStatus(last apiv1.Progress, err error) apiv1.Progress {
+	last.Phase, last.Error = apiv1.PhaseError, err.Error()
 	return last
 }
 
@@ -302,7 +303,7 @@ func (d *driver) forgetMachine() {
 // yet), and a VM on mem that loads nothing.
 func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, error) {
 	c := d.c
-	src, err := DecodeSpec(specJSON)
+	src, err := apiv1.DecodeSpec(specJSON)
 	if err != nil {
 		mem.Close()
 		return nil, fmt.Errorf("reading the source's spec: %w", err)
@@ -310,8 +311,8 @@ func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, er
 	spec, err := mergeMigrated(c.spec, src)
 	if err == nil {
 		check := spec
-		check.Init = InitSpec{Method: InitSpecMethod}
-		err = check.Validate(c.mig.host)
+		check.Init = apiv1.InitSpec{Method: apiv1.InitSpecMethod}
+		err = Validate(&check, c.mig.host)
 	}
 	if err != nil {
 		mem.Close()
@@ -332,7 +333,7 @@ func (d *driver) buildMigrated(specJSON []byte, mem *memory.Memory) (*vmm.VM, er
 		c.mu.Unlock()
 	}
 	vcfg := vmm.Config{MemoryBytes: spec.MemoryMiB << 20, VCPUs: spec.VCPUs, NICs: vmmNICs(spec), Logger: c.log}
-	if g := spec.Guest; g.Kind == GuestLinux {
+	if g := spec.Guest; g.Kind == apiv1.GuestLinux {
 		// The kernel is in the migrated memory; its paths are validated
 		// (they must exist here too) but nothing is loaded from them.
 		vcfg.Linux = &vmm.LinuxGuest{Kernel: g.Kernel, Initrd: g.Initrd, Cmdline: g.Cmdline}
@@ -386,9 +387,9 @@ func (d *driver) activateMigrated(ctx context.Context) error {
 // the ensure names given the ensure's backend. Every volume activates at
 // a generation above the source's: the one given (which must be higher),
 // or the source's + 1.
-func mergeMigrated(ensure, src Spec) (Spec, error) {
+func mergeMigrated(ensure, src apiv1.Spec) (apiv1.Spec, error) {
 	if src.ID != ensure.ID {
-		return Spec{}, fmt.Errorf("%w: the source's instance is %q, this ensure's %q", ErrInvalidSpec, src.ID, ensure.ID)
+		return apiv1.Spec{}, fmt.Errorf("%w: the source's instance is %q, this ensure's %q", ErrInvalidSpec, src.ID, ensure.ID)
 	}
 	out := src
 	out.Init, out.Components = ensure.Init, ensure.Components
@@ -396,14 +397,14 @@ func mergeMigrated(ensure, src Spec) (Spec, error) {
 	replaced := make([]bool, len(out.Disks))
 	var errs []error
 	for _, e := range ensure.Disks {
-		i := slices.IndexFunc(out.Disks, func(d DiskSpec) bool { return d.Name == e.Name })
+		i := slices.IndexFunc(out.Disks, func(d apiv1.DiskSpec) bool { return d.Name == e.Name })
 		if i < 0 {
 			errs = append(errs, fmt.Errorf("%w: disks: the source has no disk %q", ErrInvalidSpec, e.Name))
 			continue
 		}
 		srcGen := out.Disks[i].Backend.Gen
 		b := e.Backend
-		if b.Kind == BackendVolume {
+		if b.Kind == apiv1.BackendVolume {
 			switch {
 			case b.Gen == 0:
 				b.Gen = srcGen + 1
@@ -414,7 +415,7 @@ func mergeMigrated(ensure, src Spec) (Spec, error) {
 		out.Disks[i].Backend, replaced[i] = b, true
 	}
 	for i := range out.Disks {
-		if !replaced[i] && out.Disks[i].Backend.Kind == BackendVolume {
+		if !replaced[i] && out.Disks[i].Backend.Kind == apiv1.BackendVolume {
 			out.Disks[i].Backend.Gen++
 		}
 	}

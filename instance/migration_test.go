@@ -4,28 +4,31 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"tern/instance/apiv1"
+	"tern/volume/ids"
 )
 
 func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
-	vol := func(gen uint64, targets ...string) BackendSpec {
-		return BackendSpec{Kind: BackendVolume, Targets: targets, Region: &RegionSpec{BlockSize: 512, ExtentBlocks: 8, ExtentCount: 2}, Gen: gen}
+	vol := func(gen ids.Generation, targets ...string) apiv1.BackendSpec {
+		return apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: targets, Region: &apiv1.RegionSpec{BlockSize: 512, ExtentBlocks: 8, ExtentCount: 2}, Gen: gen}
 	}
-	src := Spec{ID: "i", Name: "n", VCPUs: 2, MemoryMiB: 64, Guest: GuestSpec{Kind: GuestELF, Path: "dirty"},
-		Disks:      []DiskSpec{{Name: "v", Backend: vol(4, "a:1", "b:1", "c:1")}},
-		Components: map[string]ComponentSpec{"inj": {Kind: ComponentMigrationFailureInjector}},
-		Init:       InitSpec{Method: InitSpecMethod}}
-	ensure := Spec{ID: "i", Init: InitSpec{Method: InitMigrationTarget, Source: "s:1", MigrationID: "m"}}
+	src := apiv1.Spec{ID: "i", Name: "n", VCPUs: 2, MemoryMiB: 64, Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "dirty"},
+		Disks:      []apiv1.DiskSpec{{Name: "v", Backend: vol(4, "a:1", "b:1", "c:1")}},
+		Components: map[string]apiv1.ComponentSpec{"inj": {Kind: ComponentMigrationFailureInjector}},
+		Init:       apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
+	ensure := apiv1.Spec{ID: "i", Init: apiv1.InitSpec{Method: apiv1.InitMigrationTarget, Source: "s:1", MigrationID: "m"}}
 	for _, tc := range []struct {
 		name    string
-		disks   []DiskSpec
-		wantGen uint64
+		disks   []apiv1.DiskSpec
+		wantGen ids.Generation
 		wantErr string
 	}{
 		{"inherited volume at gen + 1", nil, 5, ""},
-		{"replaced targets, gen omitted", []DiskSpec{{Name: "v", Backend: vol(0, "d:1", "e:1", "f:1")}}, 5, ""},
-		{"replaced with a higher gen", []DiskSpec{{Name: "v", Backend: vol(9, "a:1", "b:1", "c:1")}}, 9, ""},
-		{"gen not above the source's", []DiskSpec{{Name: "v", Backend: vol(4, "a:1", "b:1", "c:1")}}, 0, "want more than the source's 4"},
-		{"unknown disk", []DiskSpec{{Name: "w", Backend: vol(0, "a:1", "b:1", "c:1")}}, 0, `no disk "w"`},
+		{"replaced targets, gen omitted", []apiv1.DiskSpec{{Name: "v", Backend: vol(0, "d:1", "e:1", "f:1")}}, 5, ""},
+		{"replaced with a higher gen", []apiv1.DiskSpec{{Name: "v", Backend: vol(9, "a:1", "b:1", "c:1")}}, 9, ""},
+		{"gen not above the source's", []apiv1.DiskSpec{{Name: "v", Backend: vol(4, "a:1", "b:1", "c:1")}}, 0, "want more than the source's 4"},
+		{"unknown disk", []apiv1.DiskSpec{{Name: "w", Backend: vol(0, "a:1", "b:1", "c:1")}}, 0, `no disk "w"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := ensure
@@ -51,7 +54,7 @@ func TestMergeMigratedInheritsAllButDisksAndComponents(t *testing.T) {
 			}
 		})
 	}
-	if _, err := mergeMigrated(Spec{ID: "j"}, src); err == nil || !strings.Contains(err.Error(), `"i"`) {
+	if _, err := mergeMigrated(apiv1.Spec{ID: "j"}, src); err == nil || !strings.Contains(err.Error(), `"i"`) {
 		t.Fatalf("another id: %v", err)
 	}
 }

@@ -5,35 +5,20 @@ import (
 	"errors"
 	"sync"
 
-	"tern/migration"
+	"tern/instance/apiv1"
 )
-
-// Migration is the instance's migration in each direction.
-type Migration struct {
-	In  migration.Progress `json:"in"`
-	Out migration.Progress `json:"out"`
-}
-
-// Snapshot is one published state of an instance. Its fields change only
-// together: everything in one snapshot was true at once.
-type Snapshot struct {
-	// Gen numbers snapshots: the first is 1 and each publish adds exactly 1.
-	Gen       uint64    `json:"gen"`
-	State     State     `json:"state"`
-	Migration Migration `json:"migration"`
-}
 
 // ErrGone is returned once the publisher is closed: the instance is gone.
 // The API maps it to 410.
 var ErrGone = errors.New("instance gone")
 
-// Publisher publishes an instance's snapshots and lets any number of
+// Publisher publishes an instance's views and lets any number of
 // watchers long-poll for the next one. Publish, Current, WaitAfter and Close
 // are safe to call from any goroutine.
 type Publisher struct {
 	mu sync.Mutex
-	// cur is the latest snapshot; its Gen only grows.
-	cur Snapshot
+	// cur is the latest view; its Gen only grows.
+	cur apiv1.View
 	// changed is closed, and replaced by a fresh channel, by every publish;
 	// Close closes it and does not replace it. Waiters block on it.
 	changed chan struct{}
@@ -41,10 +26,10 @@ type Publisher struct {
 	gone bool
 }
 
-// NewPublisher returns a publisher whose first snapshot, gen 1, has the
+// NewPublisher returns a publisher whose first view, gen 1, has the
 // given state and migration: (creating, none) for an instance ensured from
 // a spec, (migrating, in={id, sync}) for a migration target.
-func NewPublisher(state State, mig Migration) *Publisher {
+func NewPublisher(state apiv1.State, mig apiv1.Migration) *Publisher {
 	return NewPublisherAt(1, state, mig)
 }
 
@@ -52,25 +37,25 @@ func NewPublisher(state State, mig Migration) *Publisher {
 // 1): a process that hosts one instance after another starts each new
 // publisher past the last one's final gen, so a watcher's gens strictly
 // increase across instances too.
-func NewPublisherAt(first uint64, state State, mig Migration) *Publisher {
+func NewPublisherAt(first apiv1.ViewGen, state apiv1.State, mig apiv1.Migration) *Publisher {
 	return &Publisher{
-		cur:     Snapshot{Gen: max(first, 1), State: state, Migration: mig},
+		cur:     apiv1.View{Gen: max(first, 1), State: state, Migration: mig},
 		changed: make(chan struct{}),
 	}
 }
 
-// Publish applies update to a copy of the current snapshot and publishes
+// Publish applies update to a copy of the current view and publishes
 // the result as the next generation, waking every waiter. All changes made
-// by one update appear in one snapshot, so a watcher never sees half of
+// by one update appear in one view, so a watcher never sees half of
 // them (seed 001: migration.out.phase=error and state=running together).
 // update runs under the publisher's lock: it must be quick and must not
 // call the publisher. Its change to Gen, if any, is overwritten. After
 // Close, Publish does nothing and returns ErrGone.
-func (p *Publisher) Publish(update func(*Snapshot)) (Snapshot, error) {
+func (p *Publisher) Publish(update func(*apiv1.View)) (apiv1.View, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.gone {
-		return Snapshot{}, ErrGone
+		return apiv1.View{}, ErrGone
 	}
 	next := p.cur
 	update(&next)
@@ -81,21 +66,21 @@ func (p *Publisher) Publish(update func(*Snapshot)) (Snapshot, error) {
 	return next, nil
 }
 
-// Current returns the latest snapshot, also after Close.
-func (p *Publisher) Current() Snapshot {
+// Current returns the latest view, also after Close.
+func (p *Publisher) Current() apiv1.View {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cur
 }
 
-// WaitAfter returns the latest snapshot as soon as its gen is greater than
+// WaitAfter returns the latest view as soon as its gen is greater than
 // gen: at once if it already is, otherwise when a publish makes it so. A
 // watcher passes the gen it last saw and so never misses the latest state,
 // though it may skip intermediate ones. It returns ErrGone once the
 // publisher is closed and holds nothing newer than gen (a watcher that is
-// behind still gets the final snapshot first), and ctx.Err() if ctx ends
+// behind still gets the final view first), and ctx.Err() if ctx ends
 // first. It blocks on a channel, never polls.
-func (p *Publisher) WaitAfter(ctx context.Context, gen uint64) (Snapshot, error) {
+func (p *Publisher) WaitAfter(ctx context.Context, gen apiv1.ViewGen) (apiv1.View, error) {
 	for {
 		p.mu.Lock()
 		cur, changed, gone := p.cur, p.changed, p.gone
@@ -104,7 +89,7 @@ func (p *Publisher) WaitAfter(ctx context.Context, gen uint64) (Snapshot, error)
 		case cur.Gen > gen:
 			return cur, nil
 		case gone:
-			return Snapshot{}, ErrGone
+			return apiv1.View{}, ErrGone
 		}
 		select {
 		case <-changed:
@@ -112,14 +97,14 @@ func (p *Publisher) WaitAfter(ctx context.Context, gen uint64) (Snapshot, error)
 			// Each wake-up follows a publish, so this loop turns once per
 			// generation at most.
 		case <-ctx.Done():
-			return Snapshot{}, ctx.Err()
+			return apiv1.View{}, ctx.Err()
 		}
 	}
 }
 
 // Close marks the instance gone: waiters that are caught up return ErrGone,
 // and Publish fails from now on. Current keeps answering with the last
-// snapshot. Close is idempotent.
+// view. Close is idempotent.
 func (p *Publisher) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -9,14 +9,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"tern/migration"
+	"tern/instance/apiv1"
 )
 
-func setState(s State) func(*Snapshot) {
-	return func(snap *Snapshot) { snap.State = s }
+func setState(s apiv1.State) func(*apiv1.View) {
+	return func(snap *apiv1.View) { snap.State = s }
 }
 
-func mustPublish(t *testing.T, p *Publisher, update func(*Snapshot)) Snapshot {
+func mustPublish(t *testing.T, p *Publisher, update func(*apiv1.View)) apiv1.View {
 	t.Helper()
 	snap, err := p.Publish(update)
 	if err != nil {
@@ -26,12 +26,12 @@ func mustPublish(t *testing.T, p *Publisher, update func(*Snapshot)) Snapshot {
 }
 
 type waitResult struct {
-	snap Snapshot
+	snap apiv1.View
 	err  error
 }
 
 // startWaiter calls WaitAfter on its own goroutine and delivers the result.
-func startWaiter(ctx context.Context, p *Publisher, gen uint64) <-chan waitResult {
+func startWaiter(ctx context.Context, p *Publisher, gen apiv1.ViewGen) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
 		snap, err := p.WaitAfter(ctx, gen)
@@ -41,16 +41,16 @@ func startWaiter(ctx context.Context, p *Publisher, gen uint64) <-chan waitResul
 }
 
 func TestFirstSnapshotIsGenOneAndEachPublishAddsOne(t *testing.T) {
-	p := NewPublisher(Creating, Migration{})
-	if got := p.Current(); got != (Snapshot{Gen: 1, State: Creating}) {
+	p := NewPublisher(apiv1.Creating, apiv1.Migration{})
+	if got := p.Current(); got != (apiv1.View{Gen: 1, State: apiv1.Creating}) {
 		t.Fatalf("first snapshot = %+v", got)
 	}
-	for i, s := range []State{Starting, Running, Rebooting, Running} {
-		snap := mustPublish(t, p, func(snap *Snapshot) {
+	for i, s := range []apiv1.State{apiv1.Starting, apiv1.Running, apiv1.Rebooting, apiv1.Running} {
+		snap := mustPublish(t, p, func(snap *apiv1.View) {
 			snap.State = s
 			snap.Gen = 1000 // must be overwritten
 		})
-		if want := uint64(i + 2); snap.Gen != want || snap.State != s || p.Current() != snap {
+		if want := apiv1.ViewGen(i + 2); snap.Gen != want || snap.State != s || p.Current() != snap {
 			t.Fatalf("publish %d: %+v, current %+v; want gen %d state %s", i, snap, p.Current(), want, s)
 		}
 	}
@@ -58,13 +58,13 @@ func TestFirstSnapshotIsGenOneAndEachPublishAddsOne(t *testing.T) {
 
 func TestWaitAfterOldGenReturnsLatestAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPublisher(Creating, Migration{})
-		mustPublish(t, p, setState(Starting))
-		mustPublish(t, p, setState(Running))
+		p := NewPublisher(apiv1.Creating, apiv1.Migration{})
+		mustPublish(t, p, setState(apiv1.Starting))
+		mustPublish(t, p, setState(apiv1.Running))
 		start := time.Now()
-		for _, gen := range []uint64{0, 1, 2} {
+		for _, gen := range []apiv1.ViewGen{0, 1, 2} {
 			snap, err := p.WaitAfter(t.Context(), gen)
-			if err != nil || snap.Gen != 3 || snap.State != Running {
+			if err != nil || snap.Gen != 3 || snap.State != apiv1.Running {
 				t.Fatalf("WaitAfter(%d) = %+v, %v; want gen 3 running", gen, snap, err)
 			}
 		}
@@ -76,7 +76,7 @@ func TestWaitAfterOldGenReturnsLatestAtOnce(t *testing.T) {
 
 func TestOnePublishWakesEveryWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPublisher(Creating, Migration{})
+		p := NewPublisher(apiv1.Creating, apiv1.Migration{})
 		const waiters = 100
 		var results []<-chan waitResult
 		for range waiters {
@@ -90,12 +90,12 @@ func TestOnePublishWakesEveryWaiter(t *testing.T) {
 			default:
 			}
 		}
-		mustPublish(t, p, setState(Starting))
+		mustPublish(t, p, setState(apiv1.Starting))
 		synctest.Wait()
 		for i, ch := range results {
 			select {
 			case r := <-ch:
-				if r.err != nil || r.snap.Gen != 2 || r.snap.State != Starting {
+				if r.err != nil || r.snap.Gen != 2 || r.snap.State != apiv1.Starting {
 					t.Fatalf("waiter %d: %+v, %v", i, r.snap, r.err)
 				}
 			default:
@@ -107,9 +107,9 @@ func TestOnePublishWakesEveryWaiter(t *testing.T) {
 
 func TestWaiterForAFutureGenWaitsForEnoughPublishes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPublisher(Creating, Migration{})
+		p := NewPublisher(apiv1.Creating, apiv1.Migration{})
 		ch := startWaiter(t.Context(), p, 3)
-		for _, s := range []State{Starting, Running} {
+		for _, s := range []apiv1.State{apiv1.Starting, apiv1.Running} {
 			mustPublish(t, p, setState(s))
 			synctest.Wait()
 			select {
@@ -118,7 +118,7 @@ func TestWaiterForAFutureGenWaitsForEnoughPublishes(t *testing.T) {
 			default:
 			}
 		}
-		mustPublish(t, p, setState(Rebooting))
+		mustPublish(t, p, setState(apiv1.Rebooting))
 		if r := <-ch; r.err != nil || r.snap.Gen != 4 {
 			t.Fatalf("got %+v, %v; want gen 4", r.snap, r.err)
 		}
@@ -127,7 +127,7 @@ func TestWaiterForAFutureGenWaitsForEnoughPublishes(t *testing.T) {
 
 func TestWaiterReturnsContextErrorWhenCancelledOrTimedOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPublisher(Running, Migration{})
+		p := NewPublisher(apiv1.Running, apiv1.Migration{})
 
 		ctx, cancel := context.WithCancel(t.Context())
 		ch := startWaiter(ctx, p, 1)
@@ -141,7 +141,7 @@ func TestWaiterReturnsContextErrorWhenCancelledOrTimedOut(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		snap, err := p.WaitAfter(ctx, 1)
-		if !errors.Is(err, context.DeadlineExceeded) || snap != (Snapshot{}) {
+		if !errors.Is(err, context.DeadlineExceeded) || snap != (apiv1.View{}) {
 			t.Fatalf("timed-out waiter: %+v, %v; want DeadlineExceeded", snap, err)
 		}
 		if d := time.Since(start); d != 30*time.Second {
@@ -159,14 +159,14 @@ func TestWaiterReturnsContextErrorWhenCancelledOrTimedOut(t *testing.T) {
 
 func TestCloseWakesEveryWaiterWithErrGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPublisher(Running, Migration{})
-		mustPublish(t, p, setState(Stopping))
+		p := NewPublisher(apiv1.Running, apiv1.Migration{})
+		mustPublish(t, p, setState(apiv1.Stopping))
 		var results []<-chan waitResult
 		for range 10 {
 			results = append(results, startWaiter(t.Context(), p, 2))
 		}
 		synctest.Wait()
-		final := mustPublish(t, p, setState(Destroyed))
+		final := mustPublish(t, p, setState(apiv1.Destroyed))
 		// Every waiter sees destroyed before the instance is gone.
 		for i, ch := range results {
 			if r := <-ch; r.err != nil || r.snap != final {
@@ -190,7 +190,7 @@ func TestCloseWakesEveryWaiterWithErrGone(t *testing.T) {
 		if _, err := p.WaitAfter(t.Context(), final.Gen); !errors.Is(err, ErrGone) {
 			t.Fatalf("WaitAfter(%d) after Close = %v; want ErrGone", final.Gen, err)
 		}
-		if _, err := p.Publish(setState(Running)); !errors.Is(err, ErrGone) {
+		if _, err := p.Publish(setState(apiv1.Running)); !errors.Is(err, ErrGone) {
 			t.Fatalf("Publish after Close = %v; want ErrGone", err)
 		}
 		if p.Current() != final {
@@ -200,15 +200,15 @@ func TestCloseWakesEveryWaiterWithErrGone(t *testing.T) {
 }
 
 func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
-	p := NewPublisher(Running, Migration{})
+	p := NewPublisher(apiv1.Running, apiv1.Migration{})
 	const publishers, each = 8, 500
-	total := uint64(publishers * each)
+	total := apiv1.ViewGen(publishers * each)
 
 	// A watcher follows the monitor the way the API's clients will.
-	watched := make(chan []uint64, 1)
+	watched := make(chan []apiv1.ViewGen, 1)
 	go func() {
-		var gens []uint64
-		for gen := uint64(1); gen < 1+total; {
+		var gens []apiv1.ViewGen
+		for gen := apiv1.ViewGen(1); gen < 1+total; {
 			snap, err := p.WaitAfter(context.Background(), gen)
 			if err != nil {
 				break
@@ -220,16 +220,16 @@ func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
 	}()
 
 	var mu sync.Mutex
-	seen := map[uint64]bool{}
+	seen := map[apiv1.ViewGen]bool{}
 	var wg sync.WaitGroup
 	for range publishers {
 		wg.Go(func() {
-			last := uint64(0)
+			last := apiv1.ViewGen(0)
 			for range each {
-				snap, err := p.Publish(func(s *Snapshot) {
+				snap, err := p.Publish(func(s *apiv1.View) {
 					// Tag the snapshot with its own (future) gen so a torn
 					// or reordered publish would show.
-					s.Migration.Out = migration.Progress{ID: "m", Phase: migration.Phase(1 + s.Gen%7)}
+					s.Migration.Out = apiv1.Progress{ID: "m", Phase: apiv1.Phase(1 + s.Gen%7)}
 				})
 				if err != nil {
 					t.Error(err)
@@ -238,7 +238,7 @@ func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
 				if snap.Gen <= last {
 					t.Errorf("gen went from %d to %d on one publisher", last, snap.Gen)
 				}
-				if want := migration.Phase(1 + (snap.Gen-1)%7); snap.Migration.Out.Phase != want {
+				if want := apiv1.Phase(1 + (snap.Gen-1)%7); snap.Migration.Out.Phase != want {
 					t.Errorf("gen %d carries phase %s; want %s", snap.Gen, snap.Migration.Out.Phase, want)
 				}
 				last = snap.Gen
@@ -252,7 +252,7 @@ func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
 	if got := p.Current().Gen; got != 1+total {
 		t.Fatalf("final gen %d; want %d", got, 1+total)
 	}
-	for g := uint64(2); g <= 1+total; g++ {
+	for g := apiv1.ViewGen(2); g <= 1+total; g++ {
 		if !seen[g] {
 			t.Fatalf("gen %d was never returned by Publish", g)
 		}
@@ -274,12 +274,12 @@ func TestGensStrictlyIncreaseUnderConcurrentPublishers(t *testing.T) {
 // reads as migrating, nor running while the migration still reads as live.
 func TestMigrationErrorAndRunningArePublishedInOneSnapshot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPublisher(Running, Migration{})
-		var seen []Snapshot
+		p := NewPublisher(apiv1.Running, apiv1.Migration{})
+		var seen []apiv1.View
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			for gen := uint64(0); ; {
+			for gen := apiv1.ViewGen(0); ; {
 				snap, err := p.WaitAfter(t.Context(), gen)
 				if err != nil {
 					return
@@ -290,18 +290,18 @@ func TestMigrationErrorAndRunningArePublishedInOneSnapshot(t *testing.T) {
 		}()
 		synctest.Wait()
 		const id = "6f1c2a9e-0000-4000-8000-000000000001"
-		mustPublish(t, p, func(s *Snapshot) {
-			s.State = Migrating
-			s.Migration.Out = migration.Progress{ID: id, Phase: migration.PhaseSync}
+		mustPublish(t, p, func(s *apiv1.View) {
+			s.State = apiv1.Migrating
+			s.Migration.Out = apiv1.Progress{ID: id, Phase: apiv1.PhaseSync}
 		})
 		synctest.Wait()
-		for _, ph := range []migration.Phase{migration.PhaseRAMPush, migration.PhasePause} {
-			mustPublish(t, p, func(s *Snapshot) { s.Migration.Out.Phase = ph })
+		for _, ph := range []apiv1.Phase{apiv1.PhaseRAMPush, apiv1.PhasePause} {
+			mustPublish(t, p, func(s *apiv1.View) { s.Migration.Out.Phase = ph })
 			synctest.Wait()
 		}
-		failed := mustPublish(t, p, func(s *Snapshot) {
-			s.State = Running
-			s.Migration.Out.Phase = migration.PhaseError
+		failed := mustPublish(t, p, func(s *apiv1.View) {
+			s.State = apiv1.Running
+			s.Migration.Out.Phase = apiv1.PhaseError
 		})
 		synctest.Wait()
 		p.Close()
@@ -310,53 +310,53 @@ func TestMigrationErrorAndRunningArePublishedInOneSnapshot(t *testing.T) {
 		if len(seen) != 5 {
 			t.Fatalf("watcher saw %d snapshots; want 5: %+v", len(seen), seen)
 		}
-		if last := seen[len(seen)-1]; last != failed || last.State != Running ||
-			last.Migration.Out != (migration.Progress{ID: id, Phase: migration.PhaseError}) {
+		if last := seen[len(seen)-1]; last != failed || last.State != apiv1.Running ||
+			last.Migration.Out != (apiv1.Progress{ID: id, Phase: apiv1.PhaseError}) {
 			t.Fatalf("last snapshot %+v; want running with out={%s, error}", last, id)
 		}
 		for _, s := range seen {
-			errored := s.Migration.Out.Phase == migration.PhaseError
-			if errored != (s.State == Running && s.Migration.Out.Active()) {
+			errored := s.Migration.Out.Phase == apiv1.PhaseError
+			if errored != (s.State == apiv1.Running && s.Migration.Out.Active()) {
 				t.Fatalf("snapshot %+v shows half of the failure", s)
 			}
 		}
 		// A new migration may start as soon as that generation is visible.
-		if d, _ := Decide(failed.State, PendingOf(MigrateOut).Completed(MigrateOut), MigrateOut); d.Disposition != Enqueue {
+		if d, _ := Decide(failed.State, PendingOf(apiv1.MigrateOut).Completed(apiv1.MigrateOut), apiv1.MigrateOut); d.Disposition != Enqueue {
 			t.Fatalf("migrate_out after the failure is visible: %s", d)
 		}
 	})
 }
 
 func TestPublishedSnapshotsShareNothing(t *testing.T) {
-	p := NewPublisher(Migrating, Migration{In: migration.Progress{ID: "a", Phase: migration.PhaseSync}})
+	p := NewPublisher(apiv1.Migrating, apiv1.Migration{In: apiv1.Progress{ID: "a", Phase: apiv1.PhaseSync}})
 	first := p.Current()
-	mustPublish(t, p, func(s *Snapshot) { s.Migration.In.Phase = migration.PhaseRAMPush })
-	if first.Migration.In.Phase != migration.PhaseSync {
+	mustPublish(t, p, func(s *apiv1.View) { s.Migration.In.Phase = apiv1.PhaseRAMPush })
+	if first.Migration.In.Phase != apiv1.PhaseSync {
 		t.Fatalf("an earlier snapshot changed: %+v", first)
 	}
 }
 
 func TestSnapshotJSONHasExactlyTheAPIKeys(t *testing.T) {
 	for _, tc := range []struct {
-		snap Snapshot
+		snap apiv1.View
 		want string
 	}{
 		{
-			Snapshot{Gen: 1, State: Creating},
+			apiv1.View{Gen: 1, State: apiv1.Creating},
 			`{"gen":1,"state":"creating","migration":{"in":null,"out":null}}`,
 		},
 		{
-			Snapshot{Gen: 7, State: Running, Migration: Migration{Out: migration.Progress{ID: "m1", Phase: migration.PhaseError, Round: 2, BytesSent: 4096, Error: "peer: gone"}}},
+			apiv1.View{Gen: 7, State: apiv1.Running, Migration: apiv1.Migration{Out: apiv1.Progress{ID: "m1", Phase: apiv1.PhaseError, Round: 2, BytesSent: 4096, Error: "peer: gone"}}},
 			`{"gen":7,"state":"running","migration":{"in":null,"out":{"id":"m1","phase":"error","round":2,"bytes_sent":4096,` +
 				`"pages_remaining":0,"dirty_pages_per_sec":0,"bandwidth_bytes_per_sec":0,"estimated_downtime_ms":0,"error":"peer: gone"}}}`,
 		},
 		{
-			Snapshot{Gen: 2, State: Migrating, Migration: Migration{In: migration.Progress{ID: "m2", Phase: migration.PhaseRAMPushDirty}}},
+			apiv1.View{Gen: 2, State: apiv1.Migrating, Migration: apiv1.Migration{In: apiv1.Progress{ID: "m2", Phase: apiv1.PhaseRAMPushDirty}}},
 			`{"gen":2,"state":"migrating","migration":{"in":{"id":"m2","phase":"ram_push_dirty","round":0,"bytes_sent":0,` +
 				`"pages_remaining":0,"dirty_pages_per_sec":0,"bandwidth_bytes_per_sec":0,"estimated_downtime_ms":0},"out":null}}`,
 		},
 		{
-			Snapshot{Gen: 9, State: Destroyed, Migration: Migration{Out: migration.Progress{ID: "m3", Phase: migration.PhaseFinish, Round: 3,
+			apiv1.View{Gen: 9, State: apiv1.Destroyed, Migration: apiv1.Migration{Out: apiv1.Progress{ID: "m3", Phase: apiv1.PhaseFinish, Round: 3,
 				BytesSent: 8192, PagesRemaining: 0, DirtyPagesPerSec: 12.5, BandwidthBytesPerSec: 1e8, EstimatedDowntimeMs: 1.5, TotalMs: 900, DowntimeMs: 12}}},
 			`{"gen":9,"state":"destroyed","migration":{"in":null,"out":{"id":"m3","phase":"finish","round":3,"bytes_sent":8192,` +
 				`"pages_remaining":0,"dirty_pages_per_sec":12.5,"bandwidth_bytes_per_sec":100000000,"estimated_downtime_ms":1.5,"total_ms":900,"downtime_ms":12}}}`,
@@ -369,29 +369,29 @@ func TestSnapshotJSONHasExactlyTheAPIKeys(t *testing.T) {
 		if string(b) != tc.want {
 			t.Errorf("Marshal(%+v) = %s; want %s", tc.snap, b, tc.want)
 		}
-		var back Snapshot
+		var back apiv1.View
 		if err := json.Unmarshal(b, &back); err != nil || back != tc.snap {
 			t.Errorf("round trip of %s = %+v, %v", b, back, err)
 		}
 	}
-	if _, err := json.Marshal(Snapshot{Gen: 1}); err == nil {
+	if _, err := json.Marshal(apiv1.View{Gen: 1}); err == nil {
 		t.Error("a snapshot with no state marshaled")
 	}
-	var s Snapshot
+	var s apiv1.View
 	if err := json.Unmarshal([]byte(`{"gen":1,"state":"running","migration":{"in":{"id":"x","phase":"warp"},"out":null}}`), &s); err == nil {
 		t.Error("an unknown phase parsed")
 	}
 }
 
 func TestPublisherAtStartsPastAnEarlierInstance(t *testing.T) {
-	p := NewPublisherAt(7, Creating, Migration{})
-	if got := p.Current(); got.Gen != 7 || got.State != Creating {
+	p := NewPublisherAt(7, apiv1.Creating, apiv1.Migration{})
+	if got := p.Current(); got.Gen != 7 || got.State != apiv1.Creating {
 		t.Fatalf("first snapshot = %+v; want gen 7 creating", got)
 	}
-	if snap := mustPublish(t, p, setState(Starting)); snap.Gen != 8 {
+	if snap := mustPublish(t, p, setState(apiv1.Starting)); snap.Gen != 8 {
 		t.Fatalf("next gen = %d; want 8", snap.Gen)
 	}
-	if got := NewPublisherAt(0, Creating, Migration{}).Current().Gen; got != 1 {
+	if got := NewPublisherAt(0, apiv1.Creating, apiv1.Migration{}).Current().Gen; got != 1 {
 		t.Fatalf("NewPublisherAt(0) gen = %d; want 1", got)
 	}
 }

@@ -4,116 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"tern/instance/apiv1"
 )
-
-// State is the published lifecycle state of an instance (DESIGN §5).
-type State uint8
-
-// The instance states. The zero value is not a state, so a Snapshot or
-// decision input that was never filled in fails loudly instead of reading
-// as "creating".
-const (
-	// Creating: ensure has returned; memory, devices and volume activation
-	// are being set up on the instance's goroutine. No vCPU has run.
-	Creating State = iota + 1
-	// Starting: objects exist and the instance is finishing activation and
-	// starting its vCPUs. Still no guest code has run.
-	Starting
-	// Running: vCPUs run the guest.
-	Running
-	// Rebooting: devices and vCPUs are being reset; the guest runs again
-	// (Running) when that is done.
-	Rebooting
-	// Stopping: the instance is halting; it goes on to Stopped, then
-	// Destroyed once every resource is freed.
-	Stopping
-	// Stopped: vCPUs are halted for good; the controller is being torn down.
-	Stopped
-	// Migrating: the instance is a migration source or target; which one is
-	// in Pending (MigrateOut or MigrateIn).
-	Migrating
-	// Failed: start, migration-in or the VM itself failed. Terminal.
-	Failed
-	// Destroyed: every goroutine, fd, connection and guest page is gone.
-	// Terminal; only a new ensure (a new instance) follows it.
-	Destroyed
-)
-
-var stateNames = [...]string{
-	Creating:  "creating",
-	Starting:  "starting",
-	Running:   "running",
-	Rebooting: "rebooting",
-	Stopping:  "stopping",
-	Stopped:   "stopped",
-	Migrating: "migrating",
-	Failed:    "failed",
-	Destroyed: "destroyed",
-}
-
-// AllStates lists every State, in declaration order.
-func AllStates() []State {
-	return []State{Creating, Starting, Running, Rebooting, Stopping, Stopped, Migrating, Failed, Destroyed}
-}
-
-// String returns the state's API name, or "State(N)" for an invalid value.
-func (s State) String() string { return enumString(stateNames[:], uint8(s), "State") }
-
-// MarshalText returns the state's API name ("running"); it fails for an
-// invalid value rather than publishing one.
-func (s State) MarshalText() ([]byte, error) { return enumMarshal(stateNames[:], uint8(s), "state") }
-
-// UnmarshalText parses an API name such as "running".
-func (s *State) UnmarshalText(text []byte) error {
-	v, err := enumParse(stateNames[:], text, "state")
-	*s = State(v)
-	return err
-}
-
-// Terminal reports whether nothing can follow s but a new instance: the
-// policy never enqueues a request in a terminal state.
-func (s State) Terminal() bool { return s == Stopped || s == Failed || s == Destroyed }
-
-// Request is a state change asked of an instance through the API (run,
-// stop, reboot) or by migration (migrate_out on the source when a target
-// connects; migrate_in is the target's own ensure).
-type Request uint8
-
-// The requests.
-const (
-	Run Request = iota + 1
-	Stop
-	Reboot
-	MigrateOut
-	MigrateIn
-)
-
-var requestNames = [...]string{
-	Run:        "run",
-	Stop:       "stop",
-	Reboot:     "reboot",
-	MigrateOut: "migrate_out",
-	MigrateIn:  "migrate_in",
-}
-
-// AllRequests lists every Request, in declaration order.
-func AllRequests() []Request { return []Request{Run, Stop, Reboot, MigrateOut, MigrateIn} }
-
-// String returns the request's API name, or "Request(N)" for an invalid value.
-func (r Request) String() string { return enumString(requestNames[:], uint8(r), "Request") }
-
-// MarshalText returns the request's API name ("reboot").
-func (r Request) MarshalText() ([]byte, error) {
-	return enumMarshal(requestNames[:], uint8(r), "request")
-}
-
-// UnmarshalText parses an API name such as "reboot"; the API answers 400 on
-// its error.
-func (r *Request) UnmarshalText(text []byte) error {
-	v, err := enumParse(requestNames[:], text, "request")
-	*r = Request(v)
-	return err
-}
 
 // Pending is the set of requests the policy has enqueued and the driver has
 // not yet completed: queued, or being carried out. A migration in progress
@@ -132,7 +25,7 @@ type Pending uint8
 const None Pending = 0
 
 // PendingOf returns the set holding reqs.
-func PendingOf(reqs ...Request) Pending {
+func PendingOf(reqs ...apiv1.Request) Pending {
 	var p Pending
 	for _, r := range reqs {
 		p = p.with(r)
@@ -141,18 +34,18 @@ func PendingOf(reqs ...Request) Pending {
 }
 
 // Has reports whether r is pending.
-func (p Pending) Has(r Request) bool { return p&(1<<r) != 0 }
+func (p Pending) Has(r apiv1.Request) bool { return p&(1<<r) != 0 }
 
-func (p Pending) with(r Request) Pending { return p | 1<<r }
+func (p Pending) with(r apiv1.Request) Pending { return p | 1<<r }
 
 // Completed returns p without r. The driver calls it when r ends, whatever
 // the outcome.
-func (p Pending) Completed(r Request) Pending { return p &^ (1 << r) }
+func (p Pending) Completed(r apiv1.Request) Pending { return p &^ (1 << r) }
 
 // String lists the pending requests joined by "+", or "none".
 func (p Pending) String() string {
 	var names []string
-	for _, r := range AllRequests() {
+	for _, r := range apiv1.AllRequests() {
 		if p.Has(r) {
 			names = append(names, r.String())
 		}
@@ -174,18 +67,18 @@ func (p Pending) String() string {
 //   - stopping: at most the stop being carried out (the driver completes
 //     everything else when it starts halting);
 //   - stopped, failed, destroyed: nothing.
-func Consistent(s State, p Pending) bool {
-	only := func(allowed ...Request) bool { return p&^PendingOf(allowed...) == 0 }
+func Consistent(s apiv1.State, p Pending) bool {
+	only := func(allowed ...apiv1.Request) bool { return p&^PendingOf(allowed...) == 0 }
 	switch s {
-	case Creating, Starting:
-		return only(Run, Stop)
-	case Running, Rebooting:
-		return only(Stop, Reboot, MigrateOut) && !(p.Has(Reboot) && p.Has(MigrateOut))
-	case Migrating:
-		return only(Stop, MigrateOut, MigrateIn) && p.Has(MigrateOut) != p.Has(MigrateIn)
-	case Stopping:
-		return only(Stop)
-	case Stopped, Failed, Destroyed:
+	case apiv1.Creating, apiv1.Starting:
+		return only(apiv1.Run, apiv1.Stop)
+	case apiv1.Running, apiv1.Rebooting:
+		return only(apiv1.Stop, apiv1.Reboot, apiv1.MigrateOut) && !(p.Has(apiv1.Reboot) && p.Has(apiv1.MigrateOut))
+	case apiv1.Migrating:
+		return only(apiv1.Stop, apiv1.MigrateOut, apiv1.MigrateIn) && p.Has(apiv1.MigrateOut) != p.Has(apiv1.MigrateIn)
+	case apiv1.Stopping:
+		return only(apiv1.Stop)
+	case apiv1.Stopped, apiv1.Failed, apiv1.Destroyed:
 		return p == None
 	}
 	return false
@@ -293,7 +186,7 @@ func (d Decision) String() string {
 
 // Err returns nil unless d denies req, and then a *WrongStateError for
 // state s.
-func (d Decision) Err(s State, req Request) error {
+func (d Decision) Err(s apiv1.State, req apiv1.Request) error {
 	if d.Disposition != Deny {
 		return nil
 	}
@@ -307,8 +200,8 @@ var ErrWrongState = errors.New("wrong state for request")
 // WrongStateError is a denied request. The API answers
 // 409 {"error_code":"wrong_state","message":Error(),"state":State}.
 type WrongStateError struct {
-	State   State
-	Request Request
+	State   apiv1.State
+	Request apiv1.Request
 	Reason  Reason
 }
 
@@ -393,42 +286,42 @@ const (
 //   - nothing is ever enqueued in stopping, stopped, destroyed or failed,
 //     so nothing revives a halted instance; only a new ensure (a new
 //     instance and a new publisher) follows destroyed.
-var policy = [numSituations][len(requestNames)]Decision{
+var policy = [numSituations][apiv1.MigrateIn + 1]Decision{
 	sitCreated: {
-		Run: enqueue, Stop: enqueue,
-		Reboot: deny(ReasonNotStarted), MigrateOut: deny(ReasonNotStarted), MigrateIn: deny(ReasonNotMigrationTarget),
+		apiv1.Run: enqueue, apiv1.Stop: enqueue,
+		apiv1.Reboot: deny(ReasonNotStarted), apiv1.MigrateOut: deny(ReasonNotStarted), apiv1.MigrateIn: deny(ReasonNotMigrationTarget),
 	},
 	sitRunPending: {
-		Run: ignore, Stop: enqueue,
-		Reboot: deny(ReasonNotStarted), MigrateOut: deny(ReasonNotStarted), MigrateIn: deny(ReasonNotMigrationTarget),
+		apiv1.Run: ignore, apiv1.Stop: enqueue,
+		apiv1.Reboot: deny(ReasonNotStarted), apiv1.MigrateOut: deny(ReasonNotStarted), apiv1.MigrateIn: deny(ReasonNotMigrationTarget),
 	},
 	sitRunning: {
-		Run: ignore, Stop: enqueue,
-		Reboot: enqueue, MigrateOut: enqueue, MigrateIn: deny(ReasonNotMigrationTarget),
+		apiv1.Run: ignore, apiv1.Stop: enqueue,
+		apiv1.Reboot: enqueue, apiv1.MigrateOut: enqueue, apiv1.MigrateIn: deny(ReasonNotMigrationTarget),
 	},
 	sitRebooting: {
-		Run: ignore, Stop: enqueue,
-		Reboot: ignore, MigrateOut: deny(ReasonRebooting), MigrateIn: deny(ReasonNotMigrationTarget),
+		apiv1.Run: ignore, apiv1.Stop: enqueue,
+		apiv1.Reboot: ignore, apiv1.MigrateOut: deny(ReasonRebooting), apiv1.MigrateIn: deny(ReasonNotMigrationTarget),
 	},
 	sitMigratingOut: {
-		Run: ignore, Stop: enqueue,
-		Reboot: deny(ReasonMigrating), MigrateOut: deny(ReasonMigrating), MigrateIn: deny(ReasonNotMigrationTarget),
+		apiv1.Run: ignore, apiv1.Stop: enqueue,
+		apiv1.Reboot: deny(ReasonMigrating), apiv1.MigrateOut: deny(ReasonMigrating), apiv1.MigrateIn: deny(ReasonNotMigrationTarget),
 	},
 	sitMigratingIn: {
-		Run: ignore, Stop: enqueue,
-		Reboot: deny(ReasonMigrating), MigrateOut: deny(ReasonMigrating), MigrateIn: ignore,
+		apiv1.Run: ignore, apiv1.Stop: enqueue,
+		apiv1.Reboot: deny(ReasonMigrating), apiv1.MigrateOut: deny(ReasonMigrating), apiv1.MigrateIn: ignore,
 	},
 	sitStopping: {
-		Run: deny(ReasonStopping), Stop: ignore,
-		Reboot: deny(ReasonStopping), MigrateOut: deny(ReasonStopping), MigrateIn: deny(ReasonStopping),
+		apiv1.Run: deny(ReasonStopping), apiv1.Stop: ignore,
+		apiv1.Reboot: deny(ReasonStopping), apiv1.MigrateOut: deny(ReasonStopping), apiv1.MigrateIn: deny(ReasonStopping),
 	},
 	sitHalted: {
-		Run: deny(ReasonHalted), Stop: ignore,
-		Reboot: deny(ReasonHalted), MigrateOut: deny(ReasonHalted), MigrateIn: deny(ReasonHalted),
+		apiv1.Run: deny(ReasonHalted), apiv1.Stop: ignore,
+		apiv1.Reboot: deny(ReasonHalted), apiv1.MigrateOut: deny(ReasonHalted), apiv1.MigrateIn: deny(ReasonHalted),
 	},
 	sitFailed: {
-		Run: deny(ReasonFailed), Stop: ignore,
-		Reboot: deny(ReasonFailed), MigrateOut: deny(ReasonFailed), MigrateIn: deny(ReasonFailed),
+		apiv1.Run: deny(ReasonFailed), apiv1.Stop: ignore,
+		apiv1.Reboot: deny(ReasonFailed), apiv1.MigrateOut: deny(ReasonFailed), apiv1.MigrateIn: deny(ReasonFailed),
 	},
 }
 
@@ -437,30 +330,30 @@ var policy = [numSituations][len(requestNames)]Decision{
 // (in, then out; a migrating state with neither pending is treated as a
 // source, the more restrictive row); a reboot pending or in progress; then
 // the state. It returns false for an invalid state.
-func situationOf(s State, p Pending) (situation, bool) {
+func situationOf(s apiv1.State, p Pending) (situation, bool) {
 	switch s {
-	case Stopping:
+	case apiv1.Stopping:
 		return sitStopping, true
-	case Stopped, Destroyed:
+	case apiv1.Stopped, apiv1.Destroyed:
 		return sitHalted, true
-	case Failed:
+	case apiv1.Failed:
 		return sitFailed, true
-	case Creating, Starting, Running, Rebooting, Migrating:
+	case apiv1.Creating, apiv1.Starting, apiv1.Running, apiv1.Rebooting, apiv1.Migrating:
 	default:
 		return 0, false
 	}
 	switch {
-	case p.Has(Stop):
+	case p.Has(apiv1.Stop):
 		return sitStopping, true
-	case p.Has(MigrateIn):
+	case p.Has(apiv1.MigrateIn):
 		return sitMigratingIn, true
-	case p.Has(MigrateOut) || s == Migrating:
+	case p.Has(apiv1.MigrateOut) || s == apiv1.Migrating:
 		return sitMigratingOut, true
-	case p.Has(Reboot) || s == Rebooting:
+	case p.Has(apiv1.Reboot) || s == apiv1.Rebooting:
 		return sitRebooting, true
-	case s == Running:
+	case s == apiv1.Running:
 		return sitRunning, true
-	case p.Has(Run):
+	case p.Has(apiv1.Run):
 		return sitRunPending, true
 	}
 	return sitCreated, true
@@ -475,9 +368,9 @@ func situationOf(s State, p Pending) (situation, bool) {
 //
 // An invalid state or request is denied with ReasonHalted rather than
 // panicking, since the request comes from the network.
-func Decide(s State, p Pending, req Request) (Decision, Pending) {
+func Decide(s apiv1.State, p Pending, req apiv1.Request) (Decision, Pending) {
 	sit, ok := situationOf(s, p)
-	if !ok || req < Run || req > MigrateIn {
+	if !ok || req < apiv1.Run || req > apiv1.MigrateIn {
 		return deny(ReasonHalted), p
 	}
 	d := policy[sit][req]
@@ -487,27 +380,11 @@ func Decide(s State, p Pending, req Request) (Decision, Pending) {
 	return d, p
 }
 
-// enumString, enumMarshal and enumParse map small enums to the names in a
-// table indexed by value (index 0 unused).
+// enumString maps a small enum to its name in a table indexed by value
+// (index 0 unused).
 func enumString(names []string, v uint8, typ string) string {
 	if int(v) < len(names) && names[v] != "" {
 		return names[v]
 	}
 	return fmt.Sprintf("%s(%d)", typ, v)
-}
-
-func enumMarshal(names []string, v uint8, what string) ([]byte, error) {
-	if int(v) < len(names) && names[v] != "" {
-		return []byte(names[v]), nil
-	}
-	return nil, fmt.Errorf("marshaling %s: invalid value %d", what, v)
-}
-
-func enumParse(names []string, text []byte, what string) (uint8, error) {
-	for i, n := range names {
-		if n != "" && n == string(text) {
-			return uint8(i), nil
-		}
-	}
-	return 0, fmt.Errorf("parsing %s: unknown name %q", what, text)
 }

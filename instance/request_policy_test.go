@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"tern/instance/apiv1"
 )
 
 // expectedPolicy is written by hand, independently of the policy table: one
@@ -45,9 +47,9 @@ failed      -                    failed                I     failed       failed
 `
 
 type policyCase struct {
-	state   State
+	state   apiv1.State
 	pending Pending
-	req     Request
+	req     apiv1.Request
 	want    Decision
 	line    int
 }
@@ -64,24 +66,24 @@ func parseExpectedPolicy(t *testing.T) []policyCase {
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
 			continue
 		}
-		if len(f) != 2+len(AllRequests()) {
+		if len(f) != 2+len(apiv1.AllRequests()) {
 			t.Fatalf("line %d: %d fields: %q", i, len(f), line)
 		}
-		var s State
+		var s apiv1.State
 		if err := s.UnmarshalText([]byte(f[0])); err != nil {
 			t.Fatalf("line %d: %v", i, err)
 		}
 		var p Pending
 		if f[1] != "-" {
 			for name := range strings.SplitSeq(f[1], "+") {
-				var r Request
+				var r apiv1.Request
 				if err := r.UnmarshalText([]byte(name)); err != nil {
 					t.Fatalf("line %d: %v", i, err)
 				}
 				p = p.with(r)
 			}
 		}
-		for j, req := range AllRequests() {
+		for j, req := range apiv1.AllRequests() {
 			var want Decision
 			switch cell := f[2+j]; cell {
 			case "E":
@@ -104,9 +106,9 @@ func parseExpectedPolicy(t *testing.T) []policyCase {
 // allPendings is every value of Pending the five request bits can form.
 func allPendings() []Pending {
 	var ps []Pending
-	for bits := 0; bits < 1<<len(AllRequests()); bits++ {
+	for bits := 0; bits < 1<<len(apiv1.AllRequests()); bits++ {
 		var p Pending
-		for i, r := range AllRequests() {
+		for i, r := range apiv1.AllRequests() {
 			if bits&(1<<i) != 0 {
 				p = p.with(r)
 			}
@@ -133,7 +135,7 @@ func TestDecideMatchesHandWrittenTableForEveryReachableInput(t *testing.T) {
 	}
 	// The hand-written table and Consistent must name the same pairs: no
 	// reachable pair is left untested and no listed pair is unreachable.
-	for _, s := range AllStates() {
+	for _, s := range apiv1.AllStates() {
 		for _, p := range allPendings() {
 			listed := seen[[2]uint8{uint8(s), uint8(p)}]
 			if listed != Consistent(s, p) {
@@ -141,16 +143,16 @@ func TestDecideMatchesHandWrittenTableForEveryReachableInput(t *testing.T) {
 			}
 		}
 	}
-	if want := 29 * len(AllRequests()); len(cases) != want {
+	if want := 29 * len(apiv1.AllRequests()); len(cases) != want {
 		t.Errorf("expected table has %d cases, want %d", len(cases), want)
 	}
 }
 
 // forEveryInput runs f on every state × pending × request, reachable or not.
-func forEveryInput(f func(s State, p Pending, r Request)) {
-	for _, s := range AllStates() {
+func forEveryInput(f func(s apiv1.State, p Pending, r apiv1.Request)) {
+	for _, s := range apiv1.AllStates() {
 		for _, p := range allPendings() {
-			for _, r := range AllRequests() {
+			for _, r := range apiv1.AllRequests() {
 				f(s, p, r)
 			}
 		}
@@ -158,14 +160,14 @@ func forEveryInput(f func(s State, p Pending, r Request)) {
 }
 
 func TestDenyAndIgnoreNeverChangePending(t *testing.T) {
-	forEveryInput(func(s State, p Pending, r Request) {
+	forEveryInput(func(s apiv1.State, p Pending, r apiv1.Request) {
 		d, next := Decide(s, p, r)
 		switch d.Disposition {
 		case Deny, Ignore:
 			if next != p {
 				t.Errorf("Decide(%s, %s, %s) = %s changed pending to %s", s, p, r, d, next)
 			}
-			if next.Has(MigrateOut) && !p.Has(MigrateOut) || next.Has(MigrateIn) && !p.Has(MigrateIn) {
+			if next.Has(apiv1.MigrateOut) && !p.Has(apiv1.MigrateOut) || next.Has(apiv1.MigrateIn) && !p.Has(apiv1.MigrateIn) {
 				t.Errorf("Decide(%s, %s, %s) = %s left a migration pending", s, p, r, d)
 			}
 		case Enqueue:
@@ -182,13 +184,13 @@ func TestDenyAndIgnoreNeverChangePending(t *testing.T) {
 }
 
 func TestHaltedStatesAcceptNothingThatRevivesThem(t *testing.T) {
-	forEveryInput(func(s State, p Pending, r Request) {
-		if !s.Terminal() && s != Stopping {
+	forEveryInput(func(s apiv1.State, p Pending, r apiv1.Request) {
+		if !s.Terminal() && s != apiv1.Stopping {
 			return
 		}
 		d, _ := Decide(s, p, r)
 		want := Deny
-		if r == Stop {
+		if r == apiv1.Stop {
 			want = Ignore
 		}
 		if d.Disposition != want {
@@ -198,8 +200,8 @@ func TestHaltedStatesAcceptNothingThatRevivesThem(t *testing.T) {
 }
 
 func TestPendingStopDeniesEverythingButStop(t *testing.T) {
-	forEveryInput(func(s State, p Pending, r Request) {
-		if !p.Has(Stop) {
+	forEveryInput(func(s apiv1.State, p Pending, r apiv1.Request) {
+		if !p.Has(apiv1.Stop) {
 			return
 		}
 		d, _ := Decide(s, p, r)
@@ -211,12 +213,12 @@ func TestPendingStopDeniesEverythingButStop(t *testing.T) {
 
 // Propolis gap (a): a migrate request accepted while the start is pending.
 func TestMigrateIsDeniedWhileCreatingOrStarting(t *testing.T) {
-	for _, s := range []State{Creating, Starting} {
+	for _, s := range []apiv1.State{apiv1.Creating, apiv1.Starting} {
 		for _, p := range allPendings() {
 			if !Consistent(s, p) {
 				continue
 			}
-			for _, r := range []Request{MigrateOut, MigrateIn, Reboot} {
+			for _, r := range []apiv1.Request{apiv1.MigrateOut, apiv1.MigrateIn, apiv1.Reboot} {
 				d, next := Decide(s, p, r)
 				if d.Disposition != Deny || next != p {
 					t.Errorf("Decide(%s, %s, %s) = %s, %s; want deny, pending unchanged", s, p, r, d, next)
@@ -230,16 +232,16 @@ func TestMigrateIsDeniedWhileCreatingOrStarting(t *testing.T) {
 }
 
 func TestRunAndStopAreAcceptedDuringCreation(t *testing.T) {
-	for _, s := range []State{Creating, Starting} {
-		d, p := Decide(s, None, Run)
-		if d.Disposition != Enqueue || p != PendingOf(Run) {
+	for _, s := range []apiv1.State{apiv1.Creating, apiv1.Starting} {
+		d, p := Decide(s, None, apiv1.Run)
+		if d.Disposition != Enqueue || p != PendingOf(apiv1.Run) {
 			t.Fatalf("run while %s: %s, %s", s, d, p)
 		}
-		if d, p2 := Decide(s, p, Run); d.Disposition != Ignore || p2 != p {
+		if d, p2 := Decide(s, p, apiv1.Run); d.Disposition != Ignore || p2 != p {
 			t.Fatalf("second run while %s: %s, %s; want ignore", s, d, p2)
 		}
-		d, p = Decide(s, p, Stop)
-		if d.Disposition != Enqueue || !p.Has(Stop) {
+		d, p = Decide(s, p, apiv1.Stop)
+		if d.Disposition != Enqueue || !p.Has(apiv1.Stop) {
 			t.Fatalf("stop while %s with run pending: %s, %s", s, d, p)
 		}
 	}
@@ -248,27 +250,27 @@ func TestRunAndStopAreAcceptedDuringCreation(t *testing.T) {
 // Propolis gap (b): a failed migration handshake left awaiting_migration_out
 // set, so the source refused every later migration.
 func TestFailedMigrationHandshakeLeavesNothingPending(t *testing.T) {
-	d, p := Decide(Running, None, MigrateOut)
-	if d.Disposition != Enqueue || !p.Has(MigrateOut) {
+	d, p := Decide(apiv1.Running, None, apiv1.MigrateOut)
+	if d.Disposition != Enqueue || !p.Has(apiv1.MigrateOut) {
 		t.Fatalf("migrate_out while running: %s, %s", d, p)
 	}
-	if d, _ := Decide(Running, p, MigrateOut); d != deny(ReasonMigrating) {
+	if d, _ := Decide(apiv1.Running, p, apiv1.MigrateOut); d != deny(ReasonMigrating) {
 		t.Fatalf("second migrate_out while one is pending: %s; want deny(migrating)", d)
 	}
 	// The handshake fails before the state ever becomes migrating; the
 	// driver completes the request like any other.
-	p = p.Completed(MigrateOut)
+	p = p.Completed(apiv1.MigrateOut)
 	if p != None {
 		t.Fatalf("after the failed handshake pending = %s; want none", p)
 	}
-	if d, _ := Decide(Running, p, MigrateOut); d.Disposition != Enqueue {
+	if d, _ := Decide(apiv1.Running, p, apiv1.MigrateOut); d.Disposition != Enqueue {
 		t.Fatalf("migrate_out after a failed one: %s; want enqueue", d)
 	}
-	if d, _ := Decide(Running, p, Reboot); d.Disposition != Enqueue {
+	if d, _ := Decide(apiv1.Running, p, apiv1.Reboot); d.Disposition != Enqueue {
 		t.Fatalf("reboot after a failed migration: %s; want enqueue", d)
 	}
 	for _, q := range allPendings() {
-		for _, r := range AllRequests() {
+		for _, r := range apiv1.AllRequests() {
 			if got := q.Completed(r); got.Has(r) || got != q&^PendingOf(r) {
 				t.Errorf("%s.Completed(%s) = %s", q, r, got)
 			}
@@ -278,17 +280,17 @@ func TestFailedMigrationHandshakeLeavesNothingPending(t *testing.T) {
 
 func TestRebootWhileRebootingIsIgnored(t *testing.T) {
 	for _, tc := range []struct {
-		s State
+		s apiv1.State
 		p Pending
-	}{{Rebooting, None}, {Rebooting, PendingOf(Reboot)}, {Running, PendingOf(Reboot)}} {
-		if d, next := Decide(tc.s, tc.p, Reboot); d.Disposition != Ignore || next != tc.p {
+	}{{apiv1.Rebooting, None}, {apiv1.Rebooting, PendingOf(apiv1.Reboot)}, {apiv1.Running, PendingOf(apiv1.Reboot)}} {
+		if d, next := Decide(tc.s, tc.p, apiv1.Reboot); d.Disposition != Ignore || next != tc.p {
 			t.Errorf("reboot in (%s, %s): %s, %s; want ignore", tc.s, tc.p, d, next)
 		}
 	}
 }
 
 func TestEveryReachableInputStaysConsistentAfterDecide(t *testing.T) {
-	forEveryInput(func(s State, p Pending, r Request) {
+	forEveryInput(func(s apiv1.State, p Pending, r apiv1.Request) {
 		if !Consistent(s, p) {
 			return
 		}
@@ -299,8 +301,8 @@ func TestEveryReachableInputStaysConsistentAfterDecide(t *testing.T) {
 }
 
 func TestDeniedRequestErrorCarriesStateForTheAPI(t *testing.T) {
-	d, _ := Decide(Starting, None, Reboot)
-	err := d.Err(Starting, Reboot)
+	d, _ := Decide(apiv1.Starting, None, apiv1.Reboot)
+	err := d.Err(apiv1.Starting, apiv1.Reboot)
 	if !errors.Is(err, ErrWrongState) {
 		t.Fatalf("err = %v; want ErrWrongState", err)
 	}
@@ -308,57 +310,57 @@ func TestDeniedRequestErrorCarriesStateForTheAPI(t *testing.T) {
 	if !errors.As(fmt.Errorf("handling request: %w", err), &ws) {
 		t.Fatalf("errors.As failed on %v", err)
 	}
-	if ws.State != Starting || ws.Request != Reboot || ws.Reason != ReasonNotStarted {
+	if ws.State != apiv1.Starting || ws.Request != apiv1.Reboot || ws.Reason != ReasonNotStarted {
 		t.Fatalf("WrongStateError = %+v", ws)
 	}
 	if want := "reboot denied while starting: the instance has not started running yet"; err.Error() != want {
 		t.Fatalf("Error() = %q; want %q", err.Error(), want)
 	}
-	if err := ignore.Err(Running, Run); err != nil {
+	if err := ignore.Err(apiv1.Running, apiv1.Run); err != nil {
 		t.Fatalf("ignore.Err = %v; want nil", err)
 	}
-	if err := enqueue.Err(Running, Stop); err != nil {
+	if err := enqueue.Err(apiv1.Running, apiv1.Stop); err != nil {
 		t.Fatalf("enqueue.Err = %v; want nil", err)
 	}
 }
 
 func TestInvalidInputIsDeniedNotPanicking(t *testing.T) {
-	if d, p := Decide(State(0), None, Run); d.Disposition != Deny || p != None {
+	if d, p := Decide(apiv1.State(0), None, apiv1.Run); d.Disposition != Deny || p != None {
 		t.Errorf("invalid state: %s, %s", d, p)
 	}
-	if d, p := Decide(Running, None, Request(99)); d.Disposition != Deny || p != None {
+	if d, p := Decide(apiv1.Running, None, apiv1.Request(99)); d.Disposition != Deny || p != None {
 		t.Errorf("invalid request: %s, %s", d, p)
 	}
-	if Consistent(State(0), None) {
+	if Consistent(apiv1.State(0), None) {
 		t.Error("Consistent(invalid state) = true")
 	}
 }
 
 func TestNamesRoundTripThroughText(t *testing.T) {
-	for _, s := range AllStates() {
+	for _, s := range apiv1.AllStates() {
 		b, err := s.MarshalText()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got State
+		var got apiv1.State
 		if err := got.UnmarshalText(b); err != nil || got != s {
 			t.Errorf("state %q round trip: %v, %v", b, got, err)
 		}
 	}
-	for _, r := range AllRequests() {
+	for _, r := range apiv1.AllRequests() {
 		b, err := r.MarshalText()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got Request
+		var got apiv1.Request
 		if err := got.UnmarshalText(b); err != nil || got != r {
 			t.Errorf("request %q round trip: %v, %v", b, got, err)
 		}
 	}
-	if _, err := State(0).MarshalText(); err == nil {
+	if _, err := apiv1.State(0).MarshalText(); err == nil {
 		t.Error("zero State marshaled")
 	}
-	var r Request
+	var r apiv1.Request
 	if err := r.UnmarshalText([]byte("Run")); err == nil {
 		t.Error(`request "Run" parsed; names are lower case`)
 	}

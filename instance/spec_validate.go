@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/guests"
 	"tern/vmm/tap"
@@ -63,7 +64,7 @@ func IsBuiltinGuest(path string) bool {
 // problem at once, each wrapping ErrInvalidSpec, joined; nil when the
 // spec can be built. It reads only file metadata (guest and disk files
 // must exist); nothing is opened for long or created.
-func (s *Spec) Validate(h Host) error {
+func Validate(s *apiv1.Spec, h Host) error {
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...))
@@ -71,9 +72,9 @@ func (s *Spec) Validate(h Host) error {
 	if !idPattern.MatchString(s.ID) {
 		bad("id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", s.ID)
 	}
-	if s.Init.Method == InitMigrationTarget {
-		s.validateMigrationTarget(h, bad)
-		s.validateComponents(bad)
+	if s.Init.Method == apiv1.InitMigrationTarget {
+		validateMigrationTarget(s, h, bad)
+		validateComponents(s, bad)
 		return errors.Join(errs...)
 	}
 	switch {
@@ -88,15 +89,15 @@ func (s *Spec) Validate(h Host) error {
 	case h.MemoryMiB > 0 && s.MemoryMiB > h.MemoryMiB:
 		bad("memory_mib: %d is more than this host's RAM (%d MiB)", s.MemoryMiB, h.MemoryMiB)
 	}
-	s.validateGuest(bad)
-	s.validateDisks(h, bad)
-	s.validateNICs(bad)
-	s.validateComponents(bad)
+	validateGuest(s, bad)
+	validateDisks(s, h, bad)
+	validateNICs(s, bad)
+	validateComponents(s, bad)
 	if s.Init.Source != "" || s.Init.MigrationID != "" || s.Init.DowntimeTargetMs != nil || s.Init.SameHost {
-		bad("init: source, migration_id, downtime_target_ms and same_host belong to method %q", InitMigrationTarget)
+		bad("init: source, migration_id, downtime_target_ms and same_host belong to method %q", apiv1.InitMigrationTarget)
 	}
 	switch s.Init.Method {
-	case InitSpecMethod:
+	case apiv1.InitSpecMethod:
 	case "":
 		bad(`init.method: missing; want "spec" or "migration_target"`)
 	default:
@@ -106,7 +107,7 @@ func (s *Spec) Validate(h Host) error {
 }
 
 // validateComponents checks every component with its kind's parser.
-func (s *Spec) validateComponents(bad func(string, ...any)) {
+func validateComponents(s *apiv1.Spec, bad func(string, ...any)) {
 	names := make([]string, 0, len(s.Components))
 	for name := range s.Components {
 		names = append(names, name)
@@ -138,7 +139,7 @@ func (s *Spec) validateComponents(bad func(string, ...any)) {
 // validateMigrationTarget checks a migration target's ensure: it names
 // its source and migration and gives nothing the source's spec holds,
 // but disk backends to replace (by name) and its own components.
-func (s *Spec) validateMigrationTarget(h Host, bad func(string, ...any)) {
+func validateMigrationTarget(s *apiv1.Spec, h Host, bad func(string, ...any)) {
 	in := s.Init
 	if _, _, err := net.SplitHostPort(in.Source); err != nil {
 		bad("init.source %q: want the source's migration_addr, host:port (%v)", in.Source, err)
@@ -159,7 +160,7 @@ func (s *Spec) validateMigrationTarget(h Host, bad func(string, ...any)) {
 	if s.MemoryMiB != 0 {
 		bad("memory_mib: a migration target inherits the source's memory_mib; give none")
 	}
-	if !reflect.DeepEqual(s.Guest, GuestSpec{}) {
+	if !reflect.DeepEqual(s.Guest, apiv1.GuestSpec{}) {
 		bad("guest: a migration target inherits the source's guest; give none")
 	}
 	if len(s.NICs) > 0 {
@@ -174,9 +175,9 @@ func (s *Spec) validateMigrationTarget(h Host, bad func(string, ...any)) {
 		seen[d.Name] = i
 		b := d.Backend
 		switch b.Kind {
-		case BackendFile:
+		case apiv1.BackendFile:
 			validateFileBackend(bad, where, b)
-		case BackendVolume:
+		case apiv1.BackendVolume:
 			// gen 0 means the source's gen + 1, decided once the source's
 			// spec is known.
 			if b.Gen == 0 {
@@ -194,12 +195,12 @@ func (s *Spec) validateMigrationTarget(h Host, bad func(string, ...any)) {
 // maxDowntimeTargetMs bounds a migration's downtime target (one minute).
 const maxDowntimeTargetMs = 60_000
 
-func (s *Spec) validateGuest(bad func(string, ...any)) {
+func validateGuest(s *apiv1.Spec, bad func(string, ...any)) {
 	g := s.Guest
 	switch g.Kind {
-	case GuestELF:
+	case apiv1.GuestELF:
 		if g.Kernel != "" || g.Initrd != "" || g.Cmdline != "" {
-			bad("guest: kernel, initrd and cmdline belong to kind %q", GuestLinux)
+			bad("guest: kernel, initrd and cmdline belong to kind %q", apiv1.GuestLinux)
 		}
 		switch {
 		case g.Path == "":
@@ -209,16 +210,16 @@ func (s *Spec) validateGuest(bad func(string, ...any)) {
 				bad("guest.path %q: no such built-in guest (%s) and not a file path", g.Path, strings.Join(guests.Names(), ", "))
 				return
 			}
-			s.validateParams(bad)
+			validateParams(s, bad)
 		default:
 			checkFile(bad, "guest.path", g.Path)
 			if len(g.Params) > 0 {
 				bad("guest.params: only built-in guests take parameters")
 			}
 		}
-	case GuestLinux:
+	case apiv1.GuestLinux:
 		if g.Path != "" || len(g.Params) > 0 {
-			bad("guest: path and params belong to kind %q", GuestELF)
+			bad("guest: path and params belong to kind %q", apiv1.GuestELF)
 		}
 		if g.Kernel == "" {
 			bad("guest.kernel: missing")
@@ -235,7 +236,7 @@ func (s *Spec) validateGuest(bad func(string, ...any)) {
 	}
 }
 
-func (s *Spec) validateParams(bad func(string, ...any)) {
+func validateParams(s *apiv1.Spec, bad func(string, ...any)) {
 	g := s.Guest
 	allowed := guestParams[g.Path]
 	keys := make([]string, 0, len(g.Params))
@@ -279,7 +280,7 @@ func (s *Spec) validateParams(bad func(string, ...any)) {
 	}
 }
 
-func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
+func validateDisks(s *apiv1.Spec, h Host, bad func(string, ...any)) {
 	if len(s.Disks) > MaxDisks {
 		bad("disks: %d given; this VMM attaches at most %d", len(s.Disks), MaxDisks)
 	}
@@ -295,9 +296,9 @@ func (s *Spec) validateDisks(h Host, bad func(string, ...any)) {
 		}
 		b := d.Backend
 		switch b.Kind {
-		case BackendFile:
+		case apiv1.BackendFile:
 			validateFileBackend(bad, where, b)
-		case BackendVolume:
+		case apiv1.BackendVolume:
 			validateVolume(bad, where, b, h)
 		case "":
 			bad(`%s.backend.kind: missing; want "file" or "volume"`, where)
@@ -312,7 +313,7 @@ const MaxNICs = vmm.MaxNICs
 
 // validateNICs checks the network cards: how many, each TAP name and MAC,
 // none twice (a card without a MAC counts with the one it will get).
-func (s *Spec) validateNICs(bad func(string, ...any)) {
+func validateNICs(s *apiv1.Spec, bad func(string, ...any)) {
 	if len(s.NICs) > MaxNICs {
 		bad("nics: %d given; this VMM attaches at most %d", len(s.NICs), MaxNICs)
 	}
@@ -326,7 +327,7 @@ func (s *Spec) validateNICs(bad func(string, ...any)) {
 		} else {
 			taps[n.TAP] = j
 		}
-		mac, err := n.hardwareAddr()
+		mac, err := nicHardwareAddr(n)
 		if err != nil {
 			bad("%s.mac %q: %v", where, n.MAC, err)
 			continue
@@ -341,8 +342,8 @@ func (s *Spec) validateNICs(bad func(string, ...any)) {
 	}
 }
 
-// hardwareAddr is the card's MAC: as given, or vmm.NICMAC of its TAP.
-func (n NICSpec) hardwareAddr() (net.HardwareAddr, error) {
+// nicHardwareAddr is the card's MAC: as given, or vmm.NICMAC of its TAP.
+func nicHardwareAddr(n apiv1.NICSpec) (net.HardwareAddr, error) {
 	if n.MAC == "" {
 		return vmm.NICMAC(n.TAP), nil
 	}
@@ -354,18 +355,18 @@ func (n NICSpec) hardwareAddr() (net.HardwareAddr, error) {
 }
 
 // vmmNICs is the spec's cards as the VM takes them; the spec is valid.
-func vmmNICs(s Spec) []vmm.NIC {
+func vmmNICs(s apiv1.Spec) []vmm.NIC {
 	var out []vmm.NIC
 	for _, n := range s.NICs {
-		mac, _ := n.hardwareAddr()
+		mac, _ := nicHardwareAddr(n)
 		out = append(out, vmm.NIC{TAP: n.TAP, MAC: mac})
 	}
 	return out
 }
 
-func validateFileBackend(bad func(string, ...any), where string, b BackendSpec) {
+func validateFileBackend(bad func(string, ...any), where string, b apiv1.BackendSpec) {
 	if len(b.Targets) > 0 || b.Region != nil || b.Gen != 0 || b.QuorumWaitMs != nil || b.Layout != nil {
-		bad("%s.backend: targets, layout, region, gen and quorum_wait_ms belong to kind %q", where, BackendVolume)
+		bad("%s.backend: targets, layout, region, gen and quorum_wait_ms belong to kind %q", where, apiv1.BackendVolume)
 	}
 	if b.Path == "" {
 		bad("%s.backend.path: missing", where)
@@ -374,9 +375,9 @@ func validateFileBackend(bad func(string, ...any), where string, b BackendSpec) 
 	}
 }
 
-func validateVolume(bad func(string, ...any), where string, b BackendSpec, h Host) {
+func validateVolume(bad func(string, ...any), where string, b apiv1.BackendSpec, h Host) {
 	if b.Path != "" {
-		bad("%s.backend.path: belongs to kind %q", where, BackendFile)
+		bad("%s.backend.path: belongs to kind %q", where, apiv1.BackendFile)
 	}
 	if !h.VolumeTLS {
 		bad("%s: volume disks need the server's --certs", where)
@@ -384,11 +385,11 @@ func validateVolume(bad func(string, ...any), where string, b BackendSpec, h Hos
 	wantTargets := 3
 	if l := b.Layout; l != nil {
 		switch l.Kind {
-		case LayoutReplicated:
+		case apiv1.LayoutReplicated:
 			if l.Data != 0 || l.Parity != 0 {
-				bad("%s.backend.layout: data and parity belong to kind %q", where, LayoutEC)
+				bad("%s.backend.layout: data and parity belong to kind %q", where, apiv1.LayoutEC)
 			}
-		case LayoutEC:
+		case apiv1.LayoutEC:
 			if err := (ec.Layout{Data: l.Data, Parity: l.Parity}).Validate(); err != nil {
 				bad("%s.backend.layout: data %d, parity %d: want data from %d to %d and parity from %d to %d",
 					where, l.Data, l.Parity, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
@@ -400,7 +401,7 @@ func validateVolume(bad func(string, ...any), where string, b BackendSpec, h Hos
 		}
 	}
 	if len(b.Targets) != wantTargets {
-		if b.erasureCoded() {
+		if b.ErasureCoded() {
 			bad("%s.backend.targets: %d given; layout ec %d+%d wants %d host:port addresses, one per shard", where, len(b.Targets), b.Layout.Data, b.Layout.Parity, wantTargets)
 		} else {
 			bad("%s.backend.targets: %d given; want 3 host:port addresses", where, len(b.Targets))

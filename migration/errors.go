@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"tern/instance/apiv1"
 )
 
 // Errors a caller branches on; test with errors.Is.
@@ -61,16 +63,16 @@ func codeOf(err error) uint16 {
 // InjectorSpec is the migration_failure_injector component: at Phase, the
 // next FailExports migrations out and FailImports migrations in fail.
 type InjectorSpec struct {
-	Phase       Phase `json:"phase"`
-	FailExports int   `json:"fail_exports"`
-	FailImports int   `json:"fail_imports"`
+	Phase       apiv1.Phase `json:"phase"`
+	FailExports int         `json:"fail_exports"`
+	FailImports int         `json:"fail_imports"`
 }
 
 // Injector fails migrations on purpose, as its spec says. A nil Injector
 // injects nothing. Safe for concurrent use; it counts across migrations.
 type Injector struct {
 	// Immutable after NewInjector.
-	phase Phase
+	phase apiv1.Phase
 	// exports and imports are the failures left to inject.
 	exports, imports atomic.Int64
 }
@@ -85,7 +87,7 @@ func NewInjector(spec InjectorSpec) *Injector {
 
 // fail returns ErrInjected, consuming one failure of left, when p is the
 // injector's phase and failures are left.
-func (i *Injector) fail(p Phase, left *atomic.Int64, side string) error {
+func (i *Injector) fail(p apiv1.Phase, left *atomic.Int64, side string) error {
 	if i == nil || p != i.phase {
 		return nil
 	}
@@ -100,14 +102,14 @@ func (i *Injector) fail(p Phase, left *atomic.Int64, side string) error {
 	}
 }
 
-func (i *Injector) failExport(p Phase) error {
+func (i *Injector) failExport(p apiv1.Phase) error {
 	if i == nil {
 		return nil
 	}
 	return i.fail(p, &i.exports, "exporting")
 }
 
-func (i *Injector) failImport(p Phase) error {
+func (i *Injector) failImport(p apiv1.Phase) error {
 	if i == nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
@@ -33,7 +34,7 @@ func rulePolicy() Policy { return Policy{MaxRounds: kvmtest.Sized(0, 3)} }
 func TestFailureAtEveryPhaseResumesTheSourceAndNeverRunsTheTarget(t *testing.T) {
 	kvmtest.Require(t)
 	a, spec := dirtySource(t, 64<<20, 2<<20)
-	for _, ph := range Phases {
+	for _, ph := range apiv1.Phases {
 		for _, side := range []string{"export", "import"} {
 			t.Run(fmt.Sprintf("%s/%v", side, ph), func(t *testing.T) {
 				inj := NewInjector(InjectorSpec{Phase: ph, FailExports: 1})
@@ -65,7 +66,7 @@ func TestFailureAtEveryPhaseResumesTheSourceAndNeverRunsTheTarget(t *testing.T) 
 						t.Errorf("the target's Run = %v, want ErrStopped", err)
 					}
 				}
-				if lastPhase(m.srcLog) != PhaseError || lastPhase(m.dstLog) != PhaseError {
+				if lastPhase(m.srcLog) != apiv1.PhaseError || lastPhase(m.dstLog) != apiv1.PhaseError {
 					t.Errorf("last phases %v (source), %v (target); want error", lastPhase(m.srcLog), lastPhase(m.dstLog))
 				}
 				var sent uint64
@@ -94,7 +95,7 @@ func TestFailureAtEveryPhaseResumesTheSourceAndNeverRunsTheTarget(t *testing.T) 
 func TestNoCommonVersionIsACleanErrorOnBothSides(t *testing.T) {
 	kvmtest.Require(t)
 	a, spec := dirtySource(t, 64<<20, 1<<20)
-	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}, dst: TargetConfig{Versions: []Version{7, 9}}}
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}, dst: TargetConfig{Versions: []apiv1.MigrationVersion{7, 9}}}
 	m.run(t)
 	if !errors.Is(m.err, ErrNoCommonVersion) || !errors.Is(m.dstErr, ErrNoCommonVersion) {
 		t.Fatalf("Send: %v; Receive: %v; want both to wrap ErrNoCommonVersion", m.err, m.dstErr)
@@ -109,7 +110,7 @@ func TestNoCommonVersionIsACleanErrorOnBothSides(t *testing.T) {
 func TestCancelledMigrationResumesTheSource(t *testing.T) {
 	kvmtest.Require(t)
 	a, spec := dirtySource(t, 64<<20, 1<<20)
-	for _, ph := range []Phase{PhaseRAMPush, PhasePause, PhaseDevice} {
+	for _, ph := range []apiv1.Phase{apiv1.PhaseRAMPush, apiv1.PhasePause, apiv1.PhaseDevice} {
 		t.Run(ph.String(), func(t *testing.T) {
 			m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), Policy: rulePolicy()}, cancelAt: ph}
 			m.run(t)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
@@ -202,14 +203,14 @@ type migration struct {
 	dstRun *runningVM
 	dstRes Result
 	dstErr error
-	srcLog []Progress
-	dstLog []Progress
+	srcLog []apiv1.Progress
+	dstLog []apiv1.Progress
 	// onSourceError runs inside the source's publication of phase error.
 	onSourceError  func()
 	sawSourceError bool
 	// cancelAt cancels the migration's context when the source publishes
 	// that phase.
-	cancelAt Phase
+	cancelAt apiv1.Phase
 }
 
 // targetConfig builds the target's VM from a testSpec and starts it in
@@ -250,13 +251,13 @@ func (m *migration) run(t testing.TB) {
 	// Each progress the source publishes is logged with its time, so a
 	// slow or stalled migration shows where it spent it.
 	start := time.Now()
-	m.src.OnProgress = func(p Progress) {
+	m.src.OnProgress = func(p apiv1.Progress) {
 		t.Logf("%.2fs source %+v", time.Since(start).Seconds(), p)
 		m.srcLog = append(m.srcLog, p)
 		if m.cancelAt != 0 && p.Phase == m.cancelAt {
 			cancel()
 		}
-		if p.Phase == PhaseError {
+		if p.Phase == apiv1.PhaseError {
 			m.sawSourceError = true
 			if m.onSourceError != nil {
 				m.onSourceError()
@@ -267,7 +268,7 @@ func (m *migration) run(t testing.TB) {
 	if m.dst.Build == nil {
 		m.dst = mergeTarget(targetConfig(t, &runs), m.dst)
 	}
-	m.dst.OnProgress = func(p Progress) { m.dstLog = append(m.dstLog, p) }
+	m.dst.OnProgress = func(p apiv1.Progress) { m.dstLog = append(m.dstLog, p) }
 	var wg sync.WaitGroup
 	wg.Go(func() { m.dstVM, m.dstRes, m.dstErr = Receive(ctx, dst, m.dst) })
 	m.res, m.err = Send(ctx, src, m.src)
@@ -290,7 +291,7 @@ func mergeTarget(base, over TargetConfig) TargetConfig {
 	return base
 }
 
-func lastPhase(log []Progress) Phase {
+func lastPhase(log []apiv1.Progress) apiv1.Phase {
 	if len(log) == 0 {
 		return 0
 	}

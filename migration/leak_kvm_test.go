@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"tern/instance/apiv1"
 	"tern/vmm/kvm/kvmtest"
 )
 
@@ -50,7 +51,7 @@ func TestMigrationsLeaveNoGuestMemoryBehind(t *testing.T) {
 			}
 			// And one that fails after the target built its VM.
 			a2, spec2 := dirtySource(t, 64<<20, 1<<20)
-			m2 := &migration{src: SourceConfig{VM: a2.vm, Spec: mustJSON(t, spec2), Injector: NewInjector(InjectorSpec{Phase: PhaseFinish, FailExports: 1})}}
+			m2 := &migration{src: SourceConfig{VM: a2.vm, Spec: mustJSON(t, spec2), Injector: NewInjector(InjectorSpec{Phase: apiv1.PhaseFinish, FailExports: 1})}}
 			if sameHost {
 				m2.src.SameHostSocket = filepath.Join(t.TempDir(), "m2.sock")
 			}

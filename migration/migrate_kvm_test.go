@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/kvm"
 	"tern/vmm/kvm/kvmtest"
@@ -64,7 +65,7 @@ func testMigrateDirtyGuest(t *testing.T, memBytes, workingSet uint64) {
 	}
 	checkTargetRunsOn(t, m.dstVM)
 	last := m.srcLog[len(m.srcLog)-1]
-	if last.Phase != PhaseFinish || last.TotalMs <= 0 || last.DowntimeMs <= 0 {
+	if last.Phase != apiv1.PhaseFinish || last.TotalMs <= 0 || last.DowntimeMs <= 0 {
 		t.Errorf("last progress %+v", last)
 	}
 	checkPhaseOrder(t, m.srcLog)
@@ -73,14 +74,14 @@ func testMigrateDirtyGuest(t *testing.T, memBytes, workingSet uint64) {
 }
 
 // checkPhaseOrder checks the published phases follow the protocol order.
-func checkPhaseOrder(t *testing.T, log []Progress) {
+func checkPhaseOrder(t *testing.T, log []apiv1.Progress) {
 	t.Helper()
 	next := 0
 	for _, p := range log {
-		for next < len(Phases) && Phases[next] != p.Phase {
+		for next < len(apiv1.Phases) && apiv1.Phases[next] != p.Phase {
 			next++
 		}
-		if next == len(Phases) {
+		if next == len(apiv1.Phases) {
 			t.Fatalf("phase %v out of order in %+v", p.Phase, log)
 		}
 	}
@@ -124,7 +125,7 @@ func TestSameHostFailureAfterTheHandOverResumesTheSource(t *testing.T) {
 	a, spec := dirtySource(t, 64<<20, 1<<20)
 	sock := filepath.Join(t.TempDir(), "m.sock")
 	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec), SameHostSocket: sock},
-		dst: TargetConfig{Injector: NewInjector(InjectorSpec{Phase: PhaseDevice, FailImports: 1})}}
+		dst: TargetConfig{Injector: NewInjector(InjectorSpec{Phase: apiv1.PhaseDevice, FailImports: 1})}}
 	m.run(t)
 	if !errors.Is(m.err, ErrInjected) || !errors.Is(m.dstErr, ErrInjected) {
 		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/memory"
 )
@@ -28,12 +29,12 @@ type SourceConfig struct {
 	Policy Policy
 	// Versions are the protocol versions offered (default
 	// SupportedVersions).
-	Versions []Version
+	Versions []apiv1.MigrationVersion
 	// Injector, when set, fails exports on purpose.
 	Injector *Injector
 	// OnProgress receives every published Progress, in order, on the
 	// migration's goroutine; it must not block for long.
-	OnProgress func(Progress)
+	OnProgress func(apiv1.Progress)
 	// SameHostSocket, when set, is a unix socket path: the memfds are
 	// handed over on it after the pause and no page is copied.
 	SameHostSocket string
@@ -58,7 +59,7 @@ type SourceConfig struct {
 // Result sums up a finished migration.
 type Result struct {
 	// Version is the protocol version spoken.
-	Version Version
+	Version apiv1.MigrationVersion
 	// Rounds counts the pre-copy rounds, the paused copy excluded.
 	Rounds int
 	// BytesSent counts page bytes moved.
@@ -81,7 +82,7 @@ type source struct {
 	log    *slog.Logger
 	p      *peer
 	t      *tracker
-	prog   Progress
+	prog   apiv1.Progress
 	start  time.Time
 	paused bool
 	// quiesced: the VM's virtio transports are held (a Linux guest's).
@@ -147,7 +148,7 @@ func (s *source) unwind(cause error) error {
 	if e := errors.Join(errs...); e != nil {
 		err = fmt.Errorf("migrating out: %w (and unwinding: %w)", cause, e)
 	}
-	s.prog.Phase, s.prog.Error = PhaseError, err.Error()
+	s.prog.Phase, s.prog.Error = apiv1.PhaseError, err.Error()
 	s.publish()
 	s.log.Warn("migration out failed; guest resumed", "err", err)
 	return err
@@ -161,10 +162,10 @@ func (s *source) publish() {
 
 // enter publishes phase and tells the target (sync is implied by the
 // preamble).
-func (s *source) enter(ph Phase) error {
+func (s *source) enter(ph apiv1.Phase) error {
 	s.prog.Phase = ph
 	s.publish()
-	if ph == PhaseSync {
+	if ph == apiv1.PhaseSync {
 		return nil
 	}
 	return s.p.send(phaseMsg{ph})
@@ -206,10 +207,10 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.p.send(welcome{v}); err != nil {
 		return res, false, err
 	}
-	if err := s.enter(PhaseSync); err != nil {
+	if err := s.enter(apiv1.PhaseSync); err != nil {
 		return res, false, err
 	}
-	if err := s.cfg.Injector.failExport(PhaseSync); err != nil {
+	if err := s.cfg.Injector.failExport(apiv1.PhaseSync); err != nil {
 		return res, false, err
 	}
 	pr := preamble{Spec: s.cfg.Spec, VCPUs: uint32(len(s.cfg.VM.KVMVCPUs())), Method: MethodPages}
@@ -244,7 +245,7 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 			return res, false, err
 		}
 	}
-	if err := s.enter(PhasePause); err != nil {
+	if err := s.enter(apiv1.PhasePause); err != nil {
 		return res, false, err
 	}
 	// Downtime counts from the pause request: the guest may stop at any
@@ -264,7 +265,7 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 		}
 		s.quiesced = true
 	}
-	if err := s.cfg.Injector.failExport(PhasePause); err != nil {
+	if err := s.cfg.Injector.failExport(apiv1.PhasePause); err != nil {
 		return res, false, err
 	}
 	if s.cfg.AfterPause != nil {
@@ -272,18 +273,18 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 			return res, false, fmt.Errorf("after pausing: %w", err)
 		}
 	}
-	if err := s.enter(PhaseRAMPushDirty); err != nil {
+	if err := s.enter(apiv1.PhaseRAMPushDirty); err != nil {
 		return res, false, err
 	}
 	if fds == nil {
-		if err := s.round(uint32(res.Rounds+1), PhaseRAMPushDirty); err != nil {
+		if err := s.round(uint32(res.Rounds+1), apiv1.PhaseRAMPushDirty); err != nil {
 			return res, false, err
 		}
 	}
-	if err := s.enter(PhaseDevice); err != nil {
+	if err := s.enter(apiv1.PhaseDevice); err != nil {
 		return res, false, err
 	}
-	if err := s.cfg.Injector.failExport(PhaseDevice); err != nil {
+	if err := s.cfg.Injector.failExport(apiv1.PhaseDevice); err != nil {
 		return res, false, err
 	}
 	devs, err := s.cfg.VM.SaveState()
@@ -296,13 +297,13 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := expectEmpty(s.p, msgDevicesOK); err != nil {
 		return res, false, err
 	}
-	if err := s.enter(PhaseFinish); err != nil {
+	if err := s.enter(apiv1.PhaseFinish); err != nil {
 		return res, false, err
 	}
 	if err := expectEmpty(s.p, msgFinishReady); err != nil {
 		return res, false, err
 	}
-	if err := s.cfg.Injector.failExport(PhaseFinish); err != nil {
+	if err := s.cfg.Injector.failExport(apiv1.PhaseFinish); err != nil {
 		return res, false, err
 	}
 	// The point of no return: from the first byte of commit on, the guest
@@ -331,8 +332,8 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // highestCommon returns the highest version in both lists.
-func highestCommon(ours, theirs []Version) (Version, bool) {
-	best, ok := Version(0), false
+func highestCommon(ours, theirs []apiv1.MigrationVersion) (apiv1.MigrationVersion, bool) {
+	best, ok := apiv1.MigrationVersion(0), false
 	for _, v := range theirs {
 		if slices.Contains(ours, v) && (!ok || v > best) {
 			best, ok = v, true
@@ -347,14 +348,14 @@ func (s *source) precopy() (int, error) {
 	if err := s.t.start(); err != nil {
 		return 0, err
 	}
-	if err := s.enter(PhaseRAMPush); err != nil {
+	if err := s.enter(apiv1.PhaseRAMPush); err != nil {
 		return 0, err
 	}
 	s.t.markAll()
 	for round := 1; ; round++ {
 		s.prog.Round = round
 		t0 := time.Now()
-		if err := s.round(uint32(round), PhaseRAMPush); err != nil {
+		if err := s.round(uint32(round), apiv1.PhaseRAMPush); err != nil {
 			return round, err
 		}
 		elapsed := time.Since(t0)
@@ -386,8 +387,8 @@ func (s *source) bandwidth() float64 {
 
 // round sends the due pages (the paused copy harvests first) and waits
 // for the target's acknowledgement.
-func (s *source) round(n uint32, ph Phase) error {
-	if ph == PhaseRAMPushDirty {
+func (s *source) round(n uint32, ph apiv1.Phase) error {
+	if ph == apiv1.PhaseRAMPushDirty {
 		if _, err := s.t.harvest(); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/memory"
 )
@@ -27,7 +28,7 @@ type TargetConfig struct {
 	Start func(vm *vmm.VM)
 	// Versions are the protocol versions offered (default
 	// SupportedVersions).
-	Versions []Version
+	Versions []apiv1.MigrationVersion
 	// Offer is sent with the versions in the hello.
 	Offer Offer
 	// BeforeFinish, when set, runs once the source has paused (and run
@@ -38,7 +39,7 @@ type TargetConfig struct {
 	// Injector, when set, fails imports on purpose.
 	Injector *Injector
 	// OnProgress receives every published Progress, in order.
-	OnProgress func(Progress)
+	OnProgress func(apiv1.Progress)
 	// Logger receives the migration's log lines (default: none).
 	Logger *slog.Logger
 }
@@ -50,7 +51,7 @@ type target struct {
 	p       *peer
 	pr      preamble
 	vm      *vmm.VM
-	prog    Progress
+	prog    apiv1.Progress
 	started bool
 	// roundPages counts the pages of the round being received.
 	roundPages uint64
@@ -87,7 +88,7 @@ func Receive(ctx context.Context, conn *quic.Conn, cfg TargetConfig) (*vmm.VM, R
 			t.vm.Stop()
 			t.vm.Close()
 		}
-		t.prog.Phase, t.prog.Error = PhaseError, err.Error()
+		t.prog.Phase, t.prog.Error = apiv1.PhaseError, err.Error()
 		t.publish()
 		return nil, res, fmt.Errorf("migrating in: %w", err)
 	}
@@ -120,12 +121,12 @@ func (t *target) run(ctx context.Context) (res Result, err error) {
 		return res, fmt.Errorf("%w: the source chose version %d, offered %v", ErrNoCommonVersion, w.Version, t.cfg.Versions)
 	}
 	res.Version = w.Version
-	t.prog.Phase = PhaseSync
+	t.prog.Phase = apiv1.PhaseSync
 	t.publish()
 	if t.pr, err = expect[preamble](t.p); err != nil {
 		return res, err
 	}
-	if err := t.cfg.Injector.failImport(PhaseSync); err != nil {
+	if err := t.cfg.Injector.failImport(apiv1.PhaseSync); err != nil {
 		return res, err
 	}
 	if t.pr.VCPUs == 0 || len(t.pr.Regions) == 0 {
@@ -192,8 +193,8 @@ func (t *target) build(mem *memory.Memory) error {
 func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err error) {
 	switch m := m.(type) {
 	case phaseMsg:
-		if m.Phase <= t.prog.Phase || m.Phase == PhaseError ||
-			m.Phase == PhaseFinish && !t.devicesDone || m.Phase > PhasePause && t.vm == nil {
+		if m.Phase <= t.prog.Phase || m.Phase == apiv1.PhaseError ||
+			m.Phase == apiv1.PhaseFinish && !t.devicesDone || m.Phase > apiv1.PhasePause && t.vm == nil {
 			return false, fmt.Errorf("receiving phase: %w: %v after %v", ErrMalformed, m.Phase, t.prog.Phase)
 		}
 		t.prog.Phase = m.Phase
@@ -201,7 +202,7 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if err := t.cfg.Injector.failImport(m.Phase); err != nil {
 			return false, err
 		}
-		if m.Phase == PhaseFinish {
+		if m.Phase == apiv1.PhaseFinish {
 			if t.cfg.BeforeFinish != nil {
 				if err := t.cfg.BeforeFinish(ctx); err != nil {
 					return false, fmt.Errorf("before finish: %w", err)
@@ -237,7 +238,7 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if t.vm == nil {
 			return false, fmt.Errorf("receiving device state: %w: before memory", ErrMalformed)
 		}
-		if t.prog.Phase != PhaseDevice || t.devicesDone {
+		if t.prog.Phase != apiv1.PhaseDevice || t.devicesDone {
 			return false, fmt.Errorf("receiving device state: %w: in phase %v", ErrMalformed, t.prog.Phase)
 		}
 		if err := t.vm.RestoreState(m.Devices); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/memory"
@@ -39,9 +40,9 @@ func TestTargetNeverRunsOnAnEarlyCommit(t *testing.T) {
 				VCPUs: 1, Method: MethodPages, Regions: []memory.RegionSpec{{Name: "ram", Size: 64 << 20}}}}
 			switch name {
 			case "after one round":
-				steps = append(steps, phaseMsg{PhaseRAMPush}, pagesHeader{Region: 0, First: 0, Count: 1})
+				steps = append(steps, phaseMsg{apiv1.PhaseRAMPush}, pagesHeader{Region: 0, First: 0, Count: 1})
 			case "in the device phase":
-				steps = append(steps, phaseMsg{PhaseRAMPush}, phaseMsg{PhasePause}, phaseMsg{PhaseRAMPushDirty}, phaseMsg{PhaseDevice})
+				steps = append(steps, phaseMsg{apiv1.PhaseRAMPush}, phaseMsg{apiv1.PhasePause}, phaseMsg{apiv1.PhaseRAMPushDirty}, phaseMsg{apiv1.PhaseDevice})
 			}
 			if _, err := expect[hello](p); err != nil {
 				t.Fatal(err)

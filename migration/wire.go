@@ -7,15 +7,14 @@ import (
 	"io"
 	"time"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/memory"
 )
 
-// Version is a protocol version; this tern speaks SupportedVersions.
-type Version uint16
-
-// SupportedVersions are the versions this tern speaks, lowest first.
-var SupportedVersions = []Version{1}
+// SupportedVersions are the protocol versions this build of the engines
+// speaks, lowest first.
+var SupportedVersions = []apiv1.MigrationVersion{1}
 
 // ErrMalformed is wrapped by every error decoding a frame.
 var ErrMalformed = errors.New("malformed migration message")
@@ -83,7 +82,7 @@ const (
 // hello is the target's opening offer: its versions, then what it asks
 // of this migration.
 type hello struct {
-	Versions []Version
+	Versions []apiv1.MigrationVersion
 	Offer    Offer
 }
 
@@ -114,7 +113,7 @@ const offerBlockVersion = 1
 const maxOfferText = 1024
 
 // welcome is the source's choice.
-type welcome struct{ Version Version }
+type welcome struct{ Version apiv1.MigrationVersion }
 
 // errorMsg reports a failure to the peer.
 type errorMsg struct {
@@ -135,7 +134,7 @@ type preamble struct {
 }
 
 // phaseMsg announces the phase the source enters.
-type phaseMsg struct{ Phase Phase }
+type phaseMsg struct{ Phase apiv1.Phase }
 
 // pagesHeader precedes Count pages of raw data, pages First.. of Region.
 type pagesHeader struct {
@@ -405,14 +404,14 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 			if d.err != nil {
 				break
 			}
-			h.Versions = append(h.Versions, Version(d.u16()))
+			h.Versions = append(h.Versions, apiv1.MigrationVersion(d.u16()))
 		}
 		if d.err == nil && len(d.b) > 0 {
 			h.Offer, d.err = decodeOffer(d.take(int(d.u16())))
 		}
 		m = h
 	case msgWelcome:
-		m = welcome{Version(d.u16())}
+		m = welcome{apiv1.MigrationVersion(d.u16())}
 	case msgError:
 		m = errorMsg{Code: d.u16(), Message: d.str16()}
 	case msgPreamble:
@@ -439,9 +438,9 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 		}
 		m = pr
 	case msgPhase:
-		ph := Phase(d.u8())
+		ph := apiv1.Phase(d.u8())
 		if d.err == nil {
-			if _, ok := phaseNames[ph]; !ok {
+			if !ph.Valid() {
 				d.err = fmt.Errorf("unknown phase %d", uint8(ph))
 			}
 		}

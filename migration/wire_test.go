@@ -9,19 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"tern/instance/apiv1"
 	"tern/vmm"
 	"tern/vmm/memory"
 )
 
 // sampleMessages has one of every message type.
 var sampleMessages = []any{
-	hello{Versions: []Version{1, 2, 7}},
-	hello{Versions: []Version{1}, Offer: Offer{MigrationID: "m-1", DowntimeTarget: 30 * time.Millisecond, SameHost: true, APIURL: "http://127.0.0.1:8080"}},
+	hello{Versions: []apiv1.MigrationVersion{1, 2, 7}},
+	hello{Versions: []apiv1.MigrationVersion{1}, Offer: Offer{MigrationID: "m-1", DowntimeTarget: 30 * time.Millisecond, SameHost: true, APIURL: "http://127.0.0.1:8080"}},
 	welcome{Version: 1},
 	errorMsg{Code: codeNoCommonVersion, Message: "no common version"},
 	preamble{Spec: []byte(`{"guest":"dirty"}`), VCPUs: 2, Method: MethodMemfd, Nonce: [16]byte{1, 2, 3}, Socket: "/run/tern/m.sock",
 		Regions: []memory.RegionSpec{{Name: "ram", Base: 0, Size: 64 << 20}, {Name: "high", Base: 1 << 32, Size: 2 << 20, HugeTLB: true}}},
-	phaseMsg{Phase: PhaseRAMPushDirty},
+	phaseMsg{Phase: apiv1.PhaseRAMPushDirty},
 	pagesHeader{Region: 1, First: 17, Count: 3},
 	roundEnd{Round: 4, Pages: 999},
 	roundAck{Round: 4},
@@ -106,11 +107,11 @@ func TestCheckPagesBounds(t *testing.T) {
 func TestHelloOfferIsVersionedOnItsOwn(t *testing.T) {
 	old := []byte{1, 0, 1, 0} // one version: 1
 	m, err := decodeMessage(msgHello, old)
-	if h, ok := m.(hello); err != nil || !ok || !reflect.DeepEqual(h, hello{Versions: []Version{1}}) {
+	if h, ok := m.(hello); err != nil || !ok || !reflect.DeepEqual(h, hello{Versions: []apiv1.MigrationVersion{1}}) {
 		t.Fatalf("first-form hello: %#v, %v", m, err)
 	}
 	want := Offer{MigrationID: "m", DowntimeTarget: 7 * time.Millisecond, SameHost: true, APIURL: "u"}
-	b, err := frame(hello{Versions: []Version{1}, Offer: want})
+	b, err := frame(hello{Versions: []apiv1.MigrationVersion{1}, Offer: want})
 	if err != nil {
 		t.Fatal(err)
 	}

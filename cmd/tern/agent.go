@@ -18,7 +18,7 @@ import (
 	"tern/agent"
 	"tern/cmd/internal/serve"
 	"tern/dataplane"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 	"tern/migration"
@@ -105,7 +105,7 @@ GET /metrics.`,
 			}
 			a, err := agent.New(agent.Config{HostID: id, Plane: plane, Underlay: underlayAddr, Address: url, IP: ip, DataDir: dataDir, Certs: certs, Tern: self,
 				CPUs: cpus, MemoryMiB: uint64(memory) >> 20,
-				Version:     api.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
+				Version:     apiv1.Version{Build: versionString(), MigrationProtocols: protos, Devices: migration.DeviceVersions()},
 				Control:     strings.TrimRight(control, "/"),
 				ControlHTTP: serve.ClientHTTP(bundle, control),
 				Logger:      log})

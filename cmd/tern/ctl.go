@@ -21,8 +21,7 @@ import (
 
 	"tern/cmd/internal/serve"
 	"tern/control"
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 )
@@ -71,7 +70,7 @@ func (f *ctlFlags) do(ctx context.Context, method, path string, body, out any) e
 		return err
 	}
 	if resp.StatusCode/100 != 2 {
-		var e api.Error
+		var e apiv1.Error
 		if json.Unmarshal(b, &e) == nil && e.Message != "" {
 			return fmt.Errorf("%s: %s", e.ErrorCode, e.Message)
 		}
@@ -204,7 +203,7 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 			if guest == "" {
 				return errors.New("--guest is required")
 			}
-			g := instance.GuestSpec{Kind: instance.GuestELF, Path: guest}
+			g := apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: guest}
 			for _, p := range params {
 				k, v, ok := strings.Cut(p, "=")
 				n, err := strconv.ParseUint(v, 10, 64)

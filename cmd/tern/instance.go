@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
 )
@@ -91,12 +91,12 @@ func newInstanceCmd() *cobra.Command {
 	}
 	cmd.AddCommand(ensure, get, newInstanceWatchCmd(f), newInstanceSerialCmd(f))
 	for _, r := range []struct {
-		req   instance.Request
+		req   apiv1.Request
 		short string
 	}{
-		{instance.Run, "Start the vCPUs (at once, or as soon as activation finishes)"},
-		{instance.Stop, "Stop the instance; during creation this aborts it"},
-		{instance.Reboot, "Reboot the running guest"},
+		{apiv1.Run, "Start the vCPUs (at once, or as soon as activation finishes)"},
+		{apiv1.Stop, "Stop the instance; during creation this aborts it"},
+		{apiv1.Reboot, "Reboot the running guest"},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use: r.req.String(), Short: r.short, Args: cobra.NoArgs,
@@ -158,7 +158,7 @@ func newInstanceWatchCmd(f *instanceFlags) *cobra.Command {
 // watchInstance prints every snapshot the monitor gives and, while the
 // instance activates, its disks' progress.
 func watchInstance(ctx context.Context, c *client.Client, out io.Writer, isTTY bool) error {
-	var gen uint64
+	var gen apiv1.ViewGen
 	var bar *progressbar.ProgressBar
 	enc := json.NewEncoder(out)
 	for {
@@ -186,7 +186,7 @@ func watchInstance(ctx context.Context, c *client.Client, out io.Writer, isTTY b
 		if err != nil {
 			return describeAPIError(err)
 		}
-		if v.State != instance.Creating && v.State != instance.Starting {
+		if v.State != apiv1.Creating && v.State != apiv1.Starting {
 			continue
 		}
 		for _, d := range v.Disks {

@@ -47,7 +47,7 @@ source is destroyed; on failure it names the phase and the reason.`,
 			if f, ok := out.(*os.File); ok {
 				isTTY = term.IsTerminal(int(f.Fd()))
 			}
-			p := runner.NewPrinter(out, isTTY)
+			p := newMigratePrinter(out, isTTY)
 			opts.Progress = p.Event
 			r, err := runner.Migrate(cmd.Context(), src, dst, opts)
 			p.Finish()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
 )
@@ -79,8 +79,8 @@ func TestMigrateRefusesAProtocolMismatchBeforeEnsuringTheTarget(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.Get(ctx); !client.IsCode(err, api.CodeNoInstance) {
-		t.Errorf("the target after a refused migration: GET /v1/instance = %v; want %s", err, api.CodeNoInstance)
+	if _, err := c.Get(ctx); !client.IsCode(err, apiv1.CodeNoInstance) {
+		t.Errorf("the target after a refused migration: GET /v1/instance = %v; want %s", err, apiv1.CodeNoInstance)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
 	"tern/vmm/kvm"
@@ -25,6 +25,7 @@ import (
 	"tern/volume/downstairs"
 	"tern/volume/ec"
 	"tern/volume/extent"
+	"tern/volume/ids"
 )
 
 func init() { rootCmd.AddCommand(newUpCmd()) }
@@ -246,7 +247,7 @@ func runUp(ctx context.Context, dataDir string, layout *ec.Layout, guestName str
 func watchUpInstance(ctx context.Context, c *client.Client, name string) <-chan error {
 	ch := make(chan error, 1)
 	go func() {
-		if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Failed }); err != nil {
+		if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Failed }); err != nil {
 			return
 		}
 		why := "the vmm gave no reason"
@@ -332,7 +333,7 @@ func upRegions(dataDir string, layout *ec.Layout, guest upGuest) ([]string, erro
 
 // upNextGen returns a generation above every one a previous run in
 // dataDir activated the volume with, and records it.
-func upNextGen(dataDir string) (uint64, error) {
+func upNextGen(dataDir string) (ids.Generation, error) {
 	path := filepath.Join(dataDir, "gen")
 	var gen uint64
 	if b, err := os.ReadFile(path); err == nil {
@@ -342,19 +343,19 @@ func upNextGen(dataDir string) (uint64, error) {
 	if err := os.WriteFile(path, []byte(strconv.FormatUint(gen, 10)+"\n"), 0o644); err != nil {
 		return 0, fmt.Errorf("recording generation: %w", err)
 	}
-	return gen, nil
+	return ids.Generation(gen), nil
 }
 
 // printUpIntro prints the API line (the first URL tern up prints) and
 // the commands to try next: for the Linux guest, on its shell first.
-func printUpIntro(out io.Writer, self, url, dataDir string, spec instance.Spec) {
+func printUpIntro(out io.Writer, self, url, dataDir string, spec apiv1.Spec) {
 	tern := self
 	if strings.Contains(self, "go-build") { // `go run ./cmd/tern up`
 		tern = "go run ./cmd/tern"
 	}
 	fmt.Fprintf(out, "API: %s\n", url)
 	serialNote := "type a line: demo echoes it"
-	if spec.Guest.Kind == instance.GuestLinux {
+	if spec.Guest.Kind == apiv1.GuestLinux {
 		serialNote = "the Linux shell"
 		sectors := spec.Disks[0].Backend.VolumeSizeBytes() / upBlockSize
 		fmt.Fprintf(out, `
@@ -382,26 +383,26 @@ Logs: %[3]s/*.log. Ctrl-C (SIGINT) or SIGTERM stops everything.
 
 // upInstanceSpec is the instance tern up ensures: guest on a volume
 // across targets, replicated or of layout.
-func upInstanceSpec(targets []string, layout *ec.Layout, gen uint64, guest upGuest) instance.Spec {
+func upInstanceSpec(targets []string, layout *ec.Layout, gen ids.Generation, guest upGuest) apiv1.Spec {
 	wait := uint64(10_000)
 	region := guest.region()
-	backend := instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
+	backend := apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: targets,
 		Region: &region, Gen: gen, QuorumWaitMs: &wait}
 	if layout != nil {
-		backend.Layout = &instance.LayoutSpec{Kind: instance.LayoutEC, Data: layout.Data, Parity: layout.Parity}
+		backend.Layout = &apiv1.LayoutSpec{Kind: apiv1.LayoutEC, Data: layout.Data, Parity: layout.Parity}
 	}
-	return instance.Spec{ID: "demo", Name: "tern up " + guest.name, VCPUs: 1, MemoryMiB: guest.memoryMiB,
+	return apiv1.Spec{ID: "demo", Name: "tern up " + guest.name, VCPUs: 1, MemoryMiB: guest.memoryMiB,
 		Guest: guest.spec,
-		Disks: []instance.DiskSpec{{Name: "vol", Backend: backend}},
-		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+		Disks: []apiv1.DiskSpec{{Name: "vol", Backend: backend}},
+		Init:  apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }
 
 // ensureUpInstance ensures the instance of spec and asks it to run.
-func ensureUpInstance(ctx context.Context, c *client.Client, spec instance.Spec) error {
+func ensureUpInstance(ctx context.Context, c *client.Client, spec apiv1.Spec) error {
 	if _, err := c.Ensure(ctx, spec); err != nil {
 		return fmt.Errorf("ensuring the %s instance: %w", spec.Name, describeAPIError(err))
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		return fmt.Errorf("running the %s instance: %w", spec.Name, describeAPIError(err))
 	}
 	return nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/internal/kvmhost"
 	"tern/vmm/linuxguest"
 )
@@ -23,7 +23,7 @@ type upGuest struct {
 	// name is upGuestDemo or upGuestLinux.
 	name string
 	// spec and memoryMiB go into the instance's spec.
-	spec      instance.GuestSpec
+	spec      apiv1.GuestSpec
 	memoryMiB uint64
 	// extentCount sizes each region (upBlockSize × upExtentBlocks per
 	// extent).
@@ -43,7 +43,7 @@ type upGuest struct {
 // enough to reconcile at once.
 var upDemoGuest = upGuest{
 	name:        upGuestDemo,
-	spec:        instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
+	spec:        apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
 	memoryMiB:   64,
 	extentCount: 16,
 }
@@ -78,7 +78,7 @@ func prepareUpGuest(ctx context.Context, name string, out io.Writer) (upGuest, e
 	}
 	return upGuest{
 		name:         upGuestLinux,
-		spec:         instance.GuestSpec{Kind: instance.GuestLinux, Kernel: f.Kernel, Initrd: f.Initramfs, Cmdline: linuxguest.Cmdline},
+		spec:         apiv1.GuestSpec{Kind: apiv1.GuestLinux, Kernel: f.Kernel, Initrd: f.Initramfs, Cmdline: linuxguest.Cmdline},
 		memoryMiB:    upLinuxMemoryMiB,
 		extentCount:  upLinuxExtentCount,
 		regionPrefix: "linux-",
@@ -91,6 +91,6 @@ func prepareUpGuest(ctx context.Context, name string, out io.Writer) (upGuest, e
 }
 
 // region is the geometry of each of the volume's regions.
-func (g upGuest) region() instance.RegionSpec {
-	return instance.RegionSpec{BlockSize: upBlockSize, ExtentBlocks: upExtentBlocks, ExtentCount: g.extentCount}
+func (g upGuest) region() apiv1.RegionSpec {
+	return apiv1.RegionSpec{BlockSize: upBlockSize, ExtentBlocks: upExtentBlocks, ExtentCount: g.extentCount}
 }

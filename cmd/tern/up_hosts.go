@@ -15,9 +15,9 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/control"
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
 	"tern/vmm/kvm"
@@ -114,7 +114,7 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 		}
 	}
 	var demo control.InstanceView
-	req := control.CreateInstance{Name: "demo", VCPUs: 1, MemoryMiB: 64, Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
+	req := control.CreateInstance{Name: "demo", VCPUs: 1, MemoryMiB: 64, Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
 		VolumeBytes: 16 << 20, Start: true}
 	if err := f.do(wctx, http.MethodPost, "/v1/instances", req, &demo); err != nil {
 		return fmt.Errorf("creating the demo instance: %w", err)
@@ -194,7 +194,7 @@ func copyUpConsole(ctx context.Context, url string, offset uint64, out io.Writer
 // waitRegistered follows the agent at url's inventory (its long-poll)
 // until the control plane took its registration.
 func waitRegistered(ctx context.Context, url string) error {
-	a := agent.NewClient(url, nil)
+	a := agentapi.NewClient(url, nil)
 	var gen uint64
 	for {
 		inv, err := a.InventoryAfter(ctx, gen)
@@ -222,7 +222,7 @@ func upVMMURL(ctx context.Context, f *ctlFlags, name string) (string, string, er
 	if err := f.do(ctx, http.MethodGet, "/v1/hosts/"+url.PathEscape(v.Host), nil, &h); err != nil {
 		return "", "", err
 	}
-	st, err := agent.NewClient(h.Address, nil).VMM(ctx, v.VMM)
+	st, err := agentapi.NewClient(h.Address, nil).VMM(ctx, v.VMM)
 	if err != nil {
 		return "", "", fmt.Errorf("finding instance %s's vmm %s on host %s: %w", name, v.VMM, v.Host, err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/kvmhost"
 	"tern/vmm/guests"
@@ -198,7 +198,7 @@ func startUpWithin(t *testing.T, env []string, urlWait time.Duration, args ...st
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	if _, err := r.client.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := r.client.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		t.Fatalf("waiting for running: %v", err)
 	}
 	return r
@@ -222,7 +222,7 @@ func testUp(t *testing.T, env string, children int, args ...string) {
 	u, c := r.lines, r.client
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	if v, err := c.Get(ctx); err != nil || v.State != instance.Running {
+	if v, err := c.Get(ctx); err != nil || v.State != apiv1.Running {
 		t.Fatalf("GET /v1/instance: %+v, %v; want running", v, err)
 	}
 	for range 2 {

@@ -19,6 +19,7 @@ import (
 	"tern/cmd/internal/serve"
 	"tern/instance"
 	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/migration"
 	"tern/volume/transport"
@@ -202,18 +203,18 @@ func sameHostSocketPrefix() string {
 const MigrationProtocolsEnv = "TERN_MIGRATION_PROTOCOLS"
 
 // migrationProtocols reads MigrationProtocolsEnv; nil when unset.
-func migrationProtocols() ([]migration.Version, error) {
+func migrationProtocols() ([]apiv1.MigrationVersion, error) {
 	v := os.Getenv(MigrationProtocolsEnv)
 	if v == "" {
 		return nil, nil
 	}
-	var out []migration.Version
+	var out []apiv1.MigrationVersion
 	for f := range strings.SplitSeq(v, ",") {
 		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
 		if err != nil || n == 0 {
 			return nil, fmt.Errorf("%s=%q: want comma-separated protocol versions from 1 to 65535", MigrationProtocolsEnv, v)
 		}
-		out = append(out, migration.Version(n))
+		out = append(out, apiv1.MigrationVersion(n))
 	}
 	return out, nil
 }

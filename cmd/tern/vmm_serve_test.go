@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"tern/migration"
+	"tern/instance/apiv1"
 )
 
 // TestMigrationProtocolsHook reads TERN_MIGRATION_PROTOCOLS: unset is the
@@ -12,12 +12,12 @@ import (
 func TestMigrationProtocolsHook(t *testing.T) {
 	for _, tc := range []struct {
 		env  string
-		want []migration.Version
+		want []apiv1.MigrationVersion
 		ok   bool
 	}{
 		{"", nil, true},
-		{"99", []migration.Version{99}, true},
-		{"1, 7", []migration.Version{1, 7}, true},
+		{"99", []apiv1.MigrationVersion{99}, true},
+		{"1, 7", []apiv1.MigrationVersion{1, 7}, true},
 		{"0", nil, false},
 		{"x", nil, false},
 		{"70000", nil, false},

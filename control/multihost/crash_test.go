@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/control"
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
-	"tern/migration"
 	"tern/vmm/kvm/kvmtest"
 )
 
@@ -122,12 +121,12 @@ func TestSIGKILLMidMigrationEndsByTheRules(t *testing.T) {
 			migrated := make(chan error, 1)
 			go func() { migrated <- c.ctl(nil, "instance", "migrate", "m1", "--to", to) }()
 			// Mid-migration: the source reports the migration out.
-			s, err = src.WaitFor(ctx, s.Gen, func(s instance.Snapshot) bool { return s.Migration.Out.Active() })
+			s, err = src.WaitFor(ctx, s.Gen, func(s apiv1.View) bool { return s.Migration.Out.Active() })
 			if err != nil {
 				t.Fatalf("waiting for the migration to start: %v", err)
 			}
 			t.Logf("killing at the source's phase %v", s.Migration.Out.Phase)
-			if s.Migration.Out.Phase == migration.PhaseFinish {
+			if s.Migration.Out.Phase == apiv1.PhaseFinish {
 				t.Log("the migration reached its last phase before the kill")
 			}
 			host := to
@@ -171,7 +170,7 @@ func TestSIGKILLMidMigrationEndsByTheRules(t *testing.T) {
 			c.neverTwoRunning()
 			// The restarted agent runs no vmm of the instance unless it
 			// is the one the records name.
-			inv := c.waitAgents("the agents", func(map[string]agent.Inventory) bool { return true })
+			inv := c.waitAgents("the agents", func(map[string]agentapi.Inventory) bool { return true })
 			if vs := vmmsOf(inv, v.ID); len(vs) > 1 {
 				t.Fatalf("instance %s has vmms %+v left", v.ID, vs)
 			}

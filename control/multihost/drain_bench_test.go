@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"tern/control"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/vmm/guests"
 )
@@ -23,7 +23,7 @@ func consoleFrom(ctx context.Context, url string, offset uint64) (string, uint64
 	}
 	var sb strings.Builder
 	for {
-		h, err := c.SerialHistory(ctx, offset, api.MaxSerialMaxBytes)
+		h, err := c.SerialHistory(ctx, offset, apiv1.MaxSerialMaxBytes)
 		if err != nil {
 			return "", 0, err
 		}

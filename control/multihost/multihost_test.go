@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/control"
 	"tern/control/internal/proctest"
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
 	"tern/vmm/guests"
@@ -106,7 +106,7 @@ func newClusterWith(t testing.TB, o clusterOptions) *cluster {
 	c.watch = watchAgents(t, c)
 	// Registration is asynchronous: wait for every agent to say it was
 	// taken.
-	c.waitAgents("every agent registered", func(inv map[string]agent.Inventory) bool {
+	c.waitAgents("every agent registered", func(inv map[string]agentapi.Inventory) bool {
 		n := 0
 		for _, i := range inv {
 			if i.Registered {
@@ -184,14 +184,14 @@ type agentWatch struct {
 	// inv is each reachable agent's latest inventory; changed is closed
 	// and replaced at every change; violations lists each time an
 	// instance ran on two vmms (all guarded by mu).
-	inv        map[string]agent.Inventory
+	inv        map[string]agentapi.Inventory
 	changed    chan struct{}
 	violations []string
 }
 
 // watchAgents follows c's agents until t ends.
 func watchAgents(t testing.TB, c *cluster) *agentWatch {
-	w := &agentWatch{inv: map[string]agent.Inventory{}, changed: make(chan struct{})}
+	w := &agentWatch{inv: map[string]agentapi.Inventory{}, changed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for id := range c.hosts {
@@ -210,7 +210,7 @@ func (w *agentWatch) follow(ctx context.Context, c *cluster, id string) {
 		if p != from {
 			from, gen = p, 0
 		}
-		inv, err := agent.NewClient(p.URL, nil).InventoryAfter(ctx, gen)
+		inv, err := agentapi.NewClient(p.URL, nil).InventoryAfter(ctx, gen)
 		if err != nil {
 			w.forget(id)
 			// The agent is down or restarting: ask again shortly.
@@ -231,7 +231,7 @@ func (w *agentWatch) follow(ctx context.Context, c *cluster, id string) {
 // forget drops host id's inventory: its agent is not there.
 func (w *agentWatch) forget(id string) { w.update(id, nil) }
 
-func (w *agentWatch) update(id string, inv *agent.Inventory) {
+func (w *agentWatch) update(id string, inv *agentapi.Inventory) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inv == nil {
@@ -242,7 +242,7 @@ func (w *agentWatch) update(id string, inv *agent.Inventory) {
 	running := map[string][]string{}
 	for h, i := range w.inv {
 		for _, v := range i.VMMs {
-			if !v.Gone && v.State == instance.Running {
+			if !v.Gone && v.State == apiv1.Running {
 				running[v.InstanceID] = append(running[v.InstanceID], h+"/"+v.ID)
 			}
 		}
@@ -257,7 +257,7 @@ func (w *agentWatch) update(id string, inv *agent.Inventory) {
 }
 
 // waitAgents waits until done accepts the agents' latest inventories.
-func (c *cluster) waitAgents(what string, done func(map[string]agent.Inventory) bool) map[string]agent.Inventory {
+func (c *cluster) waitAgents(what string, done func(map[string]agentapi.Inventory) bool) map[string]agentapi.Inventory {
 	c.t.Helper()
 	deadline := time.After(generous)
 	for {
@@ -290,11 +290,11 @@ func (c *cluster) neverTwoRunning() {
 
 // runningIn returns, from inventories, every vmm of instance id that
 // runs, by host.
-func runningIn(inv map[string]agent.Inventory, id string) map[string]agent.VMMStatus {
-	out := map[string]agent.VMMStatus{}
+func runningIn(inv map[string]agentapi.Inventory, id string) map[string]agentapi.VMMStatus {
+	out := map[string]agentapi.VMMStatus{}
 	for h, i := range inv {
 		for _, v := range i.VMMs {
-			if v.InstanceID == id && !v.Gone && v.State == instance.Running {
+			if v.InstanceID == id && !v.Gone && v.State == apiv1.Running {
 				out[h] = v
 			}
 		}
@@ -303,8 +303,8 @@ func runningIn(inv map[string]agent.Inventory, id string) map[string]agent.VMMSt
 }
 
 // vmmsOf returns every vmm of instance id the agents have, running or not.
-func vmmsOf(inv map[string]agent.Inventory, id string) map[string]agent.VMMStatus {
-	out := map[string]agent.VMMStatus{}
+func vmmsOf(inv map[string]agentapi.Inventory, id string) map[string]agentapi.VMMStatus {
+	out := map[string]agentapi.VMMStatus{}
 	for h, i := range inv {
 		for _, v := range i.VMMs {
 			if v.InstanceID == id {
@@ -315,9 +315,9 @@ func vmmsOf(inv map[string]agent.Inventory, id string) map[string]agent.VMMStatu
 	return out
 }
 
-func (c *cluster) inventory(host string) agent.Inventory {
+func (c *cluster) inventory(host string) agentapi.Inventory {
 	c.t.Helper()
-	inv, err := agent.NewClient(c.agent(host).URL, nil).Inventory(context.Background())
+	inv, err := agentapi.NewClient(c.agent(host).URL, nil).Inventory(context.Background())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -326,8 +326,8 @@ func (c *cluster) inventory(host string) agent.Inventory {
 
 // runningVMMs returns, from the agents' own current reports, every vmm
 // of instance id that runs, by host.
-func (c *cluster) runningVMMs(id string) map[string]agent.VMMStatus {
-	inv := map[string]agent.Inventory{}
+func (c *cluster) runningVMMs(id string) map[string]agentapi.VMMStatus {
+	inv := map[string]agentapi.Inventory{}
 	for h := range c.hosts {
 		inv[h] = c.inventory(h)
 	}
@@ -397,7 +397,7 @@ func (c *cluster) waitRunning(name string) (string, string) {
 	c.t.Helper()
 	var v control.InstanceView
 	c.mustCtl(&v, "instance", "get", name)
-	inv := c.waitAgents("instance "+name+" running", func(inv map[string]agent.Inventory) bool {
+	inv := c.waitAgents("instance "+name+" running", func(inv map[string]agentapi.Inventory) bool {
 		return len(runningIn(inv, v.ID)) == 1
 	})
 	for h, s := range runningIn(inv, v.ID) {
@@ -449,9 +449,9 @@ func (c *cluster) migrationsOf(id string) []control.Migration {
 // and URL ("" for none).
 func (c *cluster) settled(id string) (string, string) {
 	c.t.Helper()
-	inv := c.waitAgents("instance "+id+"'s vmms all running or gone", func(inv map[string]agent.Inventory) bool {
+	inv := c.waitAgents("instance "+id+"'s vmms all running or gone", func(inv map[string]agentapi.Inventory) bool {
 		for _, v := range vmmsOf(inv, id) {
-			if v.State != instance.Running {
+			if v.State != apiv1.Running {
 				return false
 			}
 		}

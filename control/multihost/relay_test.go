@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"tern/agent"
+	"tern/agent/agentapi"
 	"tern/control"
+	"tern/instance/apiv1"
 )
 
 // faultyRelay stands between the agents and the control plane: it
@@ -35,9 +36,9 @@ type faultyRelay struct {
 	// delivered) and the fault counts are guarded by mu; changed is
 	// closed and replaced when pending changes.
 	rng         *rand.Rand
-	pending     []agent.Report
-	seen        []agent.Report
-	newest      map[string]uint64
+	pending     []agentapi.Report
+	seen        []agentapi.Report
+	newest      map[string]apiv1.ViewGen
 	late, twice int
 	changed     chan struct{}
 	closed      bool
@@ -47,7 +48,7 @@ type faultyRelay struct {
 const maxLate = 150 * time.Millisecond
 
 func newFaultyRelay(t *testing.T, seed uint64) *faultyRelay {
-	r := &faultyRelay{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), newest: map[string]uint64{},
+	r := &faultyRelay{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), newest: map[string]apiv1.ViewGen{},
 		changed: make(chan struct{}), done: make(chan struct{})}
 	return r
 }
@@ -94,7 +95,7 @@ func (r *faultyRelay) signalLocked() {
 
 // take accepts a report from an agent for later delivery.
 func (r *faultyRelay) take(w http.ResponseWriter, req *http.Request) {
-	var rep agent.Report
+	var rep agentapi.Report
 	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&rep); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -154,7 +155,7 @@ func (r *faultyRelay) deliverLoop() {
 
 // deliver posts rep to the control plane's report endpoint and counts
 // it late when its vmm had a newer one delivered.
-func (r *faultyRelay) deliver(rep agent.Report) error {
+func (r *faultyRelay) deliver(rep agentapi.Report) error {
 	b, _ := json.Marshal(rep)
 	resp, err := http.Post(r.control+"/v1/reports", "application/json", bytes.NewReader(b))
 	if err != nil {
@@ -198,7 +199,7 @@ func (r *faultyRelay) flush() {
 func (r *faultyRelay) replayAll() {
 	r.t.Helper()
 	r.mu.Lock()
-	all := append([]agent.Report(nil), r.seen...)
+	all := append([]agentapi.Report(nil), r.seen...)
 	r.mu.Unlock()
 	for i := len(all) - 1; i >= 0; i-- {
 		if err := r.deliver(all[i]); err != nil {
@@ -258,7 +259,7 @@ func TestReportsLateTwiceAndOutOfOrderEndTheSame(t *testing.T) {
 		t.Fatalf("r1 runs on %q after its migration to %s", host, to)
 	}
 	waitVerifyPass(t, url, "after the migration")
-	if vs := vmmsOf(c.waitAgents("the agents", func(map[string]agent.Inventory) bool { return true }), b.ID); len(vs) != 0 {
+	if vs := vmmsOf(c.waitAgents("the agents", func(map[string]agentapi.Inventory) bool { return true }), b.ID); len(vs) != 0 {
 		t.Fatalf("the stopped r2 still has vmms %+v", vs)
 	}
 	before := c.records()

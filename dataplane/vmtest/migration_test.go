@@ -13,6 +13,7 @@ import (
 	"tern/dataplane"
 	"tern/dataplane/nettest"
 	"tern/dataplane/planetest"
+	"tern/instance/apiv1"
 	"tern/migration"
 	"tern/vmm"
 	"tern/vmm/devices"
@@ -154,8 +155,8 @@ func TestLiveMigrationOfAVMLosesNothingOutsideItsDowntime(t *testing.T) {
 			return dst.Memory().PutUint64(guests.ParamsAddr+guests.MarkOffset, guests.UDPMark(used))
 		},
 	}
-	sc := migration.SourceConfig{VM: src, Spec: []byte("{}"), OnProgress: func(p migration.Progress) {
-		if p.Phase == migration.PhasePause {
+	sc := migration.SourceConfig{VM: src, Spec: []byte("{}"), OnProgress: func(p apiv1.Progress) {
+		if p.Phase == apiv1.PhasePause {
 			mu.Lock()
 			pauseAt = time.Now()
 			mu.Unlock()

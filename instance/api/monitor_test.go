@@ -12,6 +12,7 @@ import (
 
 	"tern/instance"
 	"tern/instance/api"
+	"tern/instance/apiv1"
 )
 
 // serve runs one request against srv in-process.
@@ -35,23 +36,23 @@ func TestMonitorAnswersWithTheCurrentSnapshotAfterThirtySeconds(t *testing.T) {
 			t.Fatalf("ensure: %d %s", code, body)
 		}
 		synctest.Wait() // built, still creating: nothing more will happen
-		var cur instance.Snapshot
+		var cur apiv1.View
 		_, body := serve(t, srv, "GET", "/v1/instance/state", "")
 		json.Unmarshal(body, &cur)
-		if cur.State != instance.Creating {
+		if cur.State != apiv1.Creating {
 			t.Fatalf("current %+v", cur)
 		}
 		start := time.Now()
 		code, body := serve(t, srv, "GET", fmt.Sprintf("/v1/instance/state?after_gen=%d", cur.Gen), "")
-		var got instance.Snapshot
+		var got apiv1.View
 		json.Unmarshal(body, &got)
 		if code != 200 || got != cur || time.Since(start) != api.MonitorTimeout {
 			t.Fatalf("long-poll with nothing newer: %d %+v after %v; want the current snapshot after %v", code, got, time.Since(start), api.MonitorTimeout)
 		}
-		done := make(chan instance.Snapshot)
+		done := make(chan apiv1.View)
 		go func() {
 			_, body := serve(t, srv, "GET", fmt.Sprintf("/v1/instance/state?after_gen=%d", cur.Gen), "")
-			var s instance.Snapshot
+			var s apiv1.View
 			json.Unmarshal(body, &s)
 			done <- s
 		}()
@@ -61,7 +62,7 @@ func TestMonitorAnswersWithTheCurrentSnapshotAfterThirtySeconds(t *testing.T) {
 		}
 		// The waiter gets the latest snapshot, which may already be
 		// past starting.
-		if s := <-done; s.Gen <= cur.Gen || (s.State != instance.Starting && s.State != instance.Running) {
+		if s := <-done; s.Gen <= cur.Gen || (s.State != apiv1.Starting && s.State != apiv1.Running) {
 			t.Errorf("woken with %+v; want a gen after %d, starting or running", s, cur.Gen)
 		}
 		if err := srv.Close(context.Background()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 
 	"tern/instance"
+	"tern/instance/apiv1"
 )
 
 // serialChunk bounds one websocket message of console output.
@@ -21,7 +22,7 @@ const serialChunk = 32 << 10
 func (s *Server) serialStream(w http.ResponseWriter, r *http.Request) {
 	from, err := uintParam(r.URL.Query().Get("from_offset"), 0)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: "from_offset: " + err.Error()})
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: "from_offset: " + err.Error()})
 		return
 	}
 	c := s.instanceOr404(w)
@@ -62,7 +63,7 @@ func (s *Server) serialStream(w http.ResponseWriter, r *http.Request) {
 	if to := c.MigratedTo(); to != "" {
 		// The instance runs on elsewhere: one text message names where,
 		// and the socket closes normally.
-		msg, _ := json.Marshal(MigratedTo{URL: to})
+		msg, _ := json.Marshal(apiv1.MigratedTo{URL: to})
 		if err := conn.Write(ctx, websocket.MessageText, msg); err != nil {
 			return
 		}

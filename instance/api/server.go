@@ -22,6 +22,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/internal/telemetry"
 	"tern/migration"
 	"tern/vmm/devices"
@@ -60,7 +61,7 @@ type Config struct {
 	MigrationAddr string
 	// MigrationVersions are the migration protocol versions offered and
 	// reported (nil: migration.SupportedVersions).
-	MigrationVersions []migration.Version
+	MigrationVersions []apiv1.MigrationVersion
 	// APIURL is this server's own URL, which a migration target sends
 	// its source for the source's serial watchers.
 	APIURL string
@@ -96,7 +97,7 @@ type Server struct {
 	// watched is, per connection (remote address) that carried a
 	// monitor answer, the gen that answer gave: DrainWatchers waits for
 	// every one to reach the final gen.
-	watched map[string]uint64
+	watched map[string]apiv1.ViewGen
 	// watchChanged is closed and replaced whenever watched changes.
 	watchChanged chan struct{}
 }
@@ -104,7 +105,7 @@ type Server struct {
 // NewServer returns a server with no instance.
 func NewServer(cfg Config) *Server {
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, mux: http.NewServeMux(),
-		watched: map[string]uint64{}, watchChanged: make(chan struct{})}
+		watched: map[string]apiv1.ViewGen{}, watchChanged: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -125,7 +126,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/metrics", map[string]http.HandlerFunc{"GET": telemetry.MetricsHandler(s.metrics).ServeHTTP})
 	s.route("/healthz", map[string]http.HandlerFunc{"GET": s.healthz})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNotFound, Message: "no route " + r.URL.Path})
+		writeError(w, http.StatusNotFound, apiv1.Error{ErrorCode: apiv1.CodeNotFound, Message: "no route " + r.URL.Path})
 	})
 	return s
 }
@@ -133,10 +134,10 @@ func NewServer(cfg Config) *Server {
 // registerMetrics adds the instance's gauges: its gen and a 0/1 gauge
 // per state.
 func (s *Server) registerMetrics() {
-	snapshot := func() (instance.Snapshot, bool) {
+	snapshot := func() (apiv1.View, bool) {
 		c := s.current()
 		if c == nil {
-			return instance.Snapshot{}, false
+			return apiv1.View{}, false
 		}
 		return c.Publisher().Current(), true
 	}
@@ -144,7 +145,7 @@ func (s *Server) registerMetrics() {
 		snap, _ := snapshot()
 		return float64(snap.Gen)
 	})
-	for _, st := range instance.AllStates() {
+	for _, st := range apiv1.AllStates() {
 		s.metrics.NewGauge(fmt.Sprintf(`tern_instance_state{state=%q}`, st), func() float64 {
 			if snap, ok := snapshot(); ok && snap.State == st {
 				return 1
@@ -172,7 +173,7 @@ func (s *Server) route(path string, methods map[string]http.HandlerFunc) {
 		h, ok := methods[r.Method]
 		if !ok {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, Error{ErrorCode: CodeMethod,
+			writeError(w, http.StatusMethodNotAllowed, apiv1.Error{ErrorCode: apiv1.CodeMethod,
 				Message: fmt.Sprintf("%s %s: allowed %s", r.Method, path, strings.Join(allow, ", "))})
 			return
 		}
@@ -193,7 +194,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	var err error
 	if c != nil {
-		c.Request(instance.Stop)
+		c.Request(apiv1.Stop)
 		select {
 		case <-c.Done():
 		case <-ctx.Done():
@@ -216,15 +217,15 @@ func (s *Server) current() *instance.Controller {
 
 // readBody reads a size-limited body, answering 413 itself.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, apiv1.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, Error{ErrorCode: CodeBodyTooLarge,
-			Message: fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)})
+		writeError(w, http.StatusRequestEntityTooLarge, apiv1.Error{ErrorCode: apiv1.CodeBodyTooLarge,
+			Message: fmt.Sprintf("request body is larger than %d bytes", apiv1.MaxBodyBytes)})
 		return nil, false
 	case err != nil:
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: "reading body: " + err.Error()})
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: "reading body: " + err.Error()})
 		return nil, false
 	}
 	return b, true
@@ -235,24 +236,24 @@ func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	spec, err := instance.DecodeSpec(body)
+	spec, err := apiv1.DecodeSpec(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: err.Error()})
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: err.Error()})
 		return
 	}
-	if err := spec.Validate(s.cfg.Host); err != nil {
+	if err := instance.Validate(&spec, s.cfg.Host); err != nil {
 		var problems []string
 		for _, e := range unjoin(err) {
 			problems = append(problems, strings.TrimPrefix(e.Error(), instance.ErrInvalidSpec.Error()+": "))
 		}
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeInvalidSpec,
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeInvalidSpec,
 			Message: fmt.Sprintf("%s: %s", instance.ErrInvalidSpec, strings.Join(problems, "; ")), Problems: problems})
 		return
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown, Message: "the server is shutting down"})
+		writeError(w, http.StatusServiceUnavailable, apiv1.Error{ErrorCode: apiv1.CodeShuttingDown, Message: "the server is shutting down"})
 		return
 	}
 	if c := s.cur; c != nil && !gone(c) && ended(c) {
@@ -261,7 +262,7 @@ func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
 		// accepted, after that moment.
 		s.mu.Unlock()
 		if !s.awaitEnd(r.Context(), c) {
-			writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown,
+			writeError(w, http.StatusServiceUnavailable, apiv1.Error{ErrorCode: apiv1.CodeShuttingDown,
 				Message: fmt.Sprintf("instance %q is %s but has not finished releasing its resources", c.Spec().ID, c.Publisher().Current().State)})
 			return
 		}
@@ -272,11 +273,11 @@ func (s *Server) ensure(w http.ResponseWriter, r *http.Request) {
 }
 
 // ensureAgain is the ensure's second look, once the last instance ended.
-func (s *Server) ensureAgain(w http.ResponseWriter, spec instance.Spec) {
+func (s *Server) ensureAgain(w http.ResponseWriter, spec apiv1.Spec) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		writeError(w, http.StatusServiceUnavailable, Error{ErrorCode: CodeShuttingDown, Message: "the server is shutting down"})
+		writeError(w, http.StatusServiceUnavailable, apiv1.Error{ErrorCode: apiv1.CodeShuttingDown, Message: "the server is shutting down"})
 		return
 	}
 	s.ensureLocked(w, spec)
@@ -285,22 +286,22 @@ func (s *Server) ensureAgain(w http.ResponseWriter, spec instance.Spec) {
 // ensureLocked, called with s.mu held, answers an ensure of spec against
 // the current instance, starting a new one when the last is gone; it
 // unlocks s.mu.
-func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
+func (s *Server) ensureLocked(w http.ResponseWriter, spec apiv1.Spec) {
 	if c := s.cur; c != nil && !gone(c) {
 		s.mu.Unlock()
 		switch {
 		case c.Spec().ID != spec.ID:
-			writeError(w, http.StatusConflict, Error{ErrorCode: CodeConflict,
+			writeError(w, http.StatusConflict, apiv1.Error{ErrorCode: apiv1.CodeConflict,
 				Message: fmt.Sprintf("instance %q exists; stop it before ensuring %q", c.Spec().ID, spec.ID)})
 		case !c.Spec().Equal(spec):
-			writeError(w, http.StatusConflict, Error{ErrorCode: CodeSpecMismatch,
+			writeError(w, http.StatusConflict, apiv1.Error{ErrorCode: apiv1.CodeSpecMismatch,
 				Message: fmt.Sprintf("instance %q exists with another spec", spec.ID)})
 		default: // the same ensure again
 			writeJSON(w, http.StatusCreated, s.view(c))
 		}
 		return
 	}
-	var firstGen uint64
+	var firstGen apiv1.ViewGen
 	if s.cur != nil {
 		firstGen = s.cur.Publisher().Current().Gen + 1
 	}
@@ -335,7 +336,7 @@ func (s *Server) awaitEnd(ctx context.Context, c *instance.Controller) bool {
 // freeing what it built (already done) and ending its goroutine is left.
 func ended(c *instance.Controller) bool {
 	st := c.Publisher().Current().State
-	return st == instance.Destroyed || st == instance.Failed
+	return st == apiv1.Destroyed || st == apiv1.Failed
 }
 
 // gone reports whether c is destroyed or failed with everything freed.
@@ -356,9 +357,9 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-func (s *Server) view(c *instance.Controller) InstanceView {
+func (s *Server) view(c *instance.Controller) apiv1.Instance {
 	snap := c.Publisher().Current()
-	v := InstanceView{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.BuiltSpec(), Disks: c.Disks(),
+	v := apiv1.Instance{ID: c.Spec().ID, State: snap.State, Gen: snap.Gen, Spec: c.BuiltSpec(), Disks: c.Disks(),
 		Migration: snap.Migration, MigrationAddr: s.cfg.MigrationAddr}
 	if err := c.Failure(); err != nil {
 		v.Error = err.Error()
@@ -371,7 +372,7 @@ func (s *Server) view(c *instance.Controller) InstanceView {
 func (s *Server) instanceOr404(w http.ResponseWriter) *instance.Controller {
 	c := s.current()
 	if c == nil {
-		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNoInstance, Message: "no instance has been ensured"})
+		writeError(w, http.StatusNotFound, apiv1.Error{ErrorCode: apiv1.CodeNoInstance, Message: "no instance has been ensured"})
 	}
 	return c
 }
@@ -387,16 +388,16 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req StateRequest
+	var req apiv1.StateRequest
 	if err := decodeStrict(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed,
 			Message: "parsing state request: " + err.Error() + ` (want {"requested":"run"|"stop"|"reboot"})`})
 		return
 	}
 	switch req.Requested {
-	case instance.Run, instance.Stop, instance.Reboot:
+	case apiv1.Run, apiv1.Stop, apiv1.Reboot:
 	default:
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed,
 			Message: fmt.Sprintf(`requested %q: want "run", "stop" or "reboot"`, req.Requested)})
 		return
 	}
@@ -408,24 +409,24 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 		var ws *instance.WrongStateError
 		if errors.As(err, &ws) {
 			st := ws.State
-			writeError(w, http.StatusConflict, Error{ErrorCode: CodeWrongState, Message: err.Error(), State: &st})
+			writeError(w, http.StatusConflict, apiv1.Error{ErrorCode: apiv1.CodeWrongState, Message: err.Error(), State: &st})
 			return
 		}
-		writeError(w, http.StatusInternalServerError, Error{ErrorCode: CodeInternalError, Message: err.Error()})
+		writeError(w, http.StatusInternalServerError, apiv1.Error{ErrorCode: apiv1.CodeInternalError, Message: err.Error()})
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
-	var after uint64
+	var after apiv1.ViewGen
 	if v := r.URL.Query().Get("after_gen"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", v)})
+			writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", v)})
 			return
 		}
-		after = n
+		after = apiv1.ViewGen(n)
 	}
 	c := s.instanceOr404(w)
 	if c == nil {
@@ -437,7 +438,7 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, instance.ErrGone):
 		s.noteWatcher(r.RemoteAddr, math.MaxUint64)
-		writeError(w, http.StatusGone, Error{ErrorCode: CodeInstanceGone,
+		writeError(w, http.StatusGone, apiv1.Error{ErrorCode: apiv1.CodeInstanceGone,
 			Message: fmt.Sprintf("instance %q is gone; its last gen is %d", c.Spec().ID, c.Publisher().Current().Gen)})
 	case err != nil && r.Context().Err() != nil:
 		// The client left.
@@ -452,7 +453,7 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
 }
 
 // noteWatcher records that the connection from addr was answered with gen.
-func (s *Server) noteWatcher(addr string, gen uint64) {
+func (s *Server) noteWatcher(addr string, gen apiv1.ViewGen) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
 	s.watched[addr] = gen
@@ -516,7 +517,7 @@ func (s *Server) getDisk(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	d, ok := c.Disk(name)
 	if !ok {
-		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNoSuchDisk, Message: fmt.Sprintf("instance has no disk %q", name)})
+		writeError(w, http.StatusNotFound, apiv1.Error{ErrorCode: apiv1.CodeNoSuchDisk, Message: fmt.Sprintf("instance has no disk %q", name)})
 		return
 	}
 	writeJSON(w, http.StatusOK, d)
@@ -526,13 +527,13 @@ func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	from, err := uintParam(q.Get("from_offset"), 0)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: "from_offset: " + err.Error()})
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: "from_offset: " + err.Error()})
 		return
 	}
-	maxBytes, err := uintParam(q.Get("max_bytes"), DefaultSerialMaxBytes)
-	if err != nil || maxBytes == 0 || maxBytes > MaxSerialMaxBytes {
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
-			Message: fmt.Sprintf("max_bytes %q: want 1 to %d", q.Get("max_bytes"), MaxSerialMaxBytes)})
+	maxBytes, err := uintParam(q.Get("max_bytes"), apiv1.DefaultSerialMaxBytes)
+	if err != nil || maxBytes == 0 || maxBytes > apiv1.MaxSerialMaxBytes {
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed,
+			Message: fmt.Sprintf("max_bytes %q: want 1 to %d", q.Get("max_bytes"), apiv1.MaxSerialMaxBytes)})
 		return
 	}
 	c := s.instanceOr404(w)
@@ -542,11 +543,11 @@ func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
 	data, first, next, err := c.Console().ReadFrom(from, int(maxBytes))
 	if errors.Is(err, devices.ErrOffsetAhead) {
 		_, end := c.Console().Bounds()
-		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeOffsetAhead,
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeOffsetAhead,
 			Message: fmt.Sprintf("from_offset %d is past the end of the console (%d)", from, end)})
 		return
 	}
-	writeJSON(w, http.StatusOK, SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
+	writeJSON(w, http.StatusOK, apiv1.SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
 }
 
 func uintParam(v string, def uint64) (uint64, error) {
@@ -557,10 +558,10 @@ func uintParam(v string, def uint64) (uint64, error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
+	writeJSON(w, http.StatusOK, apiv1.Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
 }
 
-func (s *Server) migrationVersions() []migration.Version {
+func (s *Server) migrationVersions() []apiv1.MigrationVersion {
 	if s.cfg.MigrationVersions != nil {
 		return s.cfg.MigrationVersions
 	}
@@ -616,11 +617,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(Error{ErrorCode: CodeInternalError, Message: "encoding response: " + err.Error()})
+		b, _ = json.Marshal(apiv1.Error{ErrorCode: apiv1.CodeInternalError, Message: "encoding response: " + err.Error()})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, status int, e Error) { writeJSON(w, status, e) }
+func writeError(w http.ResponseWriter, status int, e apiv1.Error) { writeJSON(w, status, e) }

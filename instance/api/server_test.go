@@ -21,6 +21,7 @@ import (
 
 	"tern/instance"
 	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/vmm/devices"
 )
@@ -131,9 +132,9 @@ func newHarness(t *testing.T, f *machines) *harness {
 	return &harness{srv: srv, c: c, ctx: ctx}
 }
 
-func spec(id string) instance.Spec {
-	return instance.Spec{ID: id, VCPUs: 1, MemoryMiB: 64, Guest: instance.GuestSpec{Kind: "elf", Path: "echo"},
-		Init: instance.InitSpec{Method: "spec"}}
+func spec(id string) apiv1.Spec {
+	return apiv1.Spec{ID: id, VCPUs: 1, MemoryMiB: 64, Guest: apiv1.GuestSpec{Kind: "elf", Path: "echo"},
+		Init: apiv1.InitSpec{Method: "spec"}}
 }
 
 func TestOpenAPIDocumentNamesExactlyTheServedRoutes(t *testing.T) {
@@ -172,26 +173,26 @@ func TestStopWhileBuildingMemoryDestroysWithoutRunning(t *testing.T) {
 	if _, err := h.c.Ensure(h.ctx, spec("gated")); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+	if err := h.c.RequestState(h.ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	err := h.c.RequestState(h.ctx, instance.Reboot)
+	err := h.c.RequestState(h.ctx, apiv1.Reboot)
 	var e *client.APIError
-	if !errors.As(err, &e) || e.Status != 409 || e.Body.ErrorCode != api.CodeWrongState || *e.Body.State != instance.Creating {
+	if !errors.As(err, &e) || e.Status != 409 || e.Body.ErrorCode != apiv1.CodeWrongState || *e.Body.State != apiv1.Creating {
 		t.Fatalf("reboot while creating: %v", err)
 	}
-	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+	if err := h.c.RequestState(h.ctx, apiv1.Stop); err != nil {
 		t.Fatal(err)
 	}
 	close(f.gate) // the memory is built; the stop is seen next
-	s, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+	s, err := h.c.WaitFor(h.ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if hist, _ := h.c.SerialHistory(h.ctx, 0, 0); hist.Data != "" {
 		t.Fatalf("the guest ran: console %q", hist.Data)
 	}
-	if v, _ := h.c.Get(h.ctx); v.State != instance.Destroyed || v.Gen != s.Gen {
+	if v, _ := h.c.Get(h.ctx); v.State != apiv1.Destroyed || v.Gen != s.Gen {
 		t.Fatalf("GET after destroyed: %+v", v)
 	}
 }
@@ -202,15 +203,15 @@ func TestFailedBuildEndsFailedAndANewEnsureIsAccepted(t *testing.T) {
 	if _, err := h.c.Ensure(h.ctx, spec("doomed")); err != nil {
 		t.Fatal(err)
 	}
-	last, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Failed })
+	last, err := h.c.WaitFor(h.ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Failed })
 	if err != nil {
 		t.Fatal(err)
 	}
 	v, err := h.c.Get(h.ctx)
-	if err != nil || v.State != instance.Failed || !strings.Contains(v.Error, "no memory for you") {
+	if err != nil || v.State != apiv1.Failed || !strings.Contains(v.Error, "no memory for you") {
 		t.Fatalf("GET: %+v, %v", v, err)
 	}
-	if _, err := h.c.Monitor(h.ctx, last.Gen); !client.IsCode(err, api.CodeInstanceGone) {
+	if _, err := h.c.Monitor(h.ctx, last.Gen); !client.IsCode(err, apiv1.CodeInstanceGone) {
 		t.Fatalf("monitor past failed: %v; want 410", err)
 	}
 	f.fail = nil // only the owner goroutine of the next instance reads it
@@ -227,16 +228,16 @@ func TestGuestExitHaltsTheInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-f.built
-	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+	if err := h.c.RequestState(h.ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
 	f.all[0].exit <- 0
 	f.mu.Unlock()
-	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -252,12 +253,12 @@ func TestConcurrentRequestsKeepGensIncreasingAndEndDestroyed(t *testing.T) {
 	if _, err := h.c.Ensure(h.ctx, spec("busy")); err != nil {
 		t.Fatal(err)
 	}
-	watched := make(chan []uint64, 1)
+	watched := make(chan []apiv1.ViewGen, 1)
 	go func() {
-		var gens []uint64
-		h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool {
+		var gens []apiv1.ViewGen
+		h.c.WaitFor(h.ctx, 0, func(s apiv1.View) bool {
 			gens = append(gens, s.Gen)
-			return s.State == instance.Destroyed
+			return s.State == apiv1.Destroyed
 		})
 		watched <- gens
 	}()
@@ -265,15 +266,15 @@ func TestConcurrentRequestsKeepGensIncreasingAndEndDestroyed(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			for j := range 20 {
-				req := []instance.Request{instance.Run, instance.Reboot, instance.Run}[(i+j)%3]
-				if err := h.c.RequestState(h.ctx, req); err != nil && !client.IsCode(err, api.CodeWrongState) {
+				req := []apiv1.Request{apiv1.Run, apiv1.Reboot, apiv1.Run}[(i+j)%3]
+				if err := h.c.RequestState(h.ctx, req); err != nil && !client.IsCode(err, apiv1.CodeWrongState) {
 					t.Errorf("%s: %v", req, err)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+	if err := h.c.RequestState(h.ctx, apiv1.Stop); err != nil {
 		t.Fatal(err)
 	}
 	gens := <-watched
@@ -282,7 +283,7 @@ func TestConcurrentRequestsKeepGensIncreasingAndEndDestroyed(t *testing.T) {
 			t.Fatalf("gens %v not strictly increasing", gens)
 		}
 	}
-	if v, _ := h.c.Get(h.ctx); v.State != instance.Destroyed {
+	if v, _ := h.c.Get(h.ctx); v.State != apiv1.Destroyed {
 		t.Fatalf("final state %s", v.State)
 	}
 	rec := httptest.NewRecorder()
@@ -303,19 +304,19 @@ func TestEveryErrorIsJSONWithACode(t *testing.T) {
 		status             int
 		code               string
 	}{
-		{"GET", "/v1/instance", "", 404, api.CodeNoInstance},
-		{"GET", "/v1/instance/state?after_gen=x", "", 400, api.CodeMalformed},
-		{"GET", "/v1/instance/state", "", 404, api.CodeNoInstance},
-		{"GET", "/v1/instance/disks/a", "", 404, api.CodeNoInstance},
-		{"GET", "/v1/instance/serial/history?max_bytes=0", "", 400, api.CodeMalformed},
-		{"DELETE", "/v1/instance", "", 405, api.CodeMethod},
-		{"GET", "/v2/nothing", "", 404, api.CodeNotFound},
-		{"PUT", "/v1/instance/state", `{"requested":"migrate_out"}`, 400, api.CodeMalformed},
-		{"PUT", "/v1/instance", strings.Repeat(" ", api.MaxBodyBytes+1), 413, api.CodeBodyTooLarge},
+		{"GET", "/v1/instance", "", 404, apiv1.CodeNoInstance},
+		{"GET", "/v1/instance/state?after_gen=x", "", 400, apiv1.CodeMalformed},
+		{"GET", "/v1/instance/state", "", 404, apiv1.CodeNoInstance},
+		{"GET", "/v1/instance/disks/a", "", 404, apiv1.CodeNoInstance},
+		{"GET", "/v1/instance/serial/history?max_bytes=0", "", 400, apiv1.CodeMalformed},
+		{"DELETE", "/v1/instance", "", 405, apiv1.CodeMethod},
+		{"GET", "/v2/nothing", "", 404, apiv1.CodeNotFound},
+		{"PUT", "/v1/instance/state", `{"requested":"migrate_out"}`, 400, apiv1.CodeMalformed},
+		{"PUT", "/v1/instance", strings.Repeat(" ", apiv1.MaxBodyBytes+1), 413, apiv1.CodeBodyTooLarge},
 	} {
 		rec := httptest.NewRecorder()
 		srv.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
-		var e api.Error
+		var e apiv1.Error
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != tc.status || e.ErrorCode != tc.code || e.Message == "" {
 			t.Errorf("%s %s: %d %s; want %d %s", tc.method, tc.path, rec.Code, rec.Body, tc.status, tc.code)
 		}
@@ -333,10 +334,10 @@ func TestSerialWebsocketReplaysTypesAndClosesWhenGone(t *testing.T) {
 	if _, err := h.c.Ensure(h.ctx, spec("ws")); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.c.RequestState(h.ctx, instance.Run); err != nil {
+	if err := h.c.RequestState(h.ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.c.WaitFor(h.ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := h.c.WaitFor(h.ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := h.c.Serial(h.ctx, 0)
@@ -359,7 +360,7 @@ func TestSerialWebsocketReplaysTypesAndClosesWhenGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil("typed")
-	if err := h.c.RequestState(h.ctx, instance.Stop); err != nil {
+	if err := h.c.RequestState(h.ctx, apiv1.Stop); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -443,10 +444,10 @@ func TestEnsureIsAcceptedAsSoonAsDestroyedIsObserved(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ensure %d, right after destroyed: %v", i, err)
 		}
-		if err := c.RequestState(ctx, instance.Stop); err != nil {
+		if err := c.RequestState(ctx, apiv1.Stop); err != nil {
 			t.Fatalf("stop %d: %v", i, err)
 		}
-		if _, err := c.WaitFor(ctx, v.Gen-1, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+		if _, err := c.WaitFor(ctx, v.Gen-1, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 			t.Fatalf("waiting for destroyed %d: %v", i, err)
 		}
 	}
@@ -485,7 +486,7 @@ func TestDrainWatchersWaitsForAWatcherBetweenTwoLongPolls(t *testing.T) {
 	}
 	drained := make(chan error, 1)
 	go func() { drained <- srv.DrainWatchers(ctx) }()
-	last, err := watcher.WaitFor(ctx, first.Gen, func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+	last, err := watcher.WaitFor(ctx, first.Gen, func(s apiv1.View) bool { return s.State == apiv1.Destroyed })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,15 +13,14 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 )
 
 // APIError is a non-2xx answer.
 type APIError struct {
 	Status int
 	// Body is the server's error body.
-	Body api.Error
+	Body apiv1.Error
 }
 
 func (e *APIError) Error() string {
@@ -90,7 +89,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 	if resp.StatusCode/100 != 2 {
 		e := &APIError{Status: resp.StatusCode}
 		if json.Unmarshal(b, &e.Body) != nil || e.Body.ErrorCode == "" {
-			e.Body = api.Error{ErrorCode: fmt.Sprintf("http_%d", resp.StatusCode), Message: strings.TrimSpace(string(b))}
+			e.Body = apiv1.Error{ErrorCode: fmt.Sprintf("http_%d", resp.StatusCode), Message: strings.TrimSpace(string(b))}
 		}
 		return resp.StatusCode, e
 	}
@@ -104,38 +103,38 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 
 // EnsureRaw sends body as the spec, unchanged (for specs read from a file
 // and for tests of bad input).
-func (c *Client) EnsureRaw(ctx context.Context, body []byte) (api.InstanceView, error) {
-	var v api.InstanceView
+func (c *Client) EnsureRaw(ctx context.Context, body []byte) (apiv1.Instance, error) {
+	var v apiv1.Instance
 	_, err := c.do(ctx, http.MethodPut, "/v1/instance", body, &v)
 	return v, err
 }
 
 // Ensure creates the instance from spec.
-func (c *Client) Ensure(ctx context.Context, spec instance.Spec) (api.InstanceView, error) {
+func (c *Client) Ensure(ctx context.Context, spec apiv1.Spec) (apiv1.Instance, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
-		return api.InstanceView{}, fmt.Errorf("encoding spec: %w", err)
+		return apiv1.Instance{}, fmt.Errorf("encoding spec: %w", err)
 	}
 	return c.EnsureRaw(ctx, b)
 }
 
 // Get returns the instance.
-func (c *Client) Get(ctx context.Context) (api.InstanceView, error) {
-	var v api.InstanceView
+func (c *Client) Get(ctx context.Context) (apiv1.Instance, error) {
+	var v apiv1.Instance
 	_, err := c.do(ctx, http.MethodGet, "/v1/instance", nil, &v)
 	return v, err
 }
 
 // Version returns the VMM's build and migration versions.
-func (c *Client) Version(ctx context.Context) (api.Version, error) {
-	var v api.Version
+func (c *Client) Version(ctx context.Context) (apiv1.Version, error) {
+	var v apiv1.Version
 	_, err := c.do(ctx, http.MethodGet, "/v1/version", nil, &v)
 	return v, err
 }
 
 // RequestState asks for run, stop or reboot.
-func (c *Client) RequestState(ctx context.Context, r instance.Request) error {
-	b, err := json.Marshal(api.StateRequest{Requested: r})
+func (c *Client) RequestState(ctx context.Context, r apiv1.Request) error {
+	b, err := json.Marshal(apiv1.StateRequest{Requested: r})
 	if err != nil {
 		return fmt.Errorf("encoding state request: %w", err)
 	}
@@ -146,8 +145,8 @@ func (c *Client) RequestState(ctx context.Context, r instance.Request) error {
 // Monitor long-polls for the first snapshot with gen > afterGen; after
 // the server's 30 s it returns the current one (whose gen may not be
 // newer: ask again).
-func (c *Client) Monitor(ctx context.Context, afterGen uint64) (instance.Snapshot, error) {
-	var s instance.Snapshot
+func (c *Client) Monitor(ctx context.Context, afterGen apiv1.ViewGen) (apiv1.View, error) {
+	var s apiv1.View
 	_, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/instance/state?after_gen=%d", afterGen), nil, &s)
 	return s, err
 }
@@ -155,7 +154,7 @@ func (c *Client) Monitor(ctx context.Context, afterGen uint64) (instance.Snapsho
 // WaitFor follows the monitor from afterGen until done accepts a
 // snapshot, and returns it. It ends with the monitor's error (410 once
 // the instance is gone) or ctx's.
-func (c *Client) WaitFor(ctx context.Context, afterGen uint64, done func(instance.Snapshot) bool) (instance.Snapshot, error) {
+func (c *Client) WaitFor(ctx context.Context, afterGen apiv1.ViewGen, done func(apiv1.View) bool) (apiv1.View, error) {
 	for {
 		s, err := c.Monitor(ctx, afterGen)
 		if err != nil {
@@ -169,20 +168,20 @@ func (c *Client) WaitFor(ctx context.Context, afterGen uint64, done func(instanc
 }
 
 // Disk returns one disk with its replicas.
-func (c *Client) Disk(ctx context.Context, name string) (instance.DiskStatus, error) {
-	var d instance.DiskStatus
+func (c *Client) Disk(ctx context.Context, name string) (apiv1.DiskStatus, error) {
+	var d apiv1.DiskStatus
 	_, err := c.do(ctx, http.MethodGet, "/v1/instance/disks/"+url.PathEscape(name), nil, &d)
 	return d, err
 }
 
 // SerialHistory reads the console from fromOffset, at most maxBytes (0:
 // the server's default).
-func (c *Client) SerialHistory(ctx context.Context, fromOffset uint64, maxBytes int) (api.SerialHistory, error) {
+func (c *Client) SerialHistory(ctx context.Context, fromOffset uint64, maxBytes int) (apiv1.SerialHistory, error) {
 	q := fmt.Sprintf("?from_offset=%d", fromOffset)
 	if maxBytes > 0 {
 		q += fmt.Sprintf("&max_bytes=%d", maxBytes)
 	}
-	var h api.SerialHistory
+	var h apiv1.SerialHistory
 	_, err := c.do(ctx, http.MethodGet, "/v1/instance/serial/history"+q, nil, &h)
 	return h, err
 }

@@ -12,8 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
@@ -25,14 +24,14 @@ import (
 func TestDirtyGuestRunsUntilStoppedAndVerifiesItsPattern(t *testing.T) {
 	p := startVMM(t, "")
 	c, ctx := p.client, ctx(t)
-	spec := instance.Spec{ID: "dirty", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: map[string]uint64{
+	spec := apiv1.Spec{ID: "dirty", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "dirty", Params: map[string]uint64{
 			"mem_mib": 16, "working_set_mib": 4, "dirty_mib_per_sec": 64, "verify_every_sec": 1}},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	if _, err := c.Ensure(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := c.Serial(ctx, 0)
@@ -59,13 +58,13 @@ func TestDirtyGuestRunsUntilStoppedAndVerifiesItsPattern(t *testing.T) {
 			}
 		}
 	}
-	if v, err := c.Get(ctx); err != nil || v.State != instance.Running {
+	if v, err := c.Get(ctx); err != nil || v.State != apiv1.Running {
 		t.Fatalf("after two verifications: %+v, %v; want still running", v, err)
 	}
-	if err := c.RequestState(ctx, instance.Stop); err != nil {
+	if err := c.RequestState(ctx, apiv1.Stop); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -78,14 +77,14 @@ func TestAPITLSRequiresAClientCertificateFromTheCA(t *testing.T) {
 	if !strings.HasPrefix(p.url, "https://") {
 		t.Fatalf("url %q; want https", p.url)
 	}
-	if _, err := p.client.Get(ctx(t)); !client.IsCode(err, api.CodeNoInstance) {
+	if _, err := p.client.Get(ctx(t)); !client.IsCode(err, apiv1.CodeNoInstance) {
 		t.Fatalf("GET over mutual TLS: %v; want 404 no_instance", err)
 	}
 	anon, err := client.New(p.url, &http.Client{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := anon.Get(ctx(t)); err == nil || client.IsCode(err, api.CodeNoInstance) {
+	if _, err := anon.Get(ctx(t)); err == nil || client.IsCode(err, apiv1.CodeNoInstance) {
 		t.Fatalf("GET without a client certificate: %v; want a TLS error", err)
 	}
 }
@@ -220,19 +219,19 @@ func TestSIGTERMStopsTheInstanceAndExits(t *testing.T) {
 	if _, err := c.Ensure(ctx, echoSpec("term")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	running, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running })
+	running, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Running })
 	if err != nil {
 		t.Fatal(err)
 	}
-	var states []instance.State
+	var states []apiv1.State
 	watched := make(chan error, 1)
 	go func() {
-		_, err := c.WaitFor(ctx, running.Gen, func(s instance.Snapshot) bool {
+		_, err := c.WaitFor(ctx, running.Gen, func(s apiv1.View) bool {
 			states = append(states, s.State)
-			return s.State == instance.Destroyed
+			return s.State == apiv1.Destroyed
 		})
 		watched <- err
 	}()
@@ -248,7 +247,7 @@ func TestSIGTERMStopsTheInstanceAndExits(t *testing.T) {
 	if !strings.Contains(log, `"state":"destroyed"`) {
 		t.Fatalf("log lacks the destroyed state:\n%s", log)
 	}
-	if len(states) == 0 || states[len(states)-1] != instance.Destroyed {
+	if len(states) == 0 || states[len(states)-1] != apiv1.Destroyed {
 		t.Fatalf("watcher saw %v", states)
 	}
 }

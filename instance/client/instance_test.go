@@ -11,14 +11,13 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 )
 
-func echoSpec(id string) instance.Spec {
-	return instance.Spec{ID: id, Name: "echo", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "echo"}, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+func echoSpec(id string) apiv1.Spec {
+	return apiv1.Spec{ID: id, Name: "echo", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "echo"}, Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }
 
 // silentTargets returns three loopback UDP addresses held open by the
@@ -100,34 +99,34 @@ func TestEnsureReturnsAtOnceAndStopDuringActivationDestroysController(t *testing
 	p := startVMM(t, "")
 	c, ctx := p.client, ctx(t)
 	pid := p.cmd.Process.Pid
-	if _, err := c.Get(ctx); !client.IsCode(err, api.CodeNoInstance) {
+	if _, err := c.Get(ctx); !client.IsCode(err, apiv1.CodeNoInstance) {
 		t.Fatalf("GET before ensure: %v; want 404 no_instance", err)
 	}
 	baseFDs, baseG := fdsOf(t, pid), goroutines(t, p)
 
 	spec := echoSpec("slow-volume")
 	wait := uint64(60_000)
-	spec.Disks = []instance.DiskSpec{{Name: "root", Backend: instance.BackendSpec{
-		Kind: instance.BackendVolume, Targets: silentTargets(t),
-		Region: &instance.RegionSpec{BlockSize: 4096, ExtentBlocks: 64, ExtentCount: 4}, Gen: 1, QuorumWaitMs: &wait,
+	spec.Disks = []apiv1.DiskSpec{{Name: "root", Backend: apiv1.BackendSpec{
+		Kind: apiv1.BackendVolume, Targets: silentTargets(t),
+		Region: &apiv1.RegionSpec{BlockSize: 4096, ExtentBlocks: 64, ExtentCount: 4}, Gen: 1, QuorumWaitMs: &wait,
 	}}}
 	v, err := c.Ensure(ctx, spec)
 	if err != nil {
 		t.Fatalf("ensure: %v", err)
 	}
-	if v.State != instance.Creating || v.Gen == 0 {
+	if v.State != apiv1.Creating || v.Gen == 0 {
 		t.Fatalf("ensure answered %s gen %d; want creating", v.State, v.Gen)
 	}
 	if _, err := c.Ensure(ctx, spec); err != nil {
 		t.Fatalf("repeating the same ensure: %v; want 201", err)
 	}
-	if _, err := c.Ensure(ctx, echoSpec("another")); !client.IsCode(err, api.CodeConflict) {
-		t.Fatalf("ensure of another id: %v; want 409 %s", err, api.CodeConflict)
+	if _, err := c.Ensure(ctx, echoSpec("another")); !client.IsCode(err, apiv1.CodeConflict) {
+		t.Fatalf("ensure of another id: %v; want 409 %s", err, apiv1.CodeConflict)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatalf("run while creating: %v", err)
 	}
-	snap, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Starting })
+	snap, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Starting })
 	if err != nil {
 		t.Fatalf("waiting for starting: %v", err)
 	}
@@ -135,7 +134,7 @@ func TestEnsureReturnsAtOnceAndStopDuringActivationDestroysController(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != instance.Starting || len(got.Disks) != 1 || got.Disks[0].State != instance.DiskActivating ||
+	if got.State != apiv1.Starting || len(got.Disks) != 1 || got.Disks[0].State != apiv1.DiskActivating ||
 		got.Disks[0].Activation == nil || got.Disks[0].Activation.Phase != "negotiating" {
 		t.Fatalf("while activating: %+v; want starting with disk root activating, phase negotiating", got)
 	}
@@ -143,23 +142,23 @@ func TestEnsureReturnsAtOnceAndStopDuringActivationDestroysController(t *testing
 	if err != nil || len(d.Replicas) != 3 {
 		t.Fatalf("disk root: %+v, %v; want three replicas", d, err)
 	}
-	err = c.RequestState(ctx, instance.Reboot)
-	e := wantCode(t, err, http.StatusConflict, api.CodeWrongState)
-	if e.Body.State == nil || *e.Body.State != instance.Starting || e.Body.Message == "" {
+	err = c.RequestState(ctx, apiv1.Reboot)
+	e := wantCode(t, err, http.StatusConflict, apiv1.CodeWrongState)
+	if e.Body.State == nil || *e.Body.State != apiv1.Starting || e.Body.Message == "" {
 		t.Fatalf("reboot while starting: %+v; want state starting and a message", e.Body)
 	}
 
-	if err := c.RequestState(ctx, instance.Stop); err != nil {
+	if err := c.RequestState(ctx, apiv1.Stop); err != nil {
 		t.Fatalf("stop while activating: %v", err)
 	}
-	final, err := c.WaitFor(ctx, snap.Gen, func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+	final, err := c.WaitFor(ctx, snap.Gen, func(s apiv1.View) bool { return s.State == apiv1.Destroyed })
 	if err != nil {
 		t.Fatalf("waiting for destroyed: %v", err)
 	}
-	if _, err := c.Monitor(ctx, final.Gen); !client.IsCode(err, api.CodeInstanceGone) {
+	if _, err := c.Monitor(ctx, final.Gen); !client.IsCode(err, apiv1.CodeInstanceGone) {
 		t.Fatalf("monitor past destroyed: %v; want 410", err)
 	}
-	if got, err := c.Get(ctx); err != nil || got.State != instance.Destroyed || got.Gen != final.Gen {
+	if got, err := c.Get(ctx); err != nil || got.State != apiv1.Destroyed || got.Gen != final.Gen {
 		t.Fatalf("GET after destroyed: %+v, %v; want the last snapshot", got, err)
 	}
 	// The leak check: nothing of the instance survives. fds and
@@ -194,12 +193,12 @@ func TestMonitorSerialHistoryAndWebsocket(t *testing.T) {
 	if _, err := c.Ensure(ctx, echoSpec("echo")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	var seen []instance.Snapshot
-	follow := func(after uint64, want instance.State) instance.Snapshot {
-		s, err := c.WaitFor(ctx, after, func(s instance.Snapshot) bool {
+	var seen []apiv1.View
+	follow := func(after apiv1.ViewGen, want apiv1.State) apiv1.View {
+		s, err := c.WaitFor(ctx, after, func(s apiv1.View) bool {
 			seen = append(seen, s)
 			return s.State == want
 		})
@@ -208,7 +207,7 @@ func TestMonitorSerialHistoryAndWebsocket(t *testing.T) {
 		}
 		return s
 	}
-	running := follow(0, instance.Running)
+	running := follow(0, apiv1.Running)
 
 	conn, err := c.Serial(ctx, 0)
 	if err != nil {
@@ -239,14 +238,14 @@ func TestMonitorSerialHistoryAndWebsocket(t *testing.T) {
 	if err != nil || part.Data != h.Data[2:5] || part.FromOffset != 2 || part.NextOffset != 5 {
 		t.Fatalf("history from 2, 3 bytes: %+v, %v; want %q", part, err, h.Data[2:5])
 	}
-	if _, err := c.SerialHistory(ctx, h.NextOffset+1000, 0); !client.IsCode(err, api.CodeOffsetAhead) {
+	if _, err := c.SerialHistory(ctx, h.NextOffset+1000, 0); !client.IsCode(err, apiv1.CodeOffsetAhead) {
 		t.Fatalf("history past the end: %v", err)
 	}
 
-	if err := c.RequestState(ctx, instance.Reboot); err != nil {
+	if err := c.RequestState(ctx, apiv1.Reboot); err != nil {
 		t.Fatalf("reboot while running: %v", err)
 	}
-	follow(running.Gen, instance.Running)
+	follow(running.Gen, apiv1.Running)
 	for strings.Count(console.String(), "echo: ready") < 2 {
 		_, msg, err := conn.Read(ctx)
 		if err != nil {
@@ -255,19 +254,19 @@ func TestMonitorSerialHistoryAndWebsocket(t *testing.T) {
 		console.Write(msg)
 	}
 
-	if err := c.RequestState(ctx, instance.Stop); err != nil {
+	if err := c.RequestState(ctx, apiv1.Stop); err != nil {
 		t.Fatal(err)
 	}
-	final := follow(seen[len(seen)-1].Gen, instance.Destroyed)
+	final := follow(seen[len(seen)-1].Gen, apiv1.Destroyed)
 	for i := 1; i < len(seen); i++ {
 		if seen[i].Gen <= seen[i-1].Gen {
 			t.Fatalf("gens not strictly increasing: %+v", seen)
 		}
 	}
-	if err := c.RequestState(ctx, instance.Run); !client.IsCode(err, api.CodeWrongState) {
+	if err := c.RequestState(ctx, apiv1.Run); !client.IsCode(err, apiv1.CodeWrongState) {
 		t.Fatalf("run after destroyed: %v; want 409 wrong_state", err)
 	}
-	if err := c.RequestState(ctx, instance.Stop); err != nil {
+	if err := c.RequestState(ctx, apiv1.Stop); err != nil {
 		t.Fatalf("stop after destroyed: %v; want ignored (204)", err)
 	}
 	// The websocket closes normally once the instance is gone.
@@ -283,7 +282,7 @@ func TestMonitorSerialHistoryAndWebsocket(t *testing.T) {
 	if h, err := c.SerialHistory(ctx, 0, 0); err != nil || !strings.Contains(h.Data, "echo: tern") {
 		t.Fatalf("history after destroyed: %+v, %v", h, err)
 	}
-	if final.State != instance.Destroyed {
+	if final.State != apiv1.Destroyed {
 		t.Fatalf("final snapshot %+v", final)
 	}
 }
@@ -312,31 +311,31 @@ func TestBadInputIsRejectedAndNothingRuns(t *testing.T) {
 		code    string
 		problem string
 	}{
-		{"malformed JSON", []byte(`{"id":`), 400, api.CodeMalformed, ""},
-		{"trailing data", append(specJSON(func(map[string]any) {}), []byte(`{}`)...), 400, api.CodeMalformed, ""},
-		{"unknown field", specJSON(func(m map[string]any) { m["colour"] = "blue" }), 400, api.CodeMalformed, ""},
-		{"unknown nested field", specJSON(func(m map[string]any) { m["guest"].(map[string]any)["bootloader"] = "x" }), 400, api.CodeMalformed, ""},
-		{"memory 0", specJSON(func(m map[string]any) { m["memory_mib"] = 0 }), 400, api.CodeInvalidSpec, "memory_mib"},
-		{"vcpus beyond the host", specJSON(func(m map[string]any) { m["vcpus"] = 100000 }), 400, api.CodeInvalidSpec, "vcpus"},
-		{"missing guest file", specJSON(func(m map[string]any) { m["guest"].(map[string]any)["path"] = "/no/such/guest.elf" }), 400, api.CodeInvalidSpec, "guest.path"},
-		{"unknown built-in guest", specJSON(func(m map[string]any) { m["guest"].(map[string]any)["path"] = "nosuch" }), 400, api.CodeInvalidSpec, "guest.path"},
+		{"malformed JSON", []byte(`{"id":`), 400, apiv1.CodeMalformed, ""},
+		{"trailing data", append(specJSON(func(map[string]any) {}), []byte(`{}`)...), 400, apiv1.CodeMalformed, ""},
+		{"unknown field", specJSON(func(m map[string]any) { m["colour"] = "blue" }), 400, apiv1.CodeMalformed, ""},
+		{"unknown nested field", specJSON(func(m map[string]any) { m["guest"].(map[string]any)["bootloader"] = "x" }), 400, apiv1.CodeMalformed, ""},
+		{"memory 0", specJSON(func(m map[string]any) { m["memory_mib"] = 0 }), 400, apiv1.CodeInvalidSpec, "memory_mib"},
+		{"vcpus beyond the host", specJSON(func(m map[string]any) { m["vcpus"] = 100000 }), 400, apiv1.CodeInvalidSpec, "vcpus"},
+		{"missing guest file", specJSON(func(m map[string]any) { m["guest"].(map[string]any)["path"] = "/no/such/guest.elf" }), 400, apiv1.CodeInvalidSpec, "guest.path"},
+		{"unknown built-in guest", specJSON(func(m map[string]any) { m["guest"].(map[string]any)["path"] = "nosuch" }), 400, apiv1.CodeInvalidSpec, "guest.path"},
 		{"unknown guest param", specJSON(func(m map[string]any) {
 			m["guest"].(map[string]any)["path"] = "dirty"
 			m["guest"].(map[string]any)["params"] = map[string]any{"mem_mib": 8, "speed": 3}
-		}), 400, api.CodeInvalidSpec, "guest.params.speed"},
+		}), 400, apiv1.CodeInvalidSpec, "guest.params.speed"},
 		{"dirty idle neither 0 nor 1", specJSON(func(m map[string]any) {
 			m["guest"].(map[string]any)["path"] = "dirty"
 			m["guest"].(map[string]any)["params"] = map[string]any{"mem_mib": 8, "idle": 2}
-		}), 400, api.CodeInvalidSpec, "guest.params.idle"},
-		{"duplicate disk names", specJSON(func(m map[string]any) { m["disks"] = []any{fileDisk("a"), fileDisk("a")} }), 400, api.CodeInvalidSpec, "duplicate"},
+		}), 400, apiv1.CodeInvalidSpec, "guest.params.idle"},
+		{"duplicate disk names", specJSON(func(m map[string]any) { m["disks"] = []any{fileDisk("a"), fileDisk("a")} }), 400, apiv1.CodeInvalidSpec, "duplicate"},
 		{"unknown component kind", specJSON(func(m map[string]any) {
 			m["components"] = map[string]any{"x": map[string]any{"kind": "teapot"}}
-		}), 400, api.CodeInvalidSpec, "components.x"},
+		}), 400, apiv1.CodeInvalidSpec, "components.x"},
 		{"volume with two targets", specJSON(func(m map[string]any) {
 			m["disks"] = []any{map[string]any{"name": "v", "backend": map[string]any{"kind": "volume", "targets": []string{"127.0.0.1:1", "127.0.0.1:2"},
 				"region": map[string]any{"block_size": 4096, "extent_blocks": 8, "extent_count": 2}, "gen": 1}}}
-		}), 400, api.CodeInvalidSpec, "targets"},
-		{"oversized body", append([]byte(`{"name":"`), append(bytes.Repeat([]byte("x"), api.MaxBodyBytes+1), '"', '}')...), 413, api.CodeBodyTooLarge, ""},
+		}), 400, apiv1.CodeInvalidSpec, "targets"},
+		{"oversized body", append([]byte(`{"name":"`), append(bytes.Repeat([]byte("x"), apiv1.MaxBodyBytes+1), '"', '}')...), 413, apiv1.CodeBodyTooLarge, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.EnsureRaw(ctx, tc.body)
@@ -355,7 +354,7 @@ func TestBadInputIsRejectedAndNothingRuns(t *testing.T) {
 		m["vcpus"] = 0
 		m["disks"] = []any{fileDisk("a"), fileDisk("a")}
 	}))
-	if e := wantCode(t, err, 400, api.CodeInvalidSpec); len(e.Body.Problems) < 3 {
+	if e := wantCode(t, err, 400, apiv1.CodeInvalidSpec); len(e.Body.Problems) < 3 {
 		t.Fatalf("problems %q; want each of memory, vcpus and the duplicate disk", e.Body.Problems)
 	}
 	for _, body := range []string{`{"requested":"dance"}`, `{"requested":"run","extra":1}`, `"run"`} {
@@ -372,17 +371,17 @@ func TestBadInputIsRejectedAndNothingRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e api.Error
+		var e apiv1.Error
 		json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || e.ErrorCode != api.CodeMalformed {
-			t.Fatalf("PUT state %s: %d %+v; want 400 %s", body, resp.StatusCode, e, api.CodeMalformed)
+		if resp.StatusCode != http.StatusBadRequest || e.ErrorCode != apiv1.CodeMalformed {
+			t.Fatalf("PUT state %s: %d %+v; want 400 %s", body, resp.StatusCode, e, apiv1.CodeMalformed)
 		}
 	}
-	if err := c.RequestState(ctx, instance.Run); !client.IsCode(err, api.CodeNoInstance) {
+	if err := c.RequestState(ctx, apiv1.Run); !client.IsCode(err, apiv1.CodeNoInstance) {
 		t.Fatalf("run with no instance: %v; want 404 no_instance", err)
 	}
-	if _, err := c.Get(ctx); !client.IsCode(err, api.CodeNoInstance) {
+	if _, err := c.Get(ctx); !client.IsCode(err, apiv1.CodeNoInstance) {
 		t.Fatalf("after the bad ensures: %v; want still no instance", err)
 	}
 }

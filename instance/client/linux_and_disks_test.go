@@ -12,8 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
@@ -30,18 +29,18 @@ func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
 	c, ctx := p.client, ctx(t)
 	dir := t.TempDir()
 	names := []string{"boot", "data"}
-	var disks []instance.DiskSpec
+	var disks []apiv1.DiskSpec
 	for _, n := range names {
 		path := filepath.Join(dir, n+".img")
 		if err := os.WriteFile(path, make([]byte, 256<<10), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		disks = append(disks, instance.DiskSpec{Name: n, Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: path}})
+		disks = append(disks, apiv1.DiskSpec{Name: n, Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: path}})
 	}
 	const seed, sectors = 7, 32
-	is := instance.Spec{ID: "two-disks", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": seed, "sectors": sectors, "device": 1}},
-		Disks: disks, Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	is := apiv1.Spec{ID: "two-disks", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "disk", Params: map[string]uint64{"seed": seed, "sectors": sectors, "device": 1}},
+		Disks: disks, Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	v, err := c.Ensure(ctx, is)
 	if err != nil {
 		t.Fatalf("ensure: %v", err)
@@ -51,17 +50,17 @@ func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
 	}
 	for _, n := range names {
 		d := waitDiskOpened(t, ctx, c, n)
-		if d.Name != n || d.Kind != instance.BackendFile || d.State != instance.DiskReady || d.Activation != nil {
+		if d.Name != n || d.Kind != apiv1.BackendFile || d.State != apiv1.DiskReady || d.Activation != nil {
 			t.Fatalf("disk %s: %+v; want a ready file disk without activation", n, d)
 		}
 	}
 	if _, err := c.Disk(ctx, "nosuch"); err == nil {
 		t.Fatal("GET /v1/instance/disks/nosuch answered")
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatalf("waiting for the guest to finish: %v", err)
 	}
 	h, err := c.SerialHistory(ctx, 0, 0)
@@ -73,7 +72,7 @@ func TestEveryDiskIsAttachedAndTheDiskGuestUsesTheOneItNames(t *testing.T) {
 		t.Fatalf("after the guest: %+v, %v", v, err)
 	}
 	for i, d := range v.Disks {
-		if d.Name != names[i] || d.State != instance.DiskClosed {
+		if d.Name != names[i] || d.State != apiv1.DiskClosed {
 			t.Errorf("disk %d: %+v; want %s closed", i, d, names[i])
 		}
 		got, err := os.ReadFile(disks[i].Backend.Path)
@@ -103,11 +102,11 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	}
 	p := startVMM(t, "")
 	c, ctx := p.client, ctx(t)
-	bad := instance.Spec{ID: "linux", VCPUs: 1, MemoryMiB: 512,
-		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: filepath.Dir(g.Initrd)},
-		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+	bad := apiv1.Spec{ID: "linux", VCPUs: 1, MemoryMiB: 512,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestLinux, Kernel: "/no/such/vmlinuz", Initrd: filepath.Dir(g.Initrd)},
+		Init:  apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	_, err := c.Ensure(ctx, bad)
-	e := wantCode(t, err, 400, api.CodeInvalidSpec)
+	e := wantCode(t, err, 400, apiv1.CodeInvalidSpec)
 	if got := strings.Join(e.Body.Problems, "\n"); len(e.Body.Problems) != 2 || !strings.Contains(got, "guest.kernel") || !strings.Contains(got, "guest.initrd") {
 		t.Fatalf("problems %q; want one about the kernel and one about the initrd", e.Body.Problems)
 	}
@@ -116,14 +115,14 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	// package's tests read that); each console byte is an exit, slow in
 	// the emulated host, and the shorter the boot the less of it runs
 	// under a busy machine's timing.
-	is.Guest = instance.GuestSpec{Kind: instance.GuestLinux, Kernel: g.BzImage, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"}
-	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
+	is.Guest = apiv1.GuestSpec{Kind: apiv1.GuestLinux, Kernel: g.BzImage, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"}
+	if v, err := c.Ensure(ctx, is); err != nil || v.State != apiv1.Creating {
 		t.Fatalf("ensure: %+v, %v", v, err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := c.Serial(ctx, 0)
@@ -165,15 +164,15 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 	type_("reboot")
 	// Rebooting, then Running: two generations on (the monitor may skip
 	// the first, showing the latest).
-	if _, err := c.WaitFor(ctx, running.Gen, func(s instance.Snapshot) bool {
-		return s.State == instance.Running && s.Gen >= running.Gen+2
+	if _, err := c.WaitFor(ctx, running.Gen, func(s apiv1.View) bool {
+		return s.State == apiv1.Running && s.Gen >= running.Gen+2
 	}); err != nil {
 		t.Fatalf("waiting for the guest's reboot to show as rebooting then running: %v; the console:\n%s", err, console.String())
 	}
 	readUntilN(linuxtest.InitLine, 2)
 	// Then it powers off: the instance halts, saying so.
 	type_("poweroff")
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 	h, err := c.SerialHistory(ctx, 0, 0)
@@ -189,7 +188,7 @@ func TestLinuxGuestBootsToInitThroughTheAPI(t *testing.T) {
 // instance opens its disks on its own goroutine after the ensure answered,
 // and publishes no generation for it while no run is requested, so this
 // asks again, bounded by ctx and a minute.
-func waitDiskOpened(t *testing.T, ctx context.Context, c *client.Client, name string) instance.DiskStatus {
+func waitDiskOpened(t *testing.T, ctx context.Context, c *client.Client, name string) apiv1.DiskStatus {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -197,7 +196,7 @@ func waitDiskOpened(t *testing.T, ctx context.Context, c *client.Client, name st
 		if err != nil {
 			t.Fatalf("disk %s: %v", name, err)
 		}
-		if d.State != instance.DiskOpening {
+		if d.State != apiv1.DiskOpening {
 			return d
 		}
 		if time.Now().After(deadline) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 	"tern/vmm/linuxtest"
@@ -117,14 +117,14 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	vcpus := linuxVCPUs()
-	spec := instance.Spec{ID: "linux-mig", VCPUs: vcpus, MemoryMiB: 384,
-		Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
-		Disks: []instance.DiskSpec{{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: disk}}},
-		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+	spec := apiv1.Spec{ID: "linux-mig", VCPUs: vcpus, MemoryMiB: 384,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
+		Disks: []apiv1.DiskSpec{{Name: "vda", Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: disk}}},
+		Init:  apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	if _, err := a.client.Ensure(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.client.RequestState(ctx(t), instance.Run); err != nil {
+	if err := a.client.RequestState(ctx(t), apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
 	sh := newConsoleShell(watchConsole(t, a.client, 0))

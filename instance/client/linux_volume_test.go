@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxguest"
 	"tern/vmm/linuxtest"
@@ -63,19 +63,19 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 		"--block-size", strconv.Itoa(blockSize), "--extent-size", "1MiB", "--extent-count", strconv.Itoa(extents))
 	wait := uint64(60_000)
 	vcpus := linuxVCPUs()
-	specAt := func(gen uint64) instance.Spec {
-		return instance.Spec{ID: "linux-vol", VCPUs: vcpus, MemoryMiB: 256,
-			Guest: instance.GuestSpec{Kind: instance.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
-			Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: addrs,
-				Region: &instance.RegionSpec{BlockSize: blockSize, ExtentBlocks: extentBlock, ExtentCount: extents}, Gen: gen, QuorumWaitMs: &wait}}},
-			Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	specAt := func(gen ids.Generation) apiv1.Spec {
+		return apiv1.Spec{ID: "linux-vol", VCPUs: vcpus, MemoryMiB: 256,
+			Guest: apiv1.GuestSpec{Kind: apiv1.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
+			Disks: []apiv1.DiskSpec{{Name: "vol", Backend: apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: addrs,
+				Region: &apiv1.RegionSpec{BlockSize: blockSize, ExtentBlocks: extentBlock, ExtentCount: extents}, Gen: gen, QuorumWaitMs: &wait}}},
+			Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	}
-	boot := func(p *vmmProc, gen uint64) *consoleShell {
+	boot := func(p *vmmProc, gen ids.Generation) *consoleShell {
 		t.Helper()
 		if _, err := p.client.Ensure(ctx(t), specAt(gen)); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.client.RequestState(ctx(t), instance.Run); err != nil {
+		if err := p.client.RequestState(ctx(t), apiv1.Run); err != nil {
 			t.Fatal(err)
 		}
 		sh := newConsoleShell(watchConsole(t, p.client, 0))
@@ -127,13 +127,13 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 	procs[victim] = kvmtest.StartDownstairsAt(t, dirs[victim], certs, addrs[victim])
 	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	waitDisk(t, wctx, a.client, "the restarted replica to be repaired", func(d instance.DiskStatus) bool {
+	waitDisk(t, wctx, a.client, "the restarted replica to be repaired", func(d apiv1.DiskStatus) bool {
 		return len(d.Replicas) == 3 && d.Replicas[victim].State == "active"
 	})
 	if err := sh.Type("poweroff -f"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.client.WaitFor(wctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := a.client.WaitFor(wctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := a.client.Get(ctx(t)); err != nil || v.StopReason != "guest powered off" {
@@ -152,7 +152,7 @@ func TestLinuxGuestOnAVolumeSurvivesADownstairsKillAndBootsAgainAtAHigherGenerat
 	if err := sh.Type("poweroff -f"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.WaitFor(wctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := b.client.WaitFor(wctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 	// The replicas agree block for block, the repaired one included.

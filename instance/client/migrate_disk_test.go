@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/internal/kvmhost"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
@@ -36,12 +36,12 @@ const diskSectors = 256
 
 // diskGuestSpec is the disk guest making passes passes over
 // disks[device].
-func diskGuestSpec(id string, disks []instance.DiskSpec, device, passes uint64) instance.Spec {
-	return instance.Spec{ID: id, Name: "disk", VCPUs: 1, MemoryMiB: 32,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{
+func diskGuestSpec(id string, disks []apiv1.DiskSpec, device, passes uint64) apiv1.Spec {
+	return apiv1.Spec{ID: id, Name: "disk", VCPUs: 1, MemoryMiB: 32,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "disk", Params: map[string]uint64{
 			"seed": 7, "sectors": diskSectors, "passes": passes, "device": device}},
 		Disks: disks,
-		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+		Init:  apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }
 
 // diskPass parses "disk: PASS N sectors pass K".
@@ -72,13 +72,13 @@ func (w *consoleWatch) waitDiskPass(t *testing.T, what string) uint64 {
 // migrateDiskGuest runs the disk guest on src over disks[device],
 // migrates it in the middle of its passes to dst, and waits for the guest
 // to make its last pass on the target and the target to end destroyed.
-func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disks []instance.DiskSpec, device, passes uint64) {
+func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disks []apiv1.DiskSpec, device, passes uint64) {
 	t.Helper()
 	c := ctx(t)
 	if _, err := src.client.Ensure(c, diskGuestSpec("disk-mig", disks, device, passes)); err != nil {
 		t.Fatal(err)
 	}
-	if err := src.client.RequestState(c, instance.Run); err != nil {
+	if err := src.client.RequestState(c, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
 	first := watchConsole(t, src.client, 0).waitDiskPass(t, "on the source")
@@ -95,7 +95,7 @@ func migrateDiskGuest(t *testing.T, src, dst *vmmProc, disks []instance.DiskSpec
 		return fmt.Sprintf("passes %d on the source, %d to %d on the target", first, next, last)
 	})
 	dstSeen := &history{t: t, name: "target"}
-	dstSeen.waitFor(dst.client, "destroyed once the guest exits", func(s instance.Snapshot) bool { return s.State == instance.Destroyed })
+	dstSeen.waitFor(dst.client, "destroyed once the guest exits", func(s apiv1.View) bool { return s.State == apiv1.Destroyed })
 }
 
 // checkDiskPattern checks that got, the disk's first diskSectors
@@ -119,9 +119,9 @@ func TestMigrateDiskGuestWithAFileDisk(t *testing.T) {
 	if err := os.WriteFile(file, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	disk := instance.DiskSpec{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}}
+	disk := apiv1.DiskSpec{Name: "vda", Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: file}}
 	passes := diskPasses(false)
-	migrateDiskGuest(t, src, dst, []instance.DiskSpec{disk}, 0, passes)
+	migrateDiskGuest(t, src, dst, []apiv1.DiskSpec{disk}, 0, passes)
 	got, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +146,10 @@ func TestMigrateDiskGuestWithAVolumeDisk(t *testing.T) {
 	if err := os.WriteFile(file, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	disks := []instance.DiskSpec{
-		{Name: "vda", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}},
-		{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: addrs,
-			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 2, QuorumWaitMs: &wait}},
+	disks := []apiv1.DiskSpec{
+		{Name: "vda", Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: file}},
+		{Name: "vol", Backend: apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: addrs,
+			Region: &apiv1.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 2, QuorumWaitMs: &wait}},
 	}
 	passes := diskPasses(true)
 	migrateDiskGuest(t, src, dst, disks, 1, passes)

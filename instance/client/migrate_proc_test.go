@@ -10,10 +10,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
-	"tern/migration"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 )
@@ -28,20 +26,20 @@ import (
 // emulated test host, where a page crosses QUIC at well under 1 MiB/s, it
 // is 16 MiB with 2 MiB patterned (what the first round sends) and at most
 // 1 MiB rewritten: these tests check what a migration does, not its rate.
-func dirtyMigrationSpec(id string, memMiB, workingMiB, mibPerSec uint64) instance.Spec {
+func dirtyMigrationSpec(id string, memMiB, workingMiB, mibPerSec uint64) apiv1.Spec {
 	patternMiB := memMiB - 8
 	if kvmtest.Inside() {
 		memMiB, patternMiB, workingMiB = 16, 2, min(workingMiB, 1)
 	}
-	return instance.Spec{ID: id, Name: "dirty", VCPUs: 1, MemoryMiB: memMiB,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: map[string]uint64{
+	return apiv1.Spec{ID: id, Name: "dirty", VCPUs: 1, MemoryMiB: memMiB,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "dirty", Params: map[string]uint64{
 			"mem_mib": patternMiB, "working_set_mib": workingMiB, "dirty_mib_per_sec": mibPerSec, "verify_every_sec": 1}},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }
 
 // targetSpec is a migration target's ensure of the source's instance id.
-func targetSpec(id, source, migrationID string) instance.Spec {
-	return instance.Spec{ID: id, Init: instance.InitSpec{Method: instance.InitMigrationTarget, Source: source, MigrationID: migrationID}}
+func targetSpec(id, source, migrationID string) apiv1.Spec {
+	return apiv1.Spec{ID: id, Init: apiv1.InitSpec{Method: apiv1.InitMigrationTarget, Source: source, MigrationID: migrationID}}
 }
 
 // consoleWatch follows one process's serial websocket line by line.
@@ -116,13 +114,13 @@ func verifiesOn(t *testing.T, p *vmmProc, what string) {
 
 // runDirty ensures and runs the dirty guest on p and waits for its first
 // verification.
-func runDirty(t *testing.T, p *vmmProc, spec instance.Spec) {
+func runDirty(t *testing.T, p *vmmProc, spec apiv1.Spec) {
 	t.Helper()
 	c := ctx(t)
 	if _, err := p.client.Ensure(c, spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.client.RequestState(c, instance.Run); err != nil {
+	if err := p.client.RequestState(c, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
 	watchConsole(t, p.client, 0).waitVerifyPass(t, "on the source")
@@ -133,18 +131,18 @@ func runDirty(t *testing.T, p *vmmProc, spec instance.Spec) {
 type history struct {
 	t     *testing.T
 	name  string
-	snaps []instance.Snapshot
+	snaps []apiv1.View
 }
 
-func (h *history) waitFor(c *client.Client, what string, done func(instance.Snapshot) bool) instance.Snapshot {
+func (h *history) waitFor(c *client.Client, what string, done func(apiv1.View) bool) apiv1.View {
 	h.t.Helper()
-	var after uint64
+	var after apiv1.ViewGen
 	if n := len(h.snaps); n > 0 {
 		after = h.snaps[n-1].Gen
 	}
 	wctx, cancel := context.WithTimeout(h.t.Context(), kvmtest.Sized(generous, 4*generous)) // a Linux guest's migration in the emulated host
 	defer cancel()
-	snap, err := c.WaitFor(wctx, after, func(s instance.Snapshot) bool {
+	snap, err := c.WaitFor(wctx, after, func(s apiv1.View) bool {
 		if n := len(h.snaps); n > 0 {
 			last := h.snaps[n-1]
 			switch {
@@ -182,7 +180,7 @@ func migrationAddr(t *testing.T, p *vmmProc) string {
 // phase finish, the target running at in phase finish, gens strictly
 // increasing on both, and the dirty guest verifying its whole pattern on
 // the target.
-func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *history) {
+func migrateOK(t *testing.T, src, dst *vmmProc, spec apiv1.Spec, srcSeen *history) {
 	t.Helper()
 	migrateAndCheck(t, src, dst, spec, srcSeen, func(w *consoleWatch) string {
 		v := w.waitVerifyPass(t, "on the target")
@@ -193,27 +191,27 @@ func migrateOK(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *his
 // migrateAndCheck is migrateOK with the check of the target's console
 // after the migration given: onTarget reads it from the first byte the
 // target printed and returns what it saw, for the log.
-func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSeen *history, onTarget func(*consoleWatch) string) {
+func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec apiv1.Spec, srcSeen *history, onTarget func(*consoleWatch) string) {
 	t.Helper()
 	// A Linux guest's hundreds of MiB take minutes in the emulated host.
 	c, cancel := context.WithTimeout(t.Context(), kvmtest.Sized(generous, 4*generous))
 	defer cancel()
 	watcher := watchConsole(t, src.client, 0)
-	if v, err := dst.client.Ensure(c, spec); err != nil || v.State != instance.Migrating || v.Migration.In.ID != spec.Init.MigrationID {
+	if v, err := dst.client.Ensure(c, spec); err != nil || v.State != apiv1.Migrating || v.Migration.In.ID != spec.Init.MigrationID {
 		t.Fatalf("ensuring the target: %+v, %v; want migrating with in.id %s", v, err, spec.Init.MigrationID)
 	}
 	dstSeen := &history{t: t, name: "target"}
-	in := dstSeen.waitFor(dst.client, "running", func(s instance.Snapshot) bool {
-		return s.State == instance.Running || s.State == instance.Failed || s.State == instance.Destroyed
+	in := dstSeen.waitFor(dst.client, "running", func(s apiv1.View) bool {
+		return s.State == apiv1.Running || s.State == apiv1.Failed || s.State == apiv1.Destroyed
 	}).Migration.In
-	if last := dstSeen.snaps[len(dstSeen.snaps)-1]; last.State != instance.Running || in.Phase != migration.PhaseFinish || in.TotalMs <= 0 {
+	if last := dstSeen.snaps[len(dstSeen.snaps)-1]; last.State != apiv1.Running || in.Phase != apiv1.PhaseFinish || in.TotalMs <= 0 {
 		v, _ := dst.client.Get(c)
 		t.Fatalf("target ended %s with in %+v; want running at finish (error %q)", last.State, in, v.Error)
 	}
-	out := srcSeen.waitFor(src.client, "destroyed", func(s instance.Snapshot) bool {
-		return s.State == instance.Destroyed
+	out := srcSeen.waitFor(src.client, "destroyed", func(s apiv1.View) bool {
+		return s.State == apiv1.Destroyed
 	}).Migration.Out
-	if out.Phase != migration.PhaseFinish || out.ID != spec.Init.MigrationID || out.TotalMs <= 0 || out.DowntimeMs <= 0 || out.Round < 1 && !spec.Init.SameHost {
+	if out.Phase != apiv1.PhaseFinish || out.ID != spec.Init.MigrationID || out.TotalMs <= 0 || out.DowntimeMs <= 0 || out.Round < 1 && !spec.Init.SameHost {
 		t.Fatalf("source's out at destroyed: %+v; want finish of %s with totals", out, spec.Init.MigrationID)
 	}
 	// The source's serial watcher is sent to the target.
@@ -222,7 +220,7 @@ func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSee
 			break
 		}
 	}
-	var to api.MigratedTo
+	var to apiv1.MigratedTo
 	if err := json.Unmarshal([]byte(watcher.text), &to); err != nil || to.URL != dst.url {
 		t.Fatalf("source's serial watcher got %q; want {\"migrated_to\":%q}", watcher.text, dst.url)
 	}
@@ -235,7 +233,7 @@ func migrateAndCheck(t *testing.T, src, dst *vmmProc, spec instance.Spec, srcSee
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := dst.client.SerialHistory(c, 0, api.MaxSerialMaxBytes)
+	h, err := dst.client.SerialHistory(c, 0, apiv1.MaxSerialMaxBytes)
 	if err != nil || h.NextOffset < end.NextOffset {
 		t.Fatalf("target console ends at %d (%v); want it to continue the source's, which ends at %d", h.NextOffset, err, end.NextOffset)
 	}
@@ -270,12 +268,12 @@ func TestMigrateSameHostHandsTheMemoryOver(t *testing.T) {
 
 // waitSourceResumed waits for the source's running + out.phase error,
 // which must come in one generation, and returns it.
-func waitSourceResumed(t *testing.T, seen *history, src *vmmProc, id string) instance.Snapshot {
+func waitSourceResumed(t *testing.T, seen *history, src *vmmProc, id string) apiv1.View {
 	t.Helper()
-	snap := seen.waitFor(src.client, "running with out.phase error", func(s instance.Snapshot) bool {
-		return s.Migration.Out.Phase == migration.PhaseError || s.State == instance.Destroyed || s.State == instance.Failed
+	snap := seen.waitFor(src.client, "running with out.phase error", func(s apiv1.View) bool {
+		return s.Migration.Out.Phase == apiv1.PhaseError || s.State == apiv1.Destroyed || s.State == apiv1.Failed
 	})
-	if snap.State != instance.Running || snap.Migration.Out.ID != id || snap.Migration.Out.Error == "" {
+	if snap.State != apiv1.Running || snap.Migration.Out.ID != id || snap.Migration.Out.Error == "" {
 		t.Fatalf("source at out.phase error: %+v; want state running in the same gen, out.id %s and a reason", snap, id)
 	}
 	return snap
@@ -286,15 +284,15 @@ func waitSourceResumed(t *testing.T, seen *history, src *vmmProc, id string) ins
 func waitTargetFailed(t *testing.T, dst *vmmProc) string {
 	t.Helper()
 	seen := &history{t: t, name: "target"}
-	snap := seen.waitFor(dst.client, "failed", func(s instance.Snapshot) bool {
-		return s.State == instance.Failed || s.State == instance.Running || s.State == instance.Destroyed
+	snap := seen.waitFor(dst.client, "failed", func(s apiv1.View) bool {
+		return s.State == apiv1.Failed || s.State == apiv1.Running || s.State == apiv1.Destroyed
 	})
 	for _, s := range seen.snaps {
-		if s.State == instance.Running {
+		if s.State == apiv1.Running {
 			t.Fatalf("the target ran: %+v", seen.snaps)
 		}
 	}
-	if snap.State != instance.Failed || snap.Migration.In.Phase != migration.PhaseError || snap.Migration.In.Error == "" {
+	if snap.State != apiv1.Failed || snap.Migration.In.Phase != apiv1.PhaseError || snap.Migration.In.Error == "" {
 		t.Fatalf("target ended %+v; want failed at in.phase error with a reason", snap)
 	}
 	return snap.Migration.In.Error
@@ -312,11 +310,11 @@ func TestMigrationImportFailureResumesTheSourceThenASecondTargetSucceeds(t *test
 	runDirty(t, src, dirtyMigrationSpec("mig", 64, 4, 64))
 	addr := migrationAddr(t, src)
 	spec := targetSpec("mig", addr, "m-fail")
-	var inj instance.ComponentSpec
+	var inj apiv1.ComponentSpec
 	if err := json.Unmarshal([]byte(`{"kind":"migration_failure_injector","fail_imports":1}`), &inj); err != nil {
 		t.Fatal(err)
 	}
-	spec.Components = map[string]instance.ComponentSpec{"inj": inj}
+	spec.Components = map[string]apiv1.ComponentSpec{"inj": inj}
 	if _, err := bad.client.Ensure(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +354,7 @@ func TestMigrationVersionMismatchFailsCleanlyOnBothSides(t *testing.T) {
 // slowToConverge is a target ensure whose source cannot meet its
 // downtime target: pre-copy runs rounds to the round limit, which leaves
 // time to kill a process while ram_push is published.
-func slowToConverge(id, addr, migrationID string) instance.Spec {
+func slowToConverge(id, addr, migrationID string) apiv1.Spec {
 	s := targetSpec(id, addr, migrationID)
 	one := uint64(1)
 	s.Init.DowntimeTargetMs = &one
@@ -374,8 +372,8 @@ func TestKillingTheTargetDuringPreCopyResumesTheSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	srcSeen := &history{t: t, name: "source"}
-	srcSeen.waitFor(src.client, "out.phase ram_push", func(s instance.Snapshot) bool {
-		return s.Migration.Out.Phase == migration.PhaseRAMPush || s.Migration.Out.Phase == migration.PhaseError
+	srcSeen.waitFor(src.client, "out.phase ram_push", func(s apiv1.View) bool {
+		return s.Migration.Out.Phase == apiv1.PhaseRAMPush || s.Migration.Out.Phase == apiv1.PhaseError
 	})
 	if err := dst.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -396,8 +394,8 @@ func TestKillingTheSourceDuringPreCopyFailsTheTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	dstSeen := &history{t: t, name: "target"}
-	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s instance.Snapshot) bool {
-		return s.Migration.In.Phase == migration.PhaseRAMPush || s.State != instance.Migrating
+	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s apiv1.View) bool {
+		return s.Migration.In.Phase == apiv1.PhaseRAMPush || s.State != apiv1.Migrating
 	})
 	if err := src.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -425,14 +423,14 @@ func TestMigrationDeniedByTheSourcesPolicyFailsTheTargetWithTheReason(t *testing
 	if reason := waitTargetFailed(t, first); !strings.Contains(reason, "migrate_out denied while creating") {
 		t.Errorf("target's reason %q; want the source's policy's", reason)
 	}
-	if v, err := src.client.Get(ctx(t)); err != nil || v.State != instance.Creating || v.Migration.Out.Active() {
+	if v, err := src.client.Get(ctx(t)); err != nil || v.State != apiv1.Creating || v.Migration.Out.Active() {
 		t.Fatalf("source after the refusal: %+v, %v; want creating with no migration", v, err)
 	}
 	// Another instance id than the source's is refused by the target.
-	if err := src.client.RequestState(ctx(t), instance.Run); err != nil {
+	if err := src.client.RequestState(ctx(t), apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	(&history{t: t, name: "source"}).waitFor(src.client, "running", func(s instance.Snapshot) bool { return s.State == instance.Running })
+	(&history{t: t, name: "source"}).waitFor(src.client, "running", func(s apiv1.View) bool { return s.State == apiv1.Running })
 	if _, err := second.client.Ensure(ctx(t), targetSpec("other", addr, "m-id")); err != nil {
 		t.Fatal(err)
 	}
@@ -452,21 +450,21 @@ func TestStoppingAMigrationTargetAbandonsTheImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	dstSeen := &history{t: t, name: "target"}
-	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s instance.Snapshot) bool {
-		return s.Migration.In.Phase == migration.PhaseRAMPush || s.State != instance.Migrating
+	dstSeen.waitFor(dst.client, "in.phase ram_push", func(s apiv1.View) bool {
+		return s.Migration.In.Phase == apiv1.PhaseRAMPush || s.State != apiv1.Migrating
 	})
-	if err := dst.client.RequestState(ctx(t), instance.Stop); err != nil {
+	if err := dst.client.RequestState(ctx(t), apiv1.Stop); err != nil {
 		t.Fatal(err)
 	}
-	end := dstSeen.waitFor(dst.client, "destroyed", func(s instance.Snapshot) bool {
-		return s.State == instance.Destroyed || s.State == instance.Failed
+	end := dstSeen.waitFor(dst.client, "destroyed", func(s apiv1.View) bool {
+		return s.State == apiv1.Destroyed || s.State == apiv1.Failed
 	})
 	for _, s := range dstSeen.snaps {
-		if s.State == instance.Running {
+		if s.State == apiv1.Running {
 			t.Fatalf("the target ran: %+v", dstSeen.snaps)
 		}
 	}
-	if end.State != instance.Destroyed || end.Migration.In.Phase != migration.PhaseError {
+	if end.State != apiv1.Destroyed || end.Migration.In.Phase != apiv1.PhaseError {
 		t.Fatalf("target ended %+v; want destroyed with in.phase error", end)
 	}
 	waitSourceResumed(t, &history{t: t, name: "source"}, src, "m-stop")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/volume/extent"
 	"tern/volume/volumetest"
 )
@@ -34,24 +34,24 @@ func TestErasureCodedVolumeDiskRunsTheDiskGuest(t *testing.T) {
 	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
 	c, ctx := p.client, ctx(t)
 	wait := uint64(200)
-	backend := instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
-		Layout: &instance.LayoutSpec{Kind: instance.LayoutEC, Data: 4, Parity: 2},
-		Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 1, QuorumWaitMs: &wait}
-	is := instance.Spec{ID: "ecdisk", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 9, "sectors": 64}},
-		Disks: []instance.DiskSpec{{Name: "vol", Backend: backend}},
-		Init:  instance.InitSpec{Method: instance.InitSpecMethod}}
+	backend := apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: targets,
+		Layout: &apiv1.LayoutSpec{Kind: apiv1.LayoutEC, Data: 4, Parity: 2},
+		Region: &apiv1.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 1, QuorumWaitMs: &wait}
+	is := apiv1.Spec{ID: "ecdisk", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 9, "sectors": 64}},
+		Disks: []apiv1.DiskSpec{{Name: "vol", Backend: backend}},
+		Init:  apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 
 	bad := is
 	badBackend := backend
-	badBackend.Layout = &instance.LayoutSpec{Kind: instance.LayoutEC, Data: 4, Parity: 4}
-	bad.Disks = []instance.DiskSpec{{Name: "vol", Backend: badBackend}}
+	badBackend.Layout = &apiv1.LayoutSpec{Kind: apiv1.LayoutEC, Data: 4, Parity: 4}
+	bad.Disks = []apiv1.DiskSpec{{Name: "vol", Backend: badBackend}}
 	if _, err := c.Ensure(ctx, bad); err == nil || !strings.Contains(err.Error(), "400") || !strings.Contains(err.Error(), "parity 4") {
 		t.Fatalf("ensure with parity 4: %v; want a 400 naming the layout", err)
 	}
 	badBackend = backend
 	badBackend.Targets = targets[:3]
-	bad.Disks = []instance.DiskSpec{{Name: "vol", Backend: badBackend}}
+	bad.Disks = []apiv1.DiskSpec{{Name: "vol", Backend: badBackend}}
 	if _, err := c.Ensure(ctx, bad); err == nil || !strings.Contains(err.Error(), "wants 6 host:port addresses") {
 		t.Fatalf("ensure with 3 targets for 4+2: %v; want a 400 naming the count", err)
 	}
@@ -59,10 +59,10 @@ func TestErasureCodedVolumeDiskRunsTheDiskGuest(t *testing.T) {
 	if _, err := c.Ensure(ctx, is); err != nil {
 		t.Fatalf("ensure: %v", err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatal(err)
 	}
 	h, err := c.SerialHistory(ctx, 0, 0)
@@ -73,7 +73,7 @@ func TestErasureCodedVolumeDiskRunsTheDiskGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d.Replicas) != 6 || d.Kind != instance.BackendVolume {
+	if len(d.Replicas) != 6 || d.Kind != apiv1.BackendVolume {
 		t.Fatalf("disk view %+v; want six shards", d)
 	}
 }

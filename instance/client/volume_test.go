@@ -12,13 +12,12 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/google/uuid"
 
-	"tern/instance"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
 	"tern/volume/ids"
-	"tern/volume/reconcile"
 	"tern/volume/volumetest"
 )
 
@@ -70,32 +69,32 @@ func TestVolumeDiskActivatesWithReconciliationThenTheDiskGuestPasses(t *testing.
 	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
 	c, ctx := p.client, ctx(t)
 	wait := uint64(60_000)
-	is := instance.Spec{ID: "disk", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 42, "sectors": 64}},
-		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: targets,
-			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 8}, Gen: 2, QuorumWaitMs: &wait}}},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
-	if v, err := c.Ensure(ctx, is); err != nil || v.State != instance.Creating {
+	is := apiv1.Spec{ID: "disk", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 42, "sectors": 64}},
+		Disks: []apiv1.DiskSpec{{Name: "vol", Backend: apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: targets,
+			Region: &apiv1.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 8}, Gen: 2, QuorumWaitMs: &wait}}},
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
+	if v, err := c.Ensure(ctx, is); err != nil || v.State != apiv1.Creating {
 		t.Fatalf("ensure: %+v, %v", v, err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	starting, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Starting })
+	starting, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Starting })
 	if err != nil {
 		t.Fatal(err)
 	}
 	v, err := c.Get(ctx)
-	if err != nil || v.State != instance.Starting || v.Disks[0].State != instance.DiskActivating || v.Disks[0].Activation == nil {
+	if err != nil || v.State != apiv1.Starting || v.Disks[0].State != apiv1.DiskActivating || v.Disks[0].Activation == nil {
 		t.Fatalf("while replica 2 is down: %+v, %v; want starting, the disk activating with progress", v, err)
 	}
 	if err := cluster.Start(2); err != nil {
 		t.Fatal(err)
 	}
-	var states []instance.State
-	_, err = c.WaitFor(ctx, starting.Gen, func(s instance.Snapshot) bool {
+	var states []apiv1.State
+	_, err = c.WaitFor(ctx, starting.Gen, func(s apiv1.View) bool {
 		states = append(states, s.State)
-		return s.State == instance.Destroyed
+		return s.State == apiv1.Destroyed
 	})
 	if err != nil {
 		t.Fatalf("waiting for the guest to finish: %v (states %v)", err, states)
@@ -153,21 +152,21 @@ func TestAFileDiskAndAVolumeDiskEachGetTheirOwnDevice(t *testing.T) {
 
 	p := startVMM(t, filepath.Join(cluster.Dir, "certs"))
 	c, ctx := p.client, ctx(t)
-	is := instance.Spec{ID: "file-and-volume", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 9, "sectors": 16, "device": 1}},
-		Disks: []instance.DiskSpec{
-			{Name: "scratch", Backend: instance.BackendSpec{Kind: instance.BackendFile, Path: file}},
-			{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: cluster.Targets(),
-				Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 1}},
+	is := apiv1.Spec{ID: "file-and-volume", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "disk", Params: map[string]uint64{"seed": 9, "sectors": 16, "device": 1}},
+		Disks: []apiv1.DiskSpec{
+			{Name: "scratch", Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: file}},
+			{Name: "vol", Backend: apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: cluster.Targets(),
+				Region: &apiv1.RegionSpec{BlockSize: 512, ExtentBlocks: 128, ExtentCount: 4}, Gen: 1}},
 		},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	if _, err := c.Ensure(ctx, is); err != nil {
 		t.Fatalf("ensure: %v", err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Destroyed }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Destroyed }); err != nil {
 		t.Fatalf("waiting for the guest to finish: %v", err)
 	}
 	h, err := c.SerialHistory(ctx, 0, 0)
@@ -178,10 +177,10 @@ func TestAFileDiskAndAVolumeDiskEachGetTheirOwnDevice(t *testing.T) {
 	if err != nil || len(v.Disks) != 2 {
 		t.Fatalf("instance %+v, %v; want two disks", v, err)
 	}
-	if d := v.Disks[0]; d.Name != "scratch" || d.Kind != instance.BackendFile || d.Activation != nil {
+	if d := v.Disks[0]; d.Name != "scratch" || d.Kind != apiv1.BackendFile || d.Activation != nil {
 		t.Errorf("disks[0] %+v; want the file disk, without activation", d)
 	}
-	if d := v.Disks[1]; d.Name != "vol" || d.Kind != instance.BackendVolume || d.Activation == nil || d.Activation.Phase != "done" {
+	if d := v.Disks[1]; d.Name != "vol" || d.Kind != apiv1.BackendVolume || d.Activation == nil || d.Activation.Phase != "done" {
 		t.Errorf("disks[1] %+v; want the volume, its activation done", d)
 	}
 	if d, err := c.Disk(ctx, "vol"); err != nil || len(d.Replicas) != 3 {
@@ -234,28 +233,28 @@ func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
 	defer cancel()
 	c := p.client
 	wait := uint64(60_000)
-	is := instance.Spec{ID: "demo", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "demo"},
-		Disks: []instance.DiskSpec{{Name: "vol", Backend: instance.BackendSpec{Kind: instance.BackendVolume, Targets: cluster.Targets(),
-			Region: &instance.RegionSpec{BlockSize: 512, ExtentBlocks: 64, ExtentCount: extents}, Gen: 1, QuorumWaitMs: &wait}}},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+	is := apiv1.Spec{ID: "demo", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
+		Disks: []apiv1.DiskSpec{{Name: "vol", Backend: apiv1.BackendSpec{Kind: apiv1.BackendVolume, Targets: cluster.Targets(),
+			Region: &apiv1.RegionSpec{BlockSize: 512, ExtentBlocks: 64, ExtentCount: extents}, Gen: 1, QuorumWaitMs: &wait}}},
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	if _, err := c.Ensure(ctx, is); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RequestState(ctx, instance.Run); err != nil {
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFor(ctx, 0, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		t.Fatal(err)
 	}
 	const back = 2
-	waitDisk(t, ctx, c, "every replica active", func(d instance.DiskStatus) bool {
+	waitDisk(t, ctx, c, "every replica active", func(d apiv1.DiskStatus) bool {
 		return len(d.Replicas) == 3 && d.Replicas[0].State == "active" && d.Replicas[1].State == "active" && d.Replicas[back].State == "active"
 	})
 	if err := cluster.Stop(back); err != nil {
 		t.Fatal(err)
 	}
-	waitDisk(t, ctx, c, "the stopped replica out of service", func(d instance.DiskStatus) bool {
+	waitDisk(t, ctx, c, "the stopped replica out of service", func(d apiv1.DiskStatus) bool {
 		return d.Replicas[back].State != "active"
 	})
 	// A write its downstairs never flushed, as a crash leaves it: the
@@ -275,9 +274,9 @@ func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
 	if err := cluster.Start(back); err != nil {
 		t.Fatal(err)
 	}
-	running := waitDisk(t, ctx, c, "the live repair seen running", func(d instance.DiskStatus) bool {
+	running := waitDisk(t, ctx, c, "the live repair seen running", func(d apiv1.DiskStatus) bool {
 		r := d.Replicas[back].Repair
-		return r != nil && r.Phase == reconcile.PhaseLiveRepair && r.ExtentsDone < r.ExtentsTotal
+		return r != nil && r.Phase == apiv1.RepairLiveRepair && r.ExtentsDone < r.ExtentsTotal
 	})
 	r := running.Replicas[back]
 	if r.State != "repairing" || r.Repair.ExtentsTotal != uint64(spec.ExtentCount) || r.Repair.StartedAt.IsZero() {
@@ -285,11 +284,11 @@ func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
 			back, r, *r.Repair, spec.ExtentCount)
 	}
 	t.Logf("live repair running: %+v", *r.Repair)
-	done := waitDisk(t, ctx, c, "the repaired replica active", func(d instance.DiskStatus) bool {
+	done := waitDisk(t, ctx, c, "the repaired replica active", func(d apiv1.DiskStatus) bool {
 		return d.Replicas[back].State == "active" && d.Replicas[back].Repair != nil && d.Replicas[back].Repair.Phase.Terminal()
 	})
 	rp := done.Replicas[back].Repair
-	if rp.Phase != reconcile.PhaseDone || rp.ExtentsDone != rp.ExtentsTotal || rp.EtaSeconds != 0 {
+	if rp.Phase != apiv1.RepairDone || rp.ExtentsDone != rp.ExtentsTotal || rp.EtaSeconds != 0 {
 		t.Fatalf("the finished live repair shows %+v; want done with every extent visited", *rp)
 	}
 	t.Logf("live repair of %d extents took %v", rp.ExtentsTotal, rp.UpdatedAt.Sub(rp.StartedAt))
@@ -303,13 +302,13 @@ func TestDiskShowsEachReplicasLiveRepairWhileItRuns(t *testing.T) {
 // waitDisk reads GET /v1/instance/disks/vol until cond holds (the API has
 // no watch for a disk: each read is a fresh snapshot, and the pause
 // between reads is short beside a live repair of hundreds of extents).
-func waitDisk(t *testing.T, ctx context.Context, c *client.Client, what string, cond func(instance.DiskStatus) bool) instance.DiskStatus {
+func waitDisk(t *testing.T, ctx context.Context, c *client.Client, what string, cond func(apiv1.DiskStatus) bool) apiv1.DiskStatus {
 	t.Helper()
 	// Each read of the status costs the emulated host's CPU what the
 	// volume needs: there, ten times fewer.
 	tick := time.NewTicker(kvmtest.Sized(5*time.Millisecond, 50*time.Millisecond))
 	defer tick.Stop()
-	var last instance.DiskStatus
+	var last apiv1.DiskStatus
 	for {
 		d, err := c.Disk(ctx, "vol")
 		if err != nil {

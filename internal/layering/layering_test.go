@@ -78,6 +78,25 @@ var rules = []rule{
 		why: "the runner drives two VMMs through their APIs; the VMM does not know it",
 	},
 	{
+		from: []string{"instance/apiv1"}, mayNot: []string{"..."}, except: []string{"volume/ids"}, tests: true,
+		why: "the instance API's contract is plain types: it imports nothing of tern but the volume's id types, so whoever speaks the API links no controller, engine, VMM or volume",
+	},
+	{
+		from:   []string{"instance/client", "migration/runner"},
+		mayNot: []string{"..."}, except: []string{"instance/apiv1", "instance/client", "volume/ids"},
+		why: "a client of the instance API links its contract (instance/apiv1), never the controller, the API server, the migration engines, the VMM or the volume",
+	},
+	{
+		from:   []string{"agent/agentapi"},
+		mayNot: []string{"..."}, except: []string{"instance/apiv1", "instance/client", "volume/ids"},
+		why: "the agent's contract is its API's bodies and client; it links the instance contract and client only, never the agent, its data plane or the VMM",
+	},
+	{
+		from:   []string{"control", "control/quorum"},
+		mayNot: []string{"vmm/...", "migration", "instance", "instance/api", "volume/...", "dataplane/...", "agent"}, except: []string{"volume/ids"},
+		why: "the control plane speaks to agents and vmms through their contracts (agent/agentapi, instance/apiv1, instance/client, migration/runner); it links no VMM, migration engine, volume or data plane",
+	},
+	{
 		from: []string{"..."}, exceptFrom: []string{"control/...", "cmd/tern", "cmd/tern-control"}, mayNot: []string{"control/..."},
 		why: "the control plane is the top of the house: only its commands run it (tern-control serves it)",
 	},

@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
 	"tern/vmm/guests"
@@ -150,7 +149,7 @@ func consoleEnd(t *testing.T, c *client.Client) uint64 {
 	t.Helper()
 	var offset uint64
 	for {
-		h, err := c.SerialHistory(testCtx(t), offset, api.MaxSerialMaxBytes)
+		h, err := c.SerialHistory(testCtx(t), offset, apiv1.MaxSerialMaxBytes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,11 +162,11 @@ func consoleEnd(t *testing.T, c *client.Client) uint64 {
 
 // dirtySpec is the dirty guest, small enough for the emulated host,
 // rewriting its working set at 10 MiB/s and verifying every second.
-func dirtySpec(id string) instance.Spec {
-	return instance.Spec{ID: id, Name: "dirty", VCPUs: 1, MemoryMiB: 64,
-		Guest: instance.GuestSpec{Kind: instance.GuestELF, Path: "dirty", Params: map[string]uint64{
+func dirtySpec(id string) apiv1.Spec {
+	return apiv1.Spec{ID: id, Name: "dirty", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "dirty", Params: map[string]uint64{
 			"mem_mib": 48, "working_set_mib": 8, "dirty_mib_per_sec": 10, "verify_every_sec": 1}},
-		Init: instance.InitSpec{Method: instance.InitSpecMethod}}
+		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 }
 
 // TestTernMigrateMovesTheGuestAndTheConsoleFollows runs the dirty guest
@@ -188,10 +187,10 @@ func TestTernMigrateMovesTheGuestAndTheConsoleFollows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := src.RequestState(ctx, instance.Run); err != nil {
+	if err := src.RequestState(ctx, apiv1.Run); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.WaitFor(ctx, v.Gen, func(s instance.Snapshot) bool { return s.State == instance.Running }); err != nil {
+	if _, err := src.WaitFor(ctx, v.Gen, func(s apiv1.View) bool { return s.State == apiv1.Running }); err != nil {
 		t.Fatal(err)
 	}
 	serial := startSerial(t, src.Base())
@@ -236,10 +235,10 @@ func TestTernMigrateMovesTheGuestAndTheConsoleFollows(t *testing.T) {
 			t.Errorf("tern migrate's result %q: %s = %v; want a figure above 0", last, k, res.Result[k])
 		}
 	}
-	if g, err := dst.Get(ctx); err != nil || g.State != instance.Running {
+	if g, err := dst.Get(ctx); err != nil || g.State != apiv1.Running {
 		t.Fatalf("the target after tern migrate: %+v, %v; want running", g.State, err)
 	}
-	if g, err := src.Get(ctx); err == nil && g.State != instance.Destroyed {
+	if g, err := src.Get(ctx); err == nil && g.State != apiv1.Destroyed {
 		t.Fatalf("the source after tern migrate: %s; want destroyed or gone", g.State)
 	}
 

@@ -10,10 +10,8 @@ import (
 	"slices"
 	"time"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
-	"tern/migration"
 )
 
 // MigrationInit is the init of a migration target's ensure.
@@ -29,10 +27,10 @@ type MigrationInit struct {
 // source's id, the init, and optionally disks (backends replacing the
 // source's) and the target's own components.
 type MigrationTargetSpec struct {
-	ID         string                            `json:"id"`
-	Init       MigrationInit                     `json:"init"`
-	Disks      []instance.DiskSpec               `json:"disks,omitempty"`
-	Components map[string]instance.ComponentSpec `json:"components,omitempty"`
+	ID         string                         `json:"id"`
+	Init       MigrationInit                  `json:"init"`
+	Disks      []apiv1.DiskSpec               `json:"disks,omitempty"`
+	Components map[string]apiv1.ComponentSpec `json:"components,omitempty"`
 }
 
 // CheckMigrationVersions returns nil when a source answering src to
@@ -40,7 +38,7 @@ type MigrationTargetSpec struct {
 // migration protocol, and the target reads the version the source writes
 // (its newest) of every device state kind. Otherwise the error names
 // every difference.
-func CheckMigrationVersions(src, dst api.Version) error {
+func CheckMigrationVersions(src, dst apiv1.Version) error {
 	var problems []error
 	common := false
 	for _, v := range src.MigrationProtocols {
@@ -86,8 +84,8 @@ type MigrateOptions struct {
 	// SameHost asks for the same-host path (memory passed as memfds).
 	SameHost bool
 	// Disks and Components go into the target's ensure as they are.
-	Disks      []instance.DiskSpec
-	Components map[string]instance.ComponentSpec
+	Disks      []apiv1.DiskSpec
+	Components map[string]apiv1.ComponentSpec
 	// StallTimeout bounds the wait for the next snapshot from either
 	// side (default DefaultStallTimeout).
 	StallTimeout time.Duration
@@ -109,12 +107,12 @@ const (
 	SideTarget Side = "target"
 )
 
-// MigrationEvent is one snapshot of one side. Progress is the side's
+// MigrationEvent is one published view of one side. Progress is the side's
 // direction (out on the source, in on the target), nil until it has one.
 type MigrationEvent struct {
 	Side     Side
-	Snapshot instance.Snapshot
-	Progress *migration.Progress
+	View     apiv1.View
+	Progress *apiv1.Progress
 }
 
 // MigrationResult is a finished migration's figures: bytes and rounds
@@ -132,7 +130,7 @@ type MigrationResult struct {
 // last phase it reached before error, and the reason.
 type MigrationError struct {
 	Side   Side
-	Phase  migration.Phase
+	Phase  apiv1.Phase
 	Reason string
 }
 
@@ -170,7 +168,7 @@ const RequestWait = time.Minute
 // startedMigration is what following a migration needs.
 type startedMigration struct {
 	id     string
-	srcGen uint64
+	srcGen apiv1.ViewGen
 }
 
 // startMigration compares the versions and ensures the target.
@@ -199,7 +197,7 @@ func startMigration(ctx context.Context, src, dst *client.Client, opts MigrateOp
 	}
 	spec := MigrationTargetSpec{
 		ID: view.ID,
-		Init: MigrationInit{Method: instance.InitMigrationTarget, Source: view.MigrationAddr, MigrationID: id,
+		Init: MigrationInit{Method: apiv1.InitMigrationTarget, Source: view.MigrationAddr, MigrationID: id,
 			DowntimeTargetMs: uint64(opts.DowntimeTarget.Milliseconds()), SameHost: opts.SameHost},
 		Disks: opts.Disks, Components: opts.Components,
 	}
@@ -224,13 +222,13 @@ func newMigrationID() (string, error) {
 // sideEvent is one monitor answer of one side.
 type sideEvent struct {
 	side Side
-	snap instance.Snapshot
+	snap apiv1.View
 	err  error
 }
 
 // watchSide long-polls c's monitor from afterGen and sends each new
 // snapshot, then its final error, to events until ctx ends.
-func watchSide(ctx context.Context, c *client.Client, side Side, afterGen uint64, events chan<- sideEvent) {
+func watchSide(ctx context.Context, c *client.Client, side Side, afterGen apiv1.ViewGen, events chan<- sideEvent) {
 	for {
 		s, err := c.Monitor(ctx, afterGen)
 		if err == nil && s.Gen <= afterGen {
@@ -252,13 +250,13 @@ func watchSide(ctx context.Context, c *client.Client, side Side, afterGen uint64
 type migrationWatch struct {
 	id string
 	// last snapshot and last phase before error, per side
-	src, dst           *instance.Snapshot
-	srcPhase, dstPhase migration.Phase
+	src, dst           *apiv1.View
+	srcPhase, dstPhase apiv1.Phase
 	srcGone            bool
 }
 
 // progress returns side's direction of the migration id in s, if any.
-func (w *migrationWatch) progress(side Side, s *instance.Snapshot) *migration.Progress {
+func (w *migrationWatch) progress(side Side, s *apiv1.View) *apiv1.Progress {
 	if s == nil {
 		return nil
 	}
@@ -276,18 +274,18 @@ func (w *migrationWatch) progress(side Side, s *instance.Snapshot) *migration.Pr
 // once either side reported failure.
 func (w *migrationWatch) decide() (done bool, err error) {
 	sp, dp := w.progress(SideSource, w.src), w.progress(SideTarget, w.dst)
-	if sp != nil && sp.Phase == migration.PhaseError {
+	if sp != nil && sp.Phase == apiv1.PhaseError {
 		return false, &MigrationError{Side: SideSource, Phase: w.srcPhase, Reason: reason(sp.Error)}
 	}
-	if dp != nil && dp.Phase == migration.PhaseError || w.dst != nil && w.dst.State == instance.Failed {
+	if dp != nil && dp.Phase == apiv1.PhaseError || w.dst != nil && w.dst.State == apiv1.Failed {
 		r := ""
 		if dp != nil {
 			r = dp.Error
 		}
 		return false, &MigrationError{Side: SideTarget, Phase: w.dstPhase, Reason: reason(r)}
 	}
-	targetRuns := w.dst != nil && w.dst.State == instance.Running && dp != nil && dp.Phase == migration.PhaseFinish
-	sourceGone := w.srcGone || w.src != nil && w.src.State == instance.Destroyed
+	targetRuns := w.dst != nil && w.dst.State == apiv1.Running && dp != nil && dp.Phase == apiv1.PhaseFinish
+	sourceGone := w.srcGone || w.src != nil && w.src.State == apiv1.Destroyed
 	return targetRuns && sourceGone, nil
 }
 
@@ -305,7 +303,7 @@ func (w *migrationWatch) result() MigrationResult {
 	// The target's last: its figures win where both have them. Rounds
 	// and bytes are the source's (the target counts the paused copy as a
 	// round of its own).
-	for _, p := range []*migration.Progress{w.progress(SideTarget, w.dst), w.progress(SideSource, w.src)} {
+	for _, p := range []*apiv1.Progress{w.progress(SideTarget, w.dst), w.progress(SideSource, w.src)} {
 		if p == nil {
 			continue
 		}
@@ -323,7 +321,7 @@ func (w *migrationWatch) result() MigrationResult {
 
 // followMigration follows both monitors (the source's from srcGen, the
 // target's from its start) until decide ends it.
-func followMigration(ctx context.Context, src, dst *client.Client, id string, srcGen uint64, opts MigrateOptions) (MigrationResult, error) {
+func followMigration(ctx context.Context, src, dst *client.Client, id string, srcGen apiv1.ViewGen, opts MigrateOptions) (MigrationResult, error) {
 	stall := opts.StallTimeout
 	if stall <= 0 {
 		stall = DefaultStallTimeout
@@ -349,9 +347,9 @@ func followMigration(ctx context.Context, src, dst *client.Client, id string, sr
 		timer.Reset(stall)
 		if ev.err != nil {
 			switch {
-			case ev.side == SideSource && client.IsCode(ev.err, api.CodeInstanceGone):
+			case ev.side == SideSource && client.IsCode(ev.err, apiv1.CodeInstanceGone):
 				w.srcGone = true
-			case client.IsCode(ev.err, api.CodeInstanceGone):
+			case client.IsCode(ev.err, apiv1.CodeInstanceGone):
 				// A target that is gone does not run, whatever it reached.
 				return w.result(), &MigrationError{Side: SideTarget, Phase: w.dstPhase, Reason: "the target instance is gone: " + ev.err.Error()}
 			default:
@@ -365,7 +363,7 @@ func followMigration(ctx context.Context, src, dst *client.Client, id string, sr
 				w.dst = &snap
 			}
 			p := w.progress(ev.side, &snap)
-			if p != nil && p.Phase != migration.PhaseError {
+			if p != nil && p.Phase != apiv1.PhaseError {
 				if ev.side == SideSource {
 					w.srcPhase = p.Phase
 				} else {
@@ -373,7 +371,7 @@ func followMigration(ctx context.Context, src, dst *client.Client, id string, sr
 				}
 			}
 			if opts.Progress != nil {
-				opts.Progress(MigrationEvent{Side: ev.side, Snapshot: snap, Progress: p})
+				opts.Progress(MigrationEvent{Side: ev.side, View: snap, Progress: p})
 			}
 		}
 		done, err := w.decide()
@@ -383,13 +381,13 @@ func followMigration(ctx context.Context, src, dst *client.Client, id string, sr
 		if done {
 			return w.result(), nil
 		}
-		if w.srcGone && (w.dst == nil || w.dst.State != instance.Migrating && w.dst.State != instance.Running) {
+		if w.srcGone && (w.dst == nil || w.dst.State != apiv1.Migrating && w.dst.State != apiv1.Running) {
 			return w.result(), &MigrationError{Side: SideSource, Phase: w.srcPhase, Reason: "the source instance is gone but the target does not run"}
 		}
 	}
 }
 
-func phaseOrNone(p migration.Phase) string {
+func phaseOrNone(p apiv1.Phase) string {
 	if p == 0 {
 		return "none"
 	}

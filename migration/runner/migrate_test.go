@@ -5,32 +5,30 @@ import (
 	"strings"
 	"testing"
 
-	"tern/instance"
-	"tern/instance/api"
-	"tern/migration"
+	"tern/instance/apiv1"
 )
 
 func TestCheckMigrationVersions(t *testing.T) {
-	cur := api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}}}
+	cur := apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{1}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}}}
 	for _, c := range []struct {
 		name     string
-		src, dst api.Version
+		src, dst apiv1.Version
 		want     []string // substrings of the error; none: compatible
 	}{
 		{"same build", cur, cur, nil},
 		{"the target reads the source's version and the one before",
-			cur, api.Version{MigrationProtocols: []migration.Version{1, 2}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, nil},
+			cur, apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{1, 2}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, nil},
 		{"the source reads an older version but writes its newest",
-			api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {1, 2}}},
-			api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {2, 3}}}, nil},
+			apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{1}, Devices: map[string][]uint16{"vcpu": {1, 2}}},
+			apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{1}, Devices: map[string][]uint16{"vcpu": {2, 3}}}, nil},
 		{"no common protocol",
-			cur, api.Version{MigrationProtocols: []migration.Version{99}, Devices: cur.Devices},
+			cur, apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{99}, Devices: cur.Devices},
 			[]string{"no common migration protocol", "[1]", "[99]"}},
 		{"a newer device version",
-			api.Version{MigrationProtocols: []migration.Version{1}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, cur,
+			apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{1}, Devices: map[string][]uint16{"vcpu": {1, 2}, "uart": {1}}}, cur,
 			[]string{"device vcpu: the source writes version 2, the target reads [1]"}},
 		{"an unknown kind and no protocol, both named",
-			api.Version{MigrationProtocols: []migration.Version{2}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}, "rtc": {1}}}, cur,
+			apiv1.Version{MigrationProtocols: []apiv1.MigrationVersion{2}, Devices: map[string][]uint16{"vcpu": {1}, "uart": {1}, "rtc": {1}}}, cur,
 			[]string{"no common migration protocol", "device rtc: the target does not read this kind"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,13 +53,13 @@ func TestCheckMigrationVersions(t *testing.T) {
 
 func TestMigrationWatchDecides(t *testing.T) {
 	const id = "mig-1"
-	snap := func(state instance.State, in, out migration.Progress) *instance.Snapshot {
-		return &instance.Snapshot{State: state, Migration: instance.Migration{In: in, Out: out}}
+	snap := func(state apiv1.State, in, out apiv1.Progress) *apiv1.View {
+		return &apiv1.View{State: state, Migration: apiv1.Migration{In: in, Out: out}}
 	}
-	none := migration.Progress{}
-	at := func(p migration.Phase) migration.Progress { return migration.Progress{ID: id, Phase: p} }
-	failed := func(reason string) migration.Progress {
-		return migration.Progress{ID: id, Phase: migration.PhaseError, Error: reason}
+	none := apiv1.Progress{}
+	at := func(p apiv1.Phase) apiv1.Progress { return apiv1.Progress{ID: id, Phase: p} }
+	failed := func(reason string) apiv1.Progress {
+		return apiv1.Progress{ID: id, Phase: apiv1.PhaseError, Error: reason}
 	}
 	for _, c := range []struct {
 		name               string
@@ -70,19 +68,19 @@ func TestMigrationWatchDecides(t *testing.T) {
 		errSide            Side
 		errPhase, errWords string
 	}{
-		{name: "both migrating", w: migrationWatch{src: snap(instance.Migrating, none, at(migration.PhaseRAMPush)), dst: snap(instance.Migrating, at(migration.PhaseRAMPush), none)}},
+		{name: "both migrating", w: migrationWatch{src: snap(apiv1.Migrating, none, at(apiv1.PhaseRAMPush)), dst: snap(apiv1.Migrating, at(apiv1.PhaseRAMPush), none)}},
 		{name: "target runs, source not yet destroyed",
-			w: migrationWatch{src: snap(instance.Migrating, none, at(migration.PhaseFinish)), dst: snap(instance.Running, at(migration.PhaseFinish), none)}},
+			w: migrationWatch{src: snap(apiv1.Migrating, none, at(apiv1.PhaseFinish)), dst: snap(apiv1.Running, at(apiv1.PhaseFinish), none)}},
 		{name: "target runs and source destroyed", done: true,
-			w: migrationWatch{src: snap(instance.Destroyed, none, at(migration.PhaseFinish)), dst: snap(instance.Running, at(migration.PhaseFinish), none)}},
+			w: migrationWatch{src: snap(apiv1.Destroyed, none, at(apiv1.PhaseFinish)), dst: snap(apiv1.Running, at(apiv1.PhaseFinish), none)}},
 		{name: "target runs and source gone", done: true,
-			w: migrationWatch{srcGone: true, dst: snap(instance.Running, at(migration.PhaseFinish), none)}},
+			w: migrationWatch{srcGone: true, dst: snap(apiv1.Running, at(apiv1.PhaseFinish), none)}},
 		{name: "the source resumed with error", errSide: SideSource, errPhase: "device", errWords: "injected",
-			w: migrationWatch{srcPhase: migration.PhaseDevice, src: snap(instance.Running, none, failed("injected"))}},
+			w: migrationWatch{srcPhase: apiv1.PhaseDevice, src: snap(apiv1.Running, none, failed("injected"))}},
 		{name: "the target failed", errSide: SideTarget, errPhase: "ram_push", errWords: "no reason given",
-			w: migrationWatch{dstPhase: migration.PhaseRAMPush, dst: snap(instance.Failed, at(migration.PhaseRAMPush), none)}},
+			w: migrationWatch{dstPhase: apiv1.PhaseRAMPush, dst: snap(apiv1.Failed, at(apiv1.PhaseRAMPush), none)}},
 		{name: "another migration's error is not ours",
-			w: migrationWatch{src: snap(instance.Running, none, migration.Progress{ID: "mig-0", Phase: migration.PhaseError})}},
+			w: migrationWatch{src: snap(apiv1.Running, none, apiv1.Progress{ID: "mig-0", Phase: apiv1.PhaseError})}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.w.id = id

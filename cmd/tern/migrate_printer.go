@@ -1,4 +1,4 @@
-package runner
+package main
 
 import (
 	"encoding/json"
@@ -7,46 +7,48 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"tern/instance/apiv1"
 	"tern/internal/units"
-	"tern/migration"
+	"tern/migration/runner"
 )
 
-// Printer shows a migration's events as tern migrate prints them: a
+// migratePrinter shows a migration's events as tern migrate prints them: a
 // progress bar on a terminal, JSON lines otherwise ({"side","gen","state",
 // "migration"} per event, then {"result": …}).
-type Printer struct {
+type migratePrinter struct {
 	out   io.Writer
 	isTTY bool
 	enc   *json.Encoder
 	bar   *progressbar.ProgressBar
 	// lastPhase is the phase last described, per side, on a terminal.
-	lastPhase map[Side]string
+	lastPhase map[runner.Side]string
 }
 
-// NewPrinter returns a Printer writing to out, a terminal when isTTY.
-func NewPrinter(out io.Writer, isTTY bool) *Printer {
-	return &Printer{out: out, isTTY: isTTY, enc: json.NewEncoder(out), lastPhase: map[Side]string{}}
+// newMigratePrinter returns a printer writing to out, a terminal when
+// isTTY.
+func newMigratePrinter(out io.Writer, isTTY bool) *migratePrinter {
+	return &migratePrinter{out: out, isTTY: isTTY, enc: json.NewEncoder(out), lastPhase: map[runner.Side]string{}}
 }
 
 // eventLine is one JSON line of a non-terminal migrate.
 type eventLine struct {
-	Side      Side                `json:"side"`
-	Gen       uint64              `json:"gen"`
-	State     string              `json:"state"`
-	Migration *migration.Progress `json:"migration"`
+	Side      runner.Side     `json:"side"`
+	Gen       apiv1.ViewGen   `json:"gen"`
+	State     string          `json:"state"`
+	Migration *apiv1.Progress `json:"migration"`
 }
 
-// Event shows one event; it is a MigrateOptions.Progress.
-func (p *Printer) Event(ev MigrationEvent) {
+// Event shows one event; it is a runner.MigrateOptions.Progress.
+func (p *migratePrinter) Event(ev runner.MigrationEvent) {
 	if !p.isTTY {
-		p.enc.Encode(eventLine{Side: ev.Side, Gen: ev.Snapshot.Gen, State: ev.Snapshot.State.String(), Migration: ev.Progress})
+		p.enc.Encode(eventLine{Side: ev.Side, Gen: ev.View.Gen, State: ev.View.State.String(), Migration: ev.Progress})
 		return
 	}
 	m := ev.Progress
-	if ev.Side != SideSource || m == nil {
-		if ev.Side == SideTarget && p.lastPhase[ev.Side] != ev.Snapshot.State.String() {
-			p.lastPhase[ev.Side] = ev.Snapshot.State.String()
-			p.println(fmt.Sprintf("target: %s", ev.Snapshot.State))
+	if ev.Side != runner.SideSource || m == nil {
+		if ev.Side == runner.SideTarget && p.lastPhase[ev.Side] != ev.View.State.String() {
+			p.lastPhase[ev.Side] = ev.View.State.String()
+			p.println(fmt.Sprintf("target: %s", ev.View.State))
 		}
 		return
 	}
@@ -59,7 +61,7 @@ func (p *Printer) Event(ev MigrationEvent) {
 	p.bar.Set64(int64(m.BytesSent))
 }
 
-func (p *Printer) println(s string) {
+func (p *migratePrinter) println(s string) {
 	if p.bar != nil {
 		p.bar.Clear()
 	}
@@ -67,7 +69,7 @@ func (p *Printer) println(s string) {
 }
 
 // Finish ends the progress bar, if one was drawn.
-func (p *Printer) Finish() {
+func (p *migratePrinter) Finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 		fmt.Fprintln(p.out)
@@ -75,9 +77,9 @@ func (p *Printer) Finish() {
 }
 
 // Result prints the finished migration's figures.
-func (p *Printer) Result(r MigrationResult) error {
+func (p *migratePrinter) Result(r runner.MigrationResult) error {
 	if !p.isTTY {
-		return p.enc.Encode(map[string]MigrationResult{"result": r})
+		return p.enc.Encode(map[string]runner.MigrationResult{"result": r})
 	}
 	_, err := fmt.Fprintf(p.out, "migrated: total %.1f ms, downtime %.1f ms, %s sent (%d bytes), %d rounds\n",
 		r.TotalMs, r.DowntimeMs, units.Bytes(r.BytesSent), r.BytesSent, r.Rounds)

@@ -1,8 +1,7 @@
-package migration
+package apiv1
 
 import (
 	"encoding/json"
-	"errors"
 	"slices"
 	"testing"
 )
@@ -37,31 +36,5 @@ func TestProgressJSONKeys(t *testing.T) {
 	back = Progress{ID: "x"}
 	if err := json.Unmarshal([]byte("null"), &back); err != nil || back.Active() {
 		t.Fatalf("null decodes as %+v, %v; want no migration", back, err)
-	}
-}
-
-func TestInjectorSpecFromJSONFailsTheNextN(t *testing.T) {
-	var spec InjectorSpec
-	if err := json.Unmarshal([]byte(`{"phase":"ram_push_dirty","fail_exports":2,"fail_imports":1}`), &spec); err != nil {
-		t.Fatal(err)
-	}
-	inj := NewInjector(spec)
-	for i, want := range []bool{true, true, false} {
-		if err := inj.failExport(PhaseRAMPushDirty); errors.Is(err, ErrInjected) != want {
-			t.Fatalf("export %d: %v", i, err)
-		}
-	}
-	if err := inj.failImport(PhaseDevice); err != nil {
-		t.Fatalf("import at another phase: %v", err)
-	}
-	if err := inj.failImport(PhaseRAMPushDirty); !errors.Is(err, ErrInjected) {
-		t.Fatalf("import: %v", err)
-	}
-	var none *Injector
-	if none.failExport(PhaseSync) != nil || none.failImport(PhaseSync) != nil {
-		t.Fatal("a nil injector injected")
-	}
-	if err := json.Unmarshal([]byte(`{"phase":"nap"}`), &spec); err == nil {
-		t.Fatal("an unknown phase parsed")
 	}
 }

@@ -1,11 +1,9 @@
-package agent
+package agentapi
 
 import (
 	"encoding/json"
 
-	"tern/instance"
-	"tern/instance/api"
-	"tern/migration"
+	"tern/instance/apiv1"
 )
 
 // Inventory is what a host offers and runs.
@@ -20,13 +18,13 @@ type Inventory struct {
 	Registered bool `json:"registered"`
 	// CPUs and MemoryMiB are the capacity offered to vmms; Allocated*
 	// what the live vmms reserve of it.
-	CPUs               int         `json:"cpus"`
-	MemoryMiB          uint64      `json:"memory_mib"`
-	AllocatedCPUs      int         `json:"allocated_cpus"`
-	AllocatedMemoryMiB uint64      `json:"allocated_memory_mib"`
-	Version            api.Version `json:"version"`
-	VMMs               []VMMStatus `json:"vmms"`
-	Regions            []Region    `json:"regions"`
+	CPUs               int           `json:"cpus"`
+	MemoryMiB          uint64        `json:"memory_mib"`
+	AllocatedCPUs      int           `json:"allocated_cpus"`
+	AllocatedMemoryMiB uint64        `json:"allocated_memory_mib"`
+	Version            apiv1.Version `json:"version"`
+	VMMs               []VMMStatus   `json:"vmms"`
+	Regions            []Region      `json:"regions"`
 }
 
 // EnsureVMM is the body of PUT /v1/vmms/{id}: the instance it runs, what
@@ -42,28 +40,28 @@ type EnsureVMM struct {
 
 // VMMStatus is one vmm as its agent knows it.
 type VMMStatus struct {
-	ID            string         `json:"id"`
-	InstanceID    string         `json:"instance_id"`
-	URL           string         `json:"url"`
-	MigrationAddr string         `json:"migration_addr,omitempty"`
-	State         instance.State `json:"state"`
-	Gen           uint64         `json:"gen"`
-	Gone          bool           `json:"gone,omitempty"`
-	VCPUs         int            `json:"vcpus"`
-	MemoryMiB     uint64         `json:"memory_mib"`
+	ID            string        `json:"id"`
+	InstanceID    string        `json:"instance_id"`
+	URL           string        `json:"url"`
+	MigrationAddr string        `json:"migration_addr,omitempty"`
+	State         apiv1.State   `json:"state"`
+	Gen           apiv1.ViewGen `json:"gen"`
+	Gone          bool          `json:"gone,omitempty"`
+	VCPUs         int           `json:"vcpus"`
+	MemoryMiB     uint64        `json:"memory_mib"`
 }
 
 // Report is one vmm snapshot relayed to the control plane (POST
 // /v1/reports there).
 type Report struct {
-	HostID     string              `json:"host_id"`
-	VMMID      string              `json:"vmm_id"`
-	InstanceID string              `json:"instance_id"`
-	Gen        uint64              `json:"gen"`
-	State      instance.State      `json:"state"`
-	Gone       bool                `json:"gone,omitempty"`
-	In         *migration.Progress `json:"migration_in,omitempty"`
-	Out        *migration.Progress `json:"migration_out,omitempty"`
+	HostID     string          `json:"host_id"`
+	VMMID      string          `json:"vmm_id"`
+	InstanceID string          `json:"instance_id"`
+	Gen        apiv1.ViewGen   `json:"gen"`
+	State      apiv1.State     `json:"state"`
+	Gone       bool            `json:"gone,omitempty"`
+	In         *apiv1.Progress `json:"migration_in,omitempty"`
+	Out        *apiv1.Progress `json:"migration_out,omitempty"`
 }
 
 // RegionSpec is the body of PUT /v1/regions/{id}.
@@ -107,3 +105,6 @@ type Registration struct {
 	// (a restarted agent runs none; its children died with it).
 	VMMs []string `json:"vmms"`
 }
+
+// CodeNoSuchVMM is the error code of a vmm the agent does not run.
+const CodeNoSuchVMM = "no_such_vmm"

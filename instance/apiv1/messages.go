@@ -1,28 +1,4 @@
-package api
-
-import (
-	"tern/instance"
-	"tern/migration"
-)
-
-// InstanceView is GET /v1/instance (and the body of a 201 ensure).
-type InstanceView struct {
-	ID        string                `json:"id"`
-	State     instance.State        `json:"state"`
-	Gen       uint64                `json:"gen"`
-	Spec      instance.Spec         `json:"spec"`
-	Disks     []instance.DiskStatus `json:"disks"`
-	Migration instance.Migration    `json:"migration"`
-	// MigrationAddr is this VMM's migration endpoint (host:port, QUIC
-	// with mutual TLS), when it listens for migration.
-	MigrationAddr string `json:"migration_addr,omitempty"`
-	// Error is why the instance failed, when its state is failed.
-	Error string `json:"error,omitempty"`
-	// StopReason is why the instance stopped, once it is stopping or
-	// past: "stop requested", "guest exited with status N", "guest
-	// powered off", "migrated out", ….
-	StopReason string `json:"stop_reason,omitempty"`
-}
+package apiv1
 
 // Version is GET /v1/version: what a migration peer must match.
 type Version struct {
@@ -30,7 +6,7 @@ type Version struct {
 	Build string `json:"build"`
 	// MigrationProtocols are the migration protocol versions spoken,
 	// lowest first.
-	MigrationProtocols []migration.Version `json:"migration_protocols"`
+	MigrationProtocols []MigrationVersion `json:"migration_protocols"`
 	// Devices maps each device state kind to the versions read.
 	Devices map[string][]uint16 `json:"devices"`
 }
@@ -44,7 +20,7 @@ type MigratedTo struct {
 
 // StateRequest is the body of PUT /v1/instance/state.
 type StateRequest struct {
-	Requested instance.Request `json:"requested"`
+	Requested Request `json:"requested"`
 }
 
 // SerialHistory is GET /v1/instance/serial/history: the console's bytes
@@ -59,10 +35,10 @@ type SerialHistory struct {
 // Error is every error's body. State is set for wrong_state; Problems
 // lists each problem of an invalid spec.
 type Error struct {
-	ErrorCode string          `json:"error_code"`
-	Message   string          `json:"message"`
-	State     *instance.State `json:"state,omitempty"`
-	Problems  []string        `json:"problems,omitempty"`
+	ErrorCode string   `json:"error_code"`
+	Message   string   `json:"message"`
+	State     *State   `json:"state,omitempty"`
+	Problems  []string `json:"problems,omitempty"`
 }
 
 // Error codes.

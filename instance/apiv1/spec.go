@@ -1,15 +1,17 @@
-package instance
+package apiv1
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"tern/volume/ids"
 )
 
 // Spec is what PUT /v1/instance asks for: a deterministic description of
-// an instance, validated before anything is built (Validate). It is kept
-// apart from the Controller that owns the live objects.
+// an instance, validated before anything is built (instance.Validate). It
+// is kept apart from the controller that owns the live objects.
 type Spec struct {
 	// ID names the instance; an ensure repeating the ID and spec of the
 	// live instance is idempotent.
@@ -52,7 +54,7 @@ type GuestSpec struct {
 	Kernel  string `json:"kernel,omitempty"`
 	Initrd  string `json:"initrd,omitempty"`
 	Cmdline string `json:"cmdline,omitempty"`
-	// Params are a built-in guest's parameters (see guestParams).
+	// Params are a built-in guest's parameters (see instance.guestParams).
 	Params map[string]uint64 `json:"params,omitempty"`
 }
 
@@ -84,13 +86,13 @@ type DiskSpec struct {
 // kind "replicated"), or erasure-coded shards (kind "ec", Data + Parity
 // targets, data shards first).
 type BackendSpec struct {
-	Kind         string      `json:"kind"`
-	Path         string      `json:"path,omitempty"`
-	Targets      []string    `json:"targets,omitempty"`
-	Layout       *LayoutSpec `json:"layout,omitempty"`
-	Region       *RegionSpec `json:"region,omitempty"`
-	Gen          uint64      `json:"gen,omitempty"`
-	QuorumWaitMs *uint64     `json:"quorum_wait_ms,omitempty"`
+	Kind         string         `json:"kind"`
+	Path         string         `json:"path,omitempty"`
+	Targets      []string       `json:"targets,omitempty"`
+	Layout       *LayoutSpec    `json:"layout,omitempty"`
+	Region       *RegionSpec    `json:"region,omitempty"`
+	Gen          ids.Generation `json:"gen,omitempty"`
+	QuorumWaitMs *uint64        `json:"quorum_wait_ms,omitempty"`
 }
 
 // Volume layout kinds.
@@ -107,8 +109,8 @@ type LayoutSpec struct {
 	Parity int    `json:"parity,omitempty"`
 }
 
-// erasureCoded reports whether b is an erasure-coded volume.
-func (b BackendSpec) erasureCoded() bool { return b.Layout != nil && b.Layout.Kind == LayoutEC }
+// ErasureCoded reports whether b is an erasure-coded volume.
+func (b BackendSpec) ErasureCoded() bool { return b.Layout != nil && b.Layout.Kind == LayoutEC }
 
 // VolumeSizeBytes is the size of b's volume: its region for a
 // replicated one; for an erasure-coded one, Data regions but each
@@ -117,7 +119,7 @@ func (b BackendSpec) VolumeSizeBytes() uint64 {
 	if b.Region == nil {
 		return 0
 	}
-	if b.erasureCoded() {
+	if b.ErasureCoded() {
 		blocks := uint64(b.Region.ExtentBlocks)*uint64(b.Region.ExtentCount) - 1
 		return uint64(b.Layout.Data) * blocks * uint64(b.Region.BlockSize)
 	}

@@ -1,4 +1,4 @@
-package agent
+package agentapi
 
 import (
 	"bytes"
@@ -10,8 +10,7 @@ import (
 	"net/url"
 	"strings"
 
-	"tern/instance"
-	"tern/instance/api"
+	"tern/instance/apiv1"
 	"tern/instance/client"
 )
 
@@ -61,7 +60,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if resp.StatusCode/100 != 2 {
 		e := &client.APIError{Status: resp.StatusCode}
 		if json.Unmarshal(b, &e.Body) != nil || e.Body.ErrorCode == "" {
-			e.Body = api.Error{ErrorCode: fmt.Sprintf("http_%d", resp.StatusCode), Message: strings.TrimSpace(string(b))}
+			e.Body = apiv1.Error{ErrorCode: fmt.Sprintf("http_%d", resp.StatusCode), Message: strings.TrimSpace(string(b))}
 		}
 		return e
 	}
@@ -74,8 +73,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 // Version is the agent's (and its vmms') version.
-func (c *Client) Version(ctx context.Context) (api.Version, error) {
-	var v api.Version
+func (c *Client) Version(ctx context.Context) (apiv1.Version, error) {
+	var v apiv1.Version
 	return v, c.do(ctx, http.MethodGet, "/v1/version", nil, &v)
 }
 
@@ -106,8 +105,8 @@ func (c *Client) VMM(ctx context.Context, id string) (VMMStatus, error) {
 }
 
 // VMMVersion is vmm id's own GET /v1/version.
-func (c *Client) VMMVersion(ctx context.Context, id string) (api.Version, error) {
-	var v api.Version
+func (c *Client) VMMVersion(ctx context.Context, id string) (apiv1.Version, error) {
+	var v apiv1.Version
 	return v, c.do(ctx, http.MethodGet, "/v1/vmms/"+url.PathEscape(id)+"/version", nil, &v)
 }
 
@@ -117,8 +116,8 @@ func (c *Client) DeleteVMM(ctx context.Context, id string) error {
 }
 
 // RequestState asks vmm id for run, stop or reboot.
-func (c *Client) RequestState(ctx context.Context, id string, r instance.Request) error {
-	return c.do(ctx, http.MethodPut, "/v1/vmms/"+url.PathEscape(id)+"/state", api.StateRequest{Requested: r}, nil)
+func (c *Client) RequestState(ctx context.Context, id string, r apiv1.Request) error {
+	return c.do(ctx, http.MethodPut, "/v1/vmms/"+url.PathEscape(id)+"/state", apiv1.StateRequest{Requested: r}, nil)
 }
 
 // EnsureRegion creates region id (once) and runs its downstairs.

@@ -1,4 +1,4 @@
-package migration
+package apiv1
 
 import (
 	"encoding/json"
@@ -6,8 +6,8 @@ import (
 )
 
 // Phase is a step of a migration, as published in Progress: the one
-// definition the engines, the instance controller, the API, the client and
-// tern migrate share. Its text form is the API's ("ram_push").
+// definition the migration engines, the instance controller, the API, the
+// client and tern migrate share. Its text form is the API's ("ram_push").
 type Phase uint8
 
 // The phases, in protocol order; PhaseError ends a failed migration.
@@ -33,6 +33,12 @@ var phaseNames = map[Phase]string{
 
 // Phases lists the phases of a successful migration in order.
 var Phases = []Phase{PhaseSync, PhaseRAMPush, PhasePause, PhaseRAMPushDirty, PhaseDevice, PhaseFinish}
+
+// Valid reports whether p is one of the phases.
+func (p Phase) Valid() bool {
+	_, ok := phaseNames[p]
+	return ok
+}
 
 // String returns the phase's API name, or "phase(N)" for an invalid value.
 func (p Phase) String() string {
@@ -135,3 +141,9 @@ func (p *Progress) UnmarshalJSON(b []byte) error {
 	*p = Progress(f)
 	return nil
 }
+
+// MigrationVersion is a migration protocol version, as GET /v1/version
+// lists them (migration_protocols) and as the migration engines' hello
+// offers them. Which versions a build speaks is the engines' to say
+// (migration.SupportedVersions).
+type MigrationVersion uint16
