@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/internal/httpjson"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 )
@@ -90,49 +91,49 @@ func (a *Agent) putRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req RegionSpec
 	if !validID.MatchString(id) {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if err := httpjson.DecodeRequest(r, maxBody, &req); err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	u, err := uuid.Parse(req.UUID)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("uuid %q: %v", req.UUID, err))
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("uuid %q: %v", req.UUID, err))
 		return
 	}
 	spec := extent.NewSpec(req.BlockSize, req.ExtentBlocks, req.ExtentCount)
 	spec.UUID = u
 	if err := spec.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	dir := a.regionDir(id)
 	if existing, err := readRegionSpec(dir); err == nil {
 		if existing.UUID != u {
-			writeError(w, http.StatusConflict, "region_exists", fmt.Sprintf("region %s exists with uuid %s", id, existing.UUID))
+			httpjson.WriteError(w, http.StatusConflict, "region_exists", fmt.Sprintf("region %s exists with uuid %s", id, existing.UUID))
 			return
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	} else if err := downstairs.Create(dir, spec); err != nil {
-		writeError(w, http.StatusInternalServerError, "internal", fmt.Sprintf("creating region %s: %v", id, err))
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", fmt.Sprintf("creating region %s: %v", id, err))
 		return
 	}
 	reg, err := a.runRegion(id)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, reg)
+	httpjson.Write(w, http.StatusOK, reg)
 }
 
 func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !validID.MatchString(id) {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}
 	a.mu.Lock()
@@ -144,7 +145,7 @@ func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 		rp.proc.stop(childWait)
 	}
 	if err := os.RemoveAll(a.regionDir(id)); err != nil {
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

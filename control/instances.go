@@ -15,6 +15,7 @@ import (
 
 	"tern/agent"
 	"tern/instance"
+	"tern/internal/httpjson"
 )
 
 // validName is an instance or host name.
@@ -88,7 +89,7 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.instanceView(r.Context(), inst))
+	httpjson.Write(w, http.StatusCreated, s.instanceView(r.Context(), inst))
 }
 
 // CreateInstance records the instance, places and creates its volume's
@@ -304,7 +305,7 @@ func (s *Server) startInstanceHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, _ = s.findInstance(r.Context(), v.Value.ID)
-	writeJSON(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
+	httpjson.Write(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
 }
 
 func (s *Server) stopInstanceHandler(w http.ResponseWriter, r *http.Request) {
@@ -317,7 +318,7 @@ func (s *Server) stopInstanceHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, _ = s.findInstance(r.Context(), v.Value.ID)
-	writeJSON(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
+	httpjson.Write(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
 }
 
 func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {

@@ -11,8 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"tern/agent"
-	"tern/migration/runner"
 	"tern/instance"
+	"tern/internal/httpjson"
+	"tern/migration/runner"
 )
 
 // Saga states.
@@ -194,7 +195,7 @@ func (s *Server) migrateInstance(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, m)
+	httpjson.Write(w, http.StatusAccepted, m)
 }
 
 // StartMigration checks versions, records a migration saga for the

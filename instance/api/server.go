@@ -1,10 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,10 +21,11 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/quic-go/quic-go"
 
+	"tern/instance"
+	"tern/internal/httpjson"
 	"tern/internal/telemetry"
 	"tern/migration"
 	"tern/vmm/devices"
-	"tern/instance"
 )
 
 // ensureWaitTimeout bounds how long an ensure waits for an instance
@@ -296,7 +297,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 			writeError(w, http.StatusConflict, Error{ErrorCode: CodeSpecMismatch,
 				Message: fmt.Sprintf("instance %q exists with another spec", spec.ID)})
 		default: // the same ensure again
-			writeJSON(w, http.StatusCreated, s.view(c))
+			httpjson.Write(w, http.StatusCreated, s.view(c))
 		}
 		return
 	}
@@ -313,7 +314,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec instance.Spec) {
 	s.mu.Unlock()
 	s.metrics.GetOrCreateCounter("tern_instance_ensures_total").Inc()
 	s.log.Info("instance ensured", "id", spec.ID)
-	writeJSON(w, http.StatusCreated, s.view(c))
+	httpjson.Write(w, http.StatusCreated, s.view(c))
 }
 
 // awaitEnd waits, bounded, for c, published destroyed or failed, to end;
@@ -378,7 +379,7 @@ func (s *Server) instanceOr404(w http.ResponseWriter) *instance.Controller {
 
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	if c := s.instanceOr404(w); c != nil {
-		writeJSON(w, http.StatusOK, s.view(c))
+		httpjson.Write(w, http.StatusOK, s.view(c))
 	}
 }
 
@@ -388,7 +389,7 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req StateRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := httpjson.Decode(bytes.NewReader(body), &req); err != nil {
 		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed,
 			Message: "parsing state request: " + err.Error() + ` (want {"requested":"run"|"stop"|"reboot"})`})
 		return
@@ -418,14 +419,10 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
-	var after uint64
-	if v := r.URL.Query().Get("after_gen"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", v)})
-			return
-		}
-		after = n
+	after, ok := httpjson.AfterGen(r)
+	if !ok {
+		writeError(w, http.StatusBadRequest, Error{ErrorCode: CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", r.URL.Query().Get("after_gen"))})
+		return
 	}
 	c := s.instanceOr404(w)
 	if c == nil {
@@ -444,10 +441,10 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
 	case err != nil: // the 30 s passed: the current snapshot; the client asks again
 		cur := c.Publisher().Current()
 		s.noteWatcher(r.RemoteAddr, cur.Gen)
-		writeJSON(w, http.StatusOK, cur)
+		httpjson.Write(w, http.StatusOK, cur)
 	default:
 		s.noteWatcher(r.RemoteAddr, snap.Gen)
-		writeJSON(w, http.StatusOK, snap)
+		httpjson.Write(w, http.StatusOK, snap)
 	}
 }
 
@@ -519,7 +516,7 @@ func (s *Server) getDisk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, Error{ErrorCode: CodeNoSuchDisk, Message: fmt.Sprintf("instance has no disk %q", name)})
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpjson.Write(w, http.StatusOK, d)
 }
 
 func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
@@ -546,7 +543,7 @@ func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("from_offset %d is past the end of the console (%d)", from, end)})
 		return
 	}
-	writeJSON(w, http.StatusOK, SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
+	httpjson.Write(w, http.StatusOK, SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
 }
 
 func uintParam(v string, def uint64) (uint64, error) {
@@ -557,7 +554,7 @@ func uintParam(v string, def uint64) (uint64, error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
+	httpjson.Write(w, http.StatusOK, Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
 }
 
 func (s *Server) migrationVersions() []migration.Version {
@@ -597,30 +594,9 @@ func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the JSON object")
-	}
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b, _ = json.Marshal(Error{ErrorCode: CodeInternalError, Message: "encoding response: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, status int, e Error) { writeJSON(w, status, e) }
+// writeError answers with status and e, the vmm API's error body
+// (httpjson's, with the state and problems beside).
+func writeError(w http.ResponseWriter, status int, e Error) { httpjson.Write(w, status, e) }
