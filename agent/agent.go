@@ -22,6 +22,7 @@ import (
 	"tern/instance"
 	"tern/instance/api"
 	"tern/instance/client"
+	"tern/internal/child"
 	"tern/internal/httpjson"
 	"tern/internal/telemetry"
 	"tern/migration"
@@ -89,7 +90,7 @@ type Agent struct {
 
 type vmmProc struct {
 	status VMMStatus
-	proc   *child
+	proc   *child.Process
 	client *client.Client
 	// ensured is set once the spec was accepted.
 	ensured bool
@@ -138,7 +139,7 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeH
 func (a *Agent) Close() {
 	a.stop()
 	a.mu.Lock()
-	var procs []*child
+	var procs []*child.Process
 	for _, v := range a.vmms {
 		v.stopping = true
 		procs = append(procs, v.proc)
@@ -149,7 +150,7 @@ func (a *Agent) Close() {
 	a.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range procs {
-		wg.Go(func() { p.stop(time.Minute) })
+		wg.Go(func() { p.Stop(time.Minute) })
 	}
 	wg.Wait()
 	a.wg.Wait()
@@ -315,7 +316,7 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req EnsureVMM) (VMMSta
 			delete(a.vmms, id)
 			a.changedLocked()
 			a.mu.Unlock()
-			v.proc.stop(time.Minute)
+			v.proc.Stop(time.Minute)
 		} else {
 			a.mu.Unlock()
 		}
@@ -354,7 +355,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 	defer cancel()
 	go func() {
 		select {
-		case <-v.proc.exited:
+		case <-v.proc.Exited():
 			cancel()
 		case <-ctx.Done():
 		}
@@ -380,17 +381,17 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		}
 	}
 	select {
-	case <-v.proc.exited:
+	case <-v.proc.Exited():
 	default:
 		if a.ctx.Err() == nil {
-			v.proc.stop(time.Minute)
+			v.proc.Stop(time.Minute)
 		}
 	}
-	<-v.proc.exited
+	<-v.proc.Exited()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !v.stopping && v.status.State != instance.Destroyed {
-		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.err)
+		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.Err())
 	}
 	v.status.Gone = true
 	v.status.Gen++
@@ -426,7 +427,7 @@ func (a *Agent) deleteVMM(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Unlock()
 	if ok {
-		v.proc.stop(time.Minute)
+		v.proc.Stop(time.Minute)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"tern/internal/child"
 	"tern/internal/httpjson"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
@@ -19,7 +20,7 @@ import (
 // regionProc is a region and its downstairs process.
 type regionProc struct {
 	region Region
-	proc   *child
+	proc   *child.Process
 }
 
 // regionListenFile keeps, in a region's directory, the address its
@@ -52,7 +53,7 @@ func (a *Agent) runRegion(id string) (Region, error) {
 	defer a.mu.Unlock()
 	if r, ok := a.regions[id]; ok {
 		select {
-		case <-r.proc.exited:
+		case <-r.proc.Exited():
 		default:
 			return r.region, nil
 		}
@@ -75,9 +76,9 @@ func (a *Agent) runRegion(id string) (Region, error) {
 		logf.Close()
 		return Region{}, err
 	}
-	go func() { <-proc.exited; logf.Close() }()
+	go func() { <-proc.Exited(); logf.Close() }()
 	if err := os.WriteFile(filepath.Join(dir, regionListenFile), []byte(addr), 0o644); err != nil {
-		proc.stop(0)
+		proc.Stop(0)
 		return Region{}, fmt.Errorf("recording region %s's address: %w", id, err)
 	}
 	r := Region{ID: id, UUID: spec.UUID.String(), Addr: addr}
@@ -142,7 +143,7 @@ func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	a.changedLocked()
 	a.mu.Unlock()
 	if ok {
-		rp.proc.stop(childWait)
+		rp.proc.Stop(childWait)
 	}
 	if err := os.RemoveAll(a.regionDir(id)); err != nil {
 		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())

@@ -17,9 +17,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/internal/tlsconf"
-	"tern/instance/client"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/internal/tlsconf"
 	"tern/vmm/kvm"
 	"tern/vmm/linuxguest"
 	"tern/volume/downstairs"
@@ -477,4 +477,4 @@ type childVMM struct{ c *upChild }
 
 func (v childVMM) done() <-chan struct{}    { return v.c.exited }
 func (v childVMM) stop(grace time.Duration) { v.c.stop(grace) }
-func (v childVMM) describe() string         { return fmt.Sprintf("%v", v.c.err) }
+func (v childVMM) describe() string         { return fmt.Sprintf("%v", v.c.proc.Err()) }

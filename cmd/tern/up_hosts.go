@@ -17,9 +17,9 @@ import (
 
 	"tern/agent"
 	"tern/control"
-	"tern/internal/tlsconf"
-	"tern/instance/client"
 	"tern/instance"
+	"tern/instance/client"
+	"tern/internal/tlsconf"
 	"tern/vmm/kvm"
 )
 
@@ -131,7 +131,7 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 		fmt.Fprintln(out, "\ntern up: stopping")
 		return nil
 	case <-u.control.exited:
-		return fmt.Errorf("the control plane stopped: %v", u.control.err)
+		return fmt.Errorf("the control plane stopped: %v", u.control.proc.Err())
 	}
 }
 
