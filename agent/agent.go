@@ -157,7 +157,9 @@ func (a *Agent) Close() {
 }
 
 // validID is what vmm and region ids may be: they name directories.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// It is compiled at its first use, not when a process linking the agent
+// starts.
+var validID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 func (a *Agent) routes() {
 	m := http.NewServeMux()
@@ -228,7 +230,7 @@ func (a *Agent) Inventory() Inventory {
 func (a *Agent) putVMM(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req EnsureVMM
-	if !validID.MatchString(id) {
+	if !validID().MatchString(id) {
 		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("vmm id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}

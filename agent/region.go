@@ -37,7 +37,7 @@ func (a *Agent) restartRegions() error {
 		return fmt.Errorf("reading regions: %w", err)
 	}
 	for _, e := range entries {
-		if !e.IsDir() || !validID.MatchString(e.Name()) {
+		if !e.IsDir() || !validID().MatchString(e.Name()) {
 			continue
 		}
 		if _, err := a.runRegion(e.Name()); err != nil {
@@ -91,7 +91,7 @@ func (a *Agent) runRegion(id string) (Region, error) {
 func (a *Agent) putRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req RegionSpec
-	if !validID.MatchString(id) {
+	if !validID().MatchString(id) {
 		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}
@@ -133,7 +133,7 @@ func (a *Agent) putRegion(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !validID.MatchString(id) {
+	if !validID().MatchString(id) {
 		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}

@@ -90,7 +90,7 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if reg.Address == "" || reg.CPUs < 1 || reg.MemoryMiB == 0 || !validName.MatchString(id) {
+	if reg.Address == "" || reg.CPUs < 1 || reg.MemoryMiB == 0 || !validName().MatchString(id) {
 		writeErr(w, badRequest("a host needs an id, address, cpus and memory_mib"))
 		return
 	}

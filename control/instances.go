@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,7 +20,9 @@ import (
 )
 
 // validName is an instance or host name.
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// It is compiled at its first use, not when a process linking control
+// starts.
+var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
 // CreateInstance is the body of POST /v1/instances.
 type CreateInstance struct {
@@ -44,7 +47,7 @@ const (
 
 func (req *CreateInstance) validate() error {
 	var errs []error
-	if !validName.MatchString(req.Name) {
+	if !validName().MatchString(req.Name) {
 		errs = append(errs, fmt.Errorf("name %q: want 1 to 63 letters, digits, '.', '_' or '-'", req.Name))
 	}
 	if req.VCPUs < 1 || req.VCPUs > 64 {

@@ -247,15 +247,17 @@ func (c *conn) do(ctx context.Context, r request, buf *buffer, rep *reply) error
 	return nil
 }
 
-// zeroes is the source of WRITE_ZEROES; the device only reads it.
-var zeroes = make([]byte, 8<<20)
+// zeroes is the source of WRITE_ZEROES; the device only reads it. It is
+// made at the first WRITE_ZEROES, not when a process that links the
+// package starts.
+var zeroes = sync.OnceValue(func() []byte { return make([]byte, 8<<20) })
 
 // writeZeroes writes length zero bytes at off, zeroChunk at a time (each
 // WriteAt already fans out into many volume jobs).
 func writeZeroes(ctx context.Context, dev Device, off, length int64) error {
 	for length > 0 {
-		n := min(length, int64(len(zeroes)))
-		if _, err := dev.WriteAt(ctx, zeroes[:n], off); err != nil {
+		n := min(length, int64(len(zeroes())))
+		if _, err := dev.WriteAt(ctx, zeroes()[:n], off); err != nil {
 			return err
 		}
 		off += n
