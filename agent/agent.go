@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -24,6 +22,8 @@ import (
 	"tern/dataplane"
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/internal/child"
+	"tern/internal/httpjson"
 	"tern/internal/telemetry"
 )
 
@@ -79,10 +79,9 @@ type Agent struct {
 	// v2pMu serialises PUT /v1/v2p (held across the data plane's Apply,
 	// which mu is not).
 	v2pMu sync.Mutex
-	// invGen counts the inventory's changes (guarded by mu);
-	// invChanged is closed and replaced at each, for long-polls.
-	invGen     uint64
-	invChanged chan struct{}
+	// invGen counts the inventory's changes (advanced under mu) and
+	// wakes its long-polls.
+	invGen *httpjson.Generation
 	// registered is set once the control plane took the registration
 	// (guarded by mu).
 	registered bool
@@ -90,7 +89,7 @@ type Agent struct {
 
 type vmmProc struct {
 	status agentapi.VMMStatus
-	proc   *child
+	proc   *child.Process
 	client *client.Client
 	// ensured is set once the spec was accepted.
 	ensured bool
@@ -110,7 +109,7 @@ func New(cfg Config) (*Agent, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent", "host", cfg.HostID), ctx: ctx, stop: stop,
 		vmms: map[string]*vmmProc{}, regions: map[string]*regionProc{}, pending: map[string]agentapi.Report{}, wake: make(chan struct{}, 1),
-		invGen: 1, invChanged: make(chan struct{})}
+		invGen: httpjson.NewGeneration(1)}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "regions"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
@@ -139,7 +138,7 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeH
 func (a *Agent) Close() {
 	a.stop()
 	a.mu.Lock()
-	var procs []*child
+	var procs []*child.Process
 	for _, v := range a.vmms {
 		v.stopping = true
 		procs = append(procs, v.proc)
@@ -150,18 +149,20 @@ func (a *Agent) Close() {
 	a.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range procs {
-		wg.Go(func() { p.stop(time.Minute) })
+		wg.Go(func() { p.Stop(time.Minute) })
 	}
 	wg.Wait()
 	a.wg.Wait()
 }
 
 // validID is what vmm and region ids may be: they name directories.
-var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// It is compiled at its first use, not when a process linking the agent
+// starts.
+var validID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 func (a *Agent) routes() {
 	m := http.NewServeMux()
-	m.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, a.cfg.Version) })
+	m.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) { httpjson.Write(w, http.StatusOK, a.cfg.Version) })
 	m.HandleFunc("GET /v1/inventory", a.getInventory)
 	m.HandleFunc("PUT /v1/vmms/{id}", a.putVMM)
 	m.HandleFunc("GET /v1/vmms/{id}", a.getVMM)
@@ -174,11 +175,11 @@ func (a *Agent) routes() {
 	m.HandleFunc("GET /v1/v2p", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		writeJSON(w, http.StatusOK, append([]agentapi.Mapping{}, a.v2p...))
+		httpjson.Write(w, http.StatusOK, append([]agentapi.Mapping{}, a.v2p...))
 	})
 	m.Handle("GET /metrics", telemetry.MetricsHandler(a.metrics))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
+		httpjson.WriteError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
 	})
 	a.mux = m
 }
@@ -186,9 +187,7 @@ func (a *Agent) routes() {
 // changedLocked counts one change of the inventory and wakes its
 // long-polls.
 func (a *Agent) changedLocked() {
-	a.invGen++
-	close(a.invChanged)
-	a.invChanged = make(chan struct{})
+	a.invGen.Advance()
 }
 
 // inventoryWait bounds GET /v1/inventory?after_gen=N.
@@ -197,39 +196,22 @@ const inventoryWait = 30 * time.Second
 // getInventory answers the inventory; with ?after_gen=N it first waits
 // (up to inventoryWait) for one newer than generation N.
 func (a *Agent) getInventory(w http.ResponseWriter, r *http.Request) {
-	var after uint64
-	if q := r.URL.Query().Get("after_gen"); q != "" {
-		n, err := strconv.ParseUint(q, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("after_gen %q: want a generation", q))
-			return
-		}
-		after = n
+	after, ok := httpjson.AfterGen(r)
+	if !ok {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("after_gen %q: want a generation", r.URL.Query().Get("after_gen")))
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), inventoryWait)
 	defer cancel()
-	for {
-		a.mu.Lock()
-		gen, changed := a.invGen, a.invChanged
-		a.mu.Unlock()
-		if gen > after {
-			break
-		}
-		select {
-		case <-changed:
-			continue
-		case <-ctx.Done():
-		}
-		break
-	}
-	writeJSON(w, http.StatusOK, a.Inventory())
+	a.invGen.WaitAfter(ctx, after)
+	httpjson.Write(w, http.StatusOK, a.Inventory())
 }
 
 // Inventory returns the host's capacity, allocations and processes.
 func (a *Agent) Inventory() agentapi.Inventory {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	inv := agentapi.Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: a.invGen, Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+	inv := agentapi.Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: a.invGen.Load(), Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
 		Version: a.cfg.Version, VMMs: []agentapi.VMMStatus{}, Regions: []agentapi.Region{}}
 	for _, v := range a.vmms {
 		inv.VMMs = append(inv.VMMs, v.status)
@@ -247,12 +229,12 @@ func (a *Agent) Inventory() agentapi.Inventory {
 func (a *Agent) putVMM(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req agentapi.EnsureVMM
-	if !validID.MatchString(id) {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("vmm id %q: want letters, digits, '.', '_' or '-'", id))
+	if !validID().MatchString(id) {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("vmm id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if err := httpjson.DecodeRequest(r, maxBody, &req); err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	var problems []error
@@ -266,20 +248,20 @@ func (a *Agent) putVMM(w http.ResponseWriter, r *http.Request) {
 		problems = append(problems, errors.New("spec is required"))
 	}
 	if len(problems) > 0 {
-		writeError(w, http.StatusBadRequest, "bad_request", errors.Join(problems...).Error())
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", errors.Join(problems...).Error())
 		return
 	}
 	st, err := a.ensureVMM(r.Context(), id, req)
 	if err != nil {
 		var he *httpError
 		if errors.As(err, &he) {
-			writeError(w, he.status, he.code, he.msg)
+			httpjson.WriteError(w, he.status, he.code, he.msg)
 			return
 		}
-		writeError(w, http.StatusBadGateway, "vmm_error", err.Error())
+		httpjson.WriteError(w, http.StatusBadGateway, "vmm_error", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 type httpError struct {
@@ -335,7 +317,7 @@ func (a *Agent) ensureVMM(ctx context.Context, id string, req agentapi.EnsureVMM
 			delete(a.vmms, id)
 			a.changedLocked()
 			a.mu.Unlock()
-			v.proc.stop(time.Minute)
+			v.proc.Stop(time.Minute)
 		} else {
 			a.mu.Unlock()
 		}
@@ -374,7 +356,7 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 	defer cancel()
 	go func() {
 		select {
-		case <-v.proc.exited:
+		case <-v.proc.Exited():
 			cancel()
 		case <-ctx.Done():
 		}
@@ -400,17 +382,17 @@ func (a *Agent) supervise(id string, v *vmmProc) {
 		}
 	}
 	select {
-	case <-v.proc.exited:
+	case <-v.proc.Exited():
 	default:
 		if a.ctx.Err() == nil {
-			v.proc.stop(time.Minute)
+			v.proc.Stop(time.Minute)
 		}
 	}
-	<-v.proc.exited
+	<-v.proc.Exited()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !v.stopping && v.status.State != apiv1.Destroyed {
-		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.err)
+		a.log.Error("vmm died", "vmm", id, "state", v.status.State, "err", v.proc.Err())
 	}
 	v.status.Gone = true
 	v.status.Gen++
@@ -429,10 +411,10 @@ func (a *Agent) getVMM(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		httpjson.WriteError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpjson.Write(w, http.StatusOK, st)
 }
 
 func (a *Agent) deleteVMM(w http.ResponseWriter, r *http.Request) {
@@ -443,7 +425,7 @@ func (a *Agent) deleteVMM(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Unlock()
 	if ok {
-		v.proc.stop(time.Minute)
+		v.proc.Stop(time.Minute)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -453,21 +435,21 @@ func (a *Agent) putVMMState(w http.ResponseWriter, r *http.Request) {
 	v, ok := a.vmms[r.PathValue("id")]
 	a.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		httpjson.WriteError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
 	var req apiv1.StateRequest
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if err := httpjson.DecodeRequest(r, maxBody, &req); err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	if err := v.client.RequestState(r.Context(), req.Requested); err != nil {
 		var ae *client.APIError
 		if errors.As(err, &ae) {
-			writeError(w, ae.Status, ae.Body.ErrorCode, ae.Body.Message)
+			httpjson.WriteError(w, ae.Status, ae.Body.ErrorCode, ae.Body.Message)
 			return
 		}
-		writeError(w, http.StatusBadGateway, "vmm_error", err.Error())
+		httpjson.WriteError(w, http.StatusBadGateway, "vmm_error", err.Error())
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -478,26 +460,26 @@ func (a *Agent) getVMMVersion(w http.ResponseWriter, r *http.Request) {
 	v, ok := a.vmms[r.PathValue("id")]
 	a.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
+		httpjson.WriteError(w, http.StatusNotFound, agentapi.CodeNoSuchVMM, "no vmm "+r.PathValue("id")+" on this host")
 		return
 	}
 	ver, err := v.client.Version(r.Context())
 	if err != nil {
-		writeError(w, http.StatusBadGateway, "vmm_error", err.Error())
+		httpjson.WriteError(w, http.StatusBadGateway, "vmm_error", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, ver)
+	httpjson.Write(w, http.StatusOK, ver)
 }
 
 func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
 	var m []agentapi.Mapping
-	if err := decodeJSON(r, &m); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if err := httpjson.DecodeRequest(r, maxBody, &m); err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	for _, e := range m {
 		if net.ParseIP(e.IP) == nil || e.InstanceID == "" || e.HostID == "" {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("mapping %+v: want an ip, instance_id and host_id", e))
+			httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("mapping %+v: want an ip, instance_id and host_id", e))
 			return
 		}
 	}
@@ -512,10 +494,10 @@ func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
 		if err := a.cfg.Plane.Apply(table); err != nil {
 			a.log.Error("applying v2p mappings", "err", err)
 			if errors.Is(err, dataplane.ErrBadTable) {
-				writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+				httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 				return
 			}
-			writeError(w, http.StatusInternalServerError, "dataplane_error", err.Error())
+			httpjson.WriteError(w, http.StatusInternalServerError, "dataplane_error", err.Error())
 			return
 		}
 	}
@@ -526,27 +508,8 @@ func (a *Agent) putV2P(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, apiv1.Error{ErrorCode: code, Message: msg})
-}
-
 // maxBody bounds a request body.
 const maxBody = 1 << 20
-
-func decodeJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("decoding body: %w", err)
-	}
-	return nil
-}
 
 // activeProgress is p, or nil when it describes no migration.
 func activeProgress(p apiv1.Progress) *apiv1.Progress {

@@ -12,6 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"tern/agent/agentapi"
+	"tern/internal/child"
+	"tern/internal/httpjson"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 )
@@ -19,7 +21,7 @@ import (
 // regionProc is a region and its downstairs process.
 type regionProc struct {
 	region agentapi.Region
-	proc   *child
+	proc   *child.Process
 }
 
 // regionListenFile keeps, in a region's directory, the address its
@@ -36,7 +38,7 @@ func (a *Agent) restartRegions() error {
 		return fmt.Errorf("reading regions: %w", err)
 	}
 	for _, e := range entries {
-		if !e.IsDir() || !validID.MatchString(e.Name()) {
+		if !e.IsDir() || !validID().MatchString(e.Name()) {
 			continue
 		}
 		if _, err := a.runRegion(e.Name()); err != nil {
@@ -52,7 +54,7 @@ func (a *Agent) runRegion(id string) (agentapi.Region, error) {
 	defer a.mu.Unlock()
 	if r, ok := a.regions[id]; ok {
 		select {
-		case <-r.proc.exited:
+		case <-r.proc.Exited():
 		default:
 			return r.region, nil
 		}
@@ -75,9 +77,9 @@ func (a *Agent) runRegion(id string) (agentapi.Region, error) {
 		logf.Close()
 		return agentapi.Region{}, err
 	}
-	go func() { <-proc.exited; logf.Close() }()
+	go func() { <-proc.Exited(); logf.Close() }()
 	if err := os.WriteFile(filepath.Join(dir, regionListenFile), []byte(addr), 0o644); err != nil {
-		proc.stop(0)
+		proc.Stop(0)
 		return agentapi.Region{}, fmt.Errorf("recording region %s's address: %w", id, err)
 	}
 	r := agentapi.Region{ID: id, UUID: spec.UUID.String(), Addr: addr}
@@ -90,50 +92,50 @@ func (a *Agent) runRegion(id string) (agentapi.Region, error) {
 func (a *Agent) putRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req agentapi.RegionSpec
-	if !validID.MatchString(id) {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
+	if !validID().MatchString(id) {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}
-	if err := decodeJSON(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	if err := httpjson.DecodeRequest(r, maxBody, &req); err != nil {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	u, err := uuid.Parse(req.UUID)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("uuid %q: %v", req.UUID, err))
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("uuid %q: %v", req.UUID, err))
 		return
 	}
 	spec := extent.NewSpec(req.BlockSize, req.ExtentBlocks, req.ExtentCount)
 	spec.UUID = u
 	if err := spec.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
 	dir := a.regionDir(id)
 	if existing, err := readRegionSpec(dir); err == nil {
 		if existing.UUID != u {
-			writeError(w, http.StatusConflict, "region_exists", fmt.Sprintf("region %s exists with uuid %s", id, existing.UUID))
+			httpjson.WriteError(w, http.StatusConflict, "region_exists", fmt.Sprintf("region %s exists with uuid %s", id, existing.UUID))
 			return
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	} else if err := downstairs.Create(dir, spec); err != nil {
-		writeError(w, http.StatusInternalServerError, "internal", fmt.Sprintf("creating region %s: %v", id, err))
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", fmt.Sprintf("creating region %s: %v", id, err))
 		return
 	}
 	reg, err := a.runRegion(id)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, reg)
+	httpjson.Write(w, http.StatusOK, reg)
 }
 
 func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if !validID.MatchString(id) {
-		writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
+	if !validID().MatchString(id) {
+		httpjson.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("region id %q: want letters, digits, '.', '_' or '-'", id))
 		return
 	}
 	a.mu.Lock()
@@ -142,10 +144,10 @@ func (a *Agent) deleteRegion(w http.ResponseWriter, r *http.Request) {
 	a.changedLocked()
 	a.mu.Unlock()
 	if ok {
-		rp.proc.stop(childWait)
+		rp.proc.Stop(childWait)
 	}
 	if err := os.RemoveAll(a.regionDir(id)); err != nil {
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/internal/child"
 )
 
 // vmmStartWait bounds a `tern vmm serve` start and vmmStopWait its exit
@@ -27,13 +25,12 @@ const (
 
 // vmmProc is one `tern vmm serve` process of the start benchmark.
 type vmmProc struct {
-	cmd    *exec.Cmd
+	proc   *child.Process
 	url    string
 	client *client.Client
 	// http keeps its connections alive: ensure and healthz are timed on
 	// warm connections alike.
-	http   *http.Client
-	exited chan error
+	http *http.Client
 }
 
 // startVMMProc starts `tern vmm serve` with the certificates in certs,
@@ -46,40 +43,11 @@ func startVMMProc(tern, certs, logPath string) (*vmmProc, error) {
 	defer logFile.Close()
 	cmd := exec.Command(tern, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
 	cmd.Stderr = logFile
-	stdout, w, err := os.Pipe()
+	proc, url, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningURL, Wait: vmmStartWait, What: "its URL"}})
 	if err != nil {
-		return nil, fmt.Errorf("starting vmm: %w", err)
+		return nil, fmt.Errorf("%w; see %s", err, logPath)
 	}
-	cmd.Stdout = w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
-	w.Close()
-	if err != nil {
-		stdout.Close()
-		return nil, fmt.Errorf("starting vmm: %w", err)
-	}
-	p := &vmmProc{cmd: cmd, exited: make(chan error, 1)}
-	urls := make(chan string, 1)
-	go func() {
-		defer stdout.Close()
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
-				urls <- u
-			}
-		}
-		io.Copy(io.Discard, stdout)
-		p.exited <- cmd.Wait()
-	}()
-	select {
-	case p.url = <-urls:
-	case err := <-p.exited:
-		return nil, fmt.Errorf("starting vmm: it exited (%v); see %s", err, logPath)
-	case <-time.After(vmmStartWait):
-		cmd.Process.Kill()
-		<-p.exited
-		return nil, fmt.Errorf("starting vmm: no URL within %v; see %s", vmmStartWait, logPath)
-	}
+	p := &vmmProc{proc: proc, url: url}
 	p.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	if p.client, err = client.New(p.url, p.http); err != nil {
 		p.stop()
@@ -90,14 +58,10 @@ func startVMMProc(tern, certs, logPath string) (*vmmProc, error) {
 
 // stop ends the process with SIGTERM (SIGKILL after vmmStopWait).
 func (p *vmmProc) stop() error {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		return err
-	case <-time.After(vmmStopWait):
-		p.cmd.Process.Kill()
-		return fmt.Errorf("stopping vmm: no exit within %v of SIGTERM: %w", vmmStopWait, <-p.exited)
+	if err := p.proc.Stop(vmmStopWait); err != nil {
+		return fmt.Errorf("stopping vmm: %w", err)
 	}
+	return nil
 }
 
 // healthz times one GET /healthz.

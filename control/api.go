@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tern/agent/agentapi"
+	"tern/internal/httpjson"
 )
 
 func (s *Server) routes() {
@@ -32,7 +33,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/v2p", s.listV2P)
 	m.HandleFunc("GET /v1/leader", s.getLeader)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
+		httpjson.WriteError(w, http.StatusNotFound, "not_found", "no route "+r.Method+" "+r.URL.Path)
 	})
 	s.mux = m
 }
@@ -63,7 +64,7 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hosts {
 		out = append(out, s.hostView(r.Context(), h.Value, vmms))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +78,7 @@ func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.hostView(r.Context(), h.Value, vmms))
+	httpjson.Write(w, http.StatusOK, s.hostView(r.Context(), h.Value, vmms))
 }
 
 // registerHost records an agent's host (its state is kept across
@@ -89,7 +90,7 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if reg.Address == "" || reg.CPUs < 1 || reg.MemoryMiB == 0 || !validName.MatchString(id) {
+	if reg.Address == "" || reg.CPUs < 1 || reg.MemoryMiB == 0 || !validName().MatchString(id) {
 		writeErr(w, badRequest("a host needs an id, address, cpus and memory_mib"))
 		return
 	}
@@ -112,7 +113,7 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	go s.pushV2P(s.ctx)
-	writeJSON(w, http.StatusOK, h)
+	httpjson.Write(w, http.StatusOK, h)
 }
 
 // findInstance finds an instance by name or id.
@@ -143,7 +144,7 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		out = append(out, s.instanceView(r.Context(), &v.Value))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +153,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
+	httpjson.Write(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
 }
 
 func (s *Server) listMigrations(w http.ResponseWriter, r *http.Request) {
@@ -166,7 +167,7 @@ func (s *Server) listMigrations(w http.ResponseWriter, r *http.Request) {
 		out = append(out, v.Value)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +186,7 @@ func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v.Value.Rev = v.Rev
-	writeJSON(w, http.StatusOK, v.Value)
+	httpjson.Write(w, http.StatusOK, v.Value)
 }
 
 func (s *Server) listV2P(w http.ResponseWriter, r *http.Request) {
@@ -198,7 +199,7 @@ func (s *Server) listV2P(w http.ResponseWriter, r *http.Request) {
 	for _, v := range all {
 		out = append(out, v.Value)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
@@ -216,7 +217,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"applied": applied})
+	httpjson.Write(w, http.StatusOK, map[string]bool{"applied": applied})
 }
 
 // waitQuery reads ?after_rev= for a long-poll.
@@ -256,13 +257,13 @@ func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) {
 		changed := s.leaderChanged
 		s.mu.Unlock()
 		if wait == "" || wait == "leading" && v.Leading || wait == "known" && v.LeaderURL != "" {
-			writeJSON(w, http.StatusOK, v)
+			httpjson.Write(w, http.StatusOK, v)
 			return
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			writeJSON(w, http.StatusOK, v)
+			httpjson.Write(w, http.StatusOK, v)
 			return
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"tern/internal/httpjson"
 )
 
 // Drain states.
@@ -41,7 +43,7 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, d)
+	httpjson.Write(w, http.StatusAccepted, d)
 }
 
 func (s *Server) getDrain(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +62,7 @@ func (s *Server) getDrain(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.Value.Rev = d.Rev
-	writeJSON(w, http.StatusOK, d.Value)
+	httpjson.Write(w, http.StatusOK, d.Value)
 }
 
 // StartDrain plans moving every instance off host (first-fit decreasing

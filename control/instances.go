@@ -9,17 +9,21 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"tern/agent/agentapi"
 	"tern/instance/apiv1"
+	"tern/internal/httpjson"
 	"tern/volume/ids"
 )
 
 // validName is an instance or host name.
-var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// It is compiled at its first use, not when a process linking control
+// starts.
+var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
 // CreateInstance is the body of POST /v1/instances.
 type CreateInstance struct {
@@ -44,7 +48,7 @@ const (
 
 func (req *CreateInstance) validate() error {
 	var errs []error
-	if !validName.MatchString(req.Name) {
+	if !validName().MatchString(req.Name) {
 		errs = append(errs, fmt.Errorf("name %q: want 1 to 63 letters, digits, '.', '_' or '-'", req.Name))
 	}
 	if req.VCPUs < 1 || req.VCPUs > 64 {
@@ -89,7 +93,7 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, s.instanceView(r.Context(), inst))
+	httpjson.Write(w, http.StatusCreated, s.instanceView(r.Context(), inst))
 }
 
 // CreateInstance records the instance, places and creates its volume's
@@ -305,7 +309,7 @@ func (s *Server) startInstanceHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, _ = s.findInstance(r.Context(), v.Value.ID)
-	writeJSON(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
+	httpjson.Write(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
 }
 
 func (s *Server) stopInstanceHandler(w http.ResponseWriter, r *http.Request) {
@@ -318,7 +322,7 @@ func (s *Server) stopInstanceHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, _ = s.findInstance(r.Context(), v.Value.ID)
-	writeJSON(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
+	httpjson.Write(w, http.StatusOK, s.instanceView(r.Context(), &v.Value))
 }
 
 func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 
 	"tern/agent/agentapi"
 	"tern/instance/apiv1"
+	"tern/internal/httpjson"
 	"tern/migration/runner"
 )
 
@@ -194,7 +195,7 @@ func (s *Server) migrateInstance(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, m)
+	httpjson.Write(w, http.StatusAccepted, m)
 }
 
 // StartMigration checks versions, records a migration saga for the

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 
 	"tern/agent/agentapi"
 	"tern/instance/apiv1"
+	"tern/internal/httpjson"
 )
 
 // Config is a control process's configuration.
@@ -218,13 +218,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		leader, to := s.awaitLeader(r.Context())
 		if !leader {
 			if to == "" || to == s.cfg.URL {
-				writeError(w, http.StatusServiceUnavailable, "no_leader",
+				httpjson.WriteError(w, http.StatusServiceUnavailable, "no_leader",
 					"no control process leads: none has won the election in etcd yet (is a quorum of its members up?); retry")
 				return
 			}
 			u, err := url.Parse(to)
 			if err != nil {
-				writeError(w, http.StatusServiceUnavailable, "no_leader", "bad leader URL "+to)
+				httpjson.WriteError(w, http.StatusServiceUnavailable, "no_leader", "bad leader URL "+to)
 				return
 			}
 			httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
@@ -379,35 +379,25 @@ func (s *Server) instanceView(ctx context.Context, inst *Instance) InstanceView 
 	return v
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, apiv1.Error{ErrorCode: code, Message: msg})
-}
-
 // writeErr maps an error to its status.
 func writeErr(w http.ResponseWriter, err error) {
 	var nc *ErrNoCapacity
 	var ae *apiErr
 	switch {
 	case errors.As(err, &ae):
-		writeError(w, ae.status, ae.code, ae.Error())
+		httpjson.WriteError(w, ae.status, ae.code, ae.Error())
 	case errors.Is(err, ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", err.Error())
+		httpjson.WriteError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.As(err, &nc):
-		writeError(w, http.StatusConflict, "no_capacity", err.Error())
+		httpjson.WriteError(w, http.StatusConflict, "no_capacity", err.Error())
 	case errors.Is(err, ErrConflict):
-		writeError(w, http.StatusConflict, "conflict", err.Error())
+		httpjson.WriteError(w, http.StatusConflict, "conflict", err.Error())
 	case errors.Is(err, ErrEtcdUnavailable):
-		writeError(w, http.StatusServiceUnavailable, "etcd_unavailable", err.Error())
+		httpjson.WriteError(w, http.StatusServiceUnavailable, "etcd_unavailable", err.Error())
 	case errors.Is(err, ErrNotLeader):
-		writeError(w, http.StatusServiceUnavailable, "no_leader", err.Error()+": retry")
+		httpjson.WriteError(w, http.StatusServiceUnavailable, "no_leader", err.Error()+": retry")
 	default:
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		httpjson.WriteError(w, http.StatusInternalServerError, "internal", err.Error())
 	}
 }
 
@@ -432,11 +422,10 @@ func wrongState(format string, args ...any) error {
 // maxBody bounds a request body.
 const maxBody = 1 << 20
 
+// decodeJSON decodes r's body strictly into v; its error is a bad request.
 func decodeJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return badRequest("decoding body: %v", err)
+	if err := httpjson.DecodeRequest(r, maxBody, v); err != nil {
+		return badRequest("%v", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tern/dataplane/nettest"
+	"tern/internal/testwait"
 )
 
 // testHost is one host namespace with a VM stand-in, and a bpffs.
@@ -64,7 +65,7 @@ func TestCloseReleasesAllButThePinnedMaps(t *testing.T) {
 	if err := vm.NS.SendFrame("eth0", frame); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the frame is counted", func() bool {
+	testwait.For(t, eventuallyWait, "the frame is counted", func() bool {
 		c, err := p.Counters()
 		return err == nil && c[CounterDropNoMapping] > 0
 	})
@@ -140,7 +141,7 @@ func TestForwardingEntryEndsAfterForwardFor(t *testing.T) {
 	if e := entry(); !e.Forwarding || e.Underlay != hostC || e.Ifindex != 0 {
 		t.Fatalf("entry after the move %+v: want forwarding to %v", e, hostC)
 	}
-	eventually(t, "the forwarding entry ends", func() bool { return !entry().Forwarding })
+	testwait.For(t, eventuallyWait, "the forwarding entry ends", func() bool { return !entry().Forwarding })
 	if e := entry(); e.Underlay != hostC {
 		t.Fatalf("entry after forwarding %+v: want remote on %v", e, hostC)
 	}
@@ -158,17 +159,6 @@ func TestNewRefusesABadConfigSayingEverything(t *testing.T) {
 	}
 }
 
-// eventually waits (up to a generous deadline) for cond, checking it as
-// the kernel's maps offer no notification: on a 5 ms ticker.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 30 s for: %s", what)
-		}
-		<-tick.C
-	}
-}
+// eventuallyWait bounds the waits for the kernel's maps, which offer no
+// notification (testwait.For checks them on a short ticker).
+const eventuallyWait = 30 * time.Second

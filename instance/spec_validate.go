@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"tern/instance/apiv1"
 	"tern/vmm"
@@ -52,7 +53,10 @@ var guestParams = map[string][]string{
 	"disk":  {"seed", "sectors", "device", "passes"},
 }
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// idPattern is compiled at its first use: its 128 repeats make a program
+// of about 120 KB, which a process that never validates a spec (every
+// command but vmm serve) should not build.
+var idPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`) })
 
 // IsBuiltinGuest reports whether path names a built-in guest rather than a
 // file (the same rule as vmm.Config.Guest).
@@ -69,7 +73,7 @@ func Validate(s *apiv1.Spec, h Host) error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...))
 	}
-	if !idPattern.MatchString(s.ID) {
+	if !idPattern().MatchString(s.ID) {
 		bad("id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", s.ID)
 	}
 	if s.Init.Method == apiv1.InitMigrationTarget {
@@ -144,7 +148,7 @@ func validateMigrationTarget(s *apiv1.Spec, h Host, bad func(string, ...any)) {
 	if _, _, err := net.SplitHostPort(in.Source); err != nil {
 		bad("init.source %q: want the source's migration_addr, host:port (%v)", in.Source, err)
 	}
-	if !idPattern.MatchString(in.MigrationID) {
+	if !idPattern().MatchString(in.MigrationID) {
 		bad("init.migration_id %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", in.MigrationID)
 	}
 	if in.DowntimeTargetMs != nil && (*in.DowntimeTargetMs == 0 || *in.DowntimeTargetMs > maxDowntimeTargetMs) {
@@ -287,7 +291,7 @@ func validateDisks(s *apiv1.Spec, h Host, bad func(string, ...any)) {
 	seen := map[string]int{}
 	for i, d := range s.Disks {
 		where := fmt.Sprintf("disks[%d]", i)
-		if !idPattern.MatchString(d.Name) {
+		if !idPattern().MatchString(d.Name) {
 			bad("%s.name %q: want 1-128 letters, digits, '.', '_' or '-'", where, d.Name)
 		} else if j, dup := seen[d.Name]; dup {
 			bad("%s.name %q: duplicate of disks[%d]", where, d.Name, j)

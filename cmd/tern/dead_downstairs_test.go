@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,10 +74,7 @@ func TestKilledDownstairsIsDroppedWithinTheIdleTimeout(t *testing.T) {
 	const victim = 2
 	before := written.Load()
 	killed := time.Now()
-	if err := v.running[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-v.running[victim].exited
+	v.running[victim].proc.Kill()
 	v.running[victim] = nil
 
 	var st upstairs.ReplicaStatus

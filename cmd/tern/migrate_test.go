@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +11,7 @@ import (
 
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/internal/child"
 	"tern/internal/tlsconf"
 )
 
@@ -25,34 +24,17 @@ import (
 // added, and returns its URL; it is stopped at the end of the test.
 func startServe(t *testing.T, certs string, env ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, ternBin, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
+	cmd := exec.Command(ternBin, "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
 	cmd.Env = append(os.Environ(), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Read only once Start failed, when the child was reaped (and Wait
+	// has finished copying into it).
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	p, url, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningURL, Wait: time.Minute, What: "its URL"}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		cancel()
-		t.Fatalf("tern vmm serve printed nothing: %v\n%s", cmd.Wait(), stderr.String())
-	}
-	go func() {
-		io.Copy(io.Discard, stdout)
-		cmd.Wait()
-		close(done)
-	}()
-	url, ok := strings.CutPrefix(sc.Text(), "listening on ")
-	if !ok {
-		t.Fatalf("first line %q; want listening on URL", sc.Text())
-	}
+	t.Cleanup(p.Kill)
 	return url
 }
 

@@ -478,4 +478,4 @@ type childVMM struct{ c *upChild }
 
 func (v childVMM) done() <-chan struct{}    { return v.c.exited }
 func (v childVMM) stop(grace time.Duration) { v.c.stop(grace) }
-func (v childVMM) describe() string         { return fmt.Sprintf("%v", v.c.err) }
+func (v childVMM) describe() string         { return fmt.Sprintf("%v", v.c.proc.Err()) }

@@ -131,7 +131,7 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 		fmt.Fprintln(out, "\ntern up: stopping")
 		return nil
 	case <-u.control.exited:
-		return fmt.Errorf("the control plane stopped: %v", u.control.err)
+		return fmt.Errorf("the control plane stopped: %v", u.control.proc.Err())
 	}
 }
 

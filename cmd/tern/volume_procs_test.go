@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"tern/internal/child"
 )
 
 // volumeProcs is `tern downstairs run` processes serving one volume (three
@@ -26,11 +25,25 @@ type volumeProcs struct {
 }
 
 type downstairsProc struct {
-	cmd    *exec.Cmd
-	exited chan error
+	proc *child.Process
 	// records receives every JSON log record the process writes (a full
 	// channel drops them).
 	records chan map[string]any
+}
+
+// recordSink parses each log line it is written into a record on a
+// channel, dropping records when the channel is full.
+type recordSink chan map[string]any
+
+func (s recordSink) Write(line []byte) (int, error) {
+	var rec map[string]any
+	if json.Unmarshal(line, &rec) == nil {
+		select {
+		case s <- rec:
+		default:
+		}
+	}
+	return len(line), nil
 }
 
 // startVolumeProcesses creates certificates and three 4-extent regions of
@@ -82,44 +95,14 @@ func (v *volumeProcs) start(t *testing.T, i int) {
 		listen = "127.0.0.1:0"
 	}
 	cmd := exec.Command(ternBin, "downstairs", "run", "--dir", v.dirs[i], "--listen", listen, "--certs", v.certs)
-	stderr, err := cmd.StderrPipe()
+	records := make(chan map[string]any, 4096)
+	proc, addr, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningAddr, Stderr: true,
+		Log: recordSink(records), Wait: 30 * time.Second, What: "its listening record"}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("downstairs %d: %v", i, err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &downstairsProc{cmd: cmd, exited: make(chan error, 1), records: make(chan map[string]any, 4096)}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) != nil {
-				continue
-			}
-			if rec["msg"] == "listening" {
-				addr, _ := rec["addr"].(string)
-				listening <- addr
-			}
-			select {
-			case p.records <- rec:
-			default:
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		p.exited <- cmd.Wait()
-	}()
-	select {
-	case addr := <-listening:
-		v.addrs[i] = addr
-		v.running[i] = p
-	case err := <-p.exited:
-		t.Fatalf("downstairs %d exited before listening: %v", i, err)
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("downstairs %d never logged listening", i)
-	}
+	v.addrs[i] = addr
+	v.running[i] = &downstairsProc{proc: proc, records: records}
 }
 
 // stop ends replica i with SIGTERM (SIGKILL after 10 s).
@@ -130,13 +113,7 @@ func (v *volumeProcs) stop(t *testing.T, i int) {
 		return
 	}
 	v.running[i] = nil
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
+	p.proc.Stop(10 * time.Second)
 }
 
 // kill ends replica i with SIGKILL, the way a crash does, and waits for
@@ -148,8 +125,7 @@ func (v *volumeProcs) kill(t *testing.T, i int) {
 		return
 	}
 	v.running[i] = nil
-	p.cmd.Process.Kill()
-	<-p.exited
+	p.proc.Kill()
 }
 
 // waitRecord returns the first log record of running replica i for which

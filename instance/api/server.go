@@ -1,10 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +23,7 @@ import (
 
 	"tern/instance"
 	"tern/instance/apiv1"
+	"tern/internal/httpjson"
 	"tern/internal/telemetry"
 	"tern/migration"
 	"tern/vmm/devices"
@@ -297,7 +298,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec apiv1.Spec) {
 			writeError(w, http.StatusConflict, apiv1.Error{ErrorCode: apiv1.CodeSpecMismatch,
 				Message: fmt.Sprintf("instance %q exists with another spec", spec.ID)})
 		default: // the same ensure again
-			writeJSON(w, http.StatusCreated, s.view(c))
+			httpjson.Write(w, http.StatusCreated, s.view(c))
 		}
 		return
 	}
@@ -314,7 +315,7 @@ func (s *Server) ensureLocked(w http.ResponseWriter, spec apiv1.Spec) {
 	s.mu.Unlock()
 	s.metrics.GetOrCreateCounter("tern_instance_ensures_total").Inc()
 	s.log.Info("instance ensured", "id", spec.ID)
-	writeJSON(w, http.StatusCreated, s.view(c))
+	httpjson.Write(w, http.StatusCreated, s.view(c))
 }
 
 // awaitEnd waits, bounded, for c, published destroyed or failed, to end;
@@ -379,7 +380,7 @@ func (s *Server) instanceOr404(w http.ResponseWriter) *instance.Controller {
 
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	if c := s.instanceOr404(w); c != nil {
-		writeJSON(w, http.StatusOK, s.view(c))
+		httpjson.Write(w, http.StatusOK, s.view(c))
 	}
 }
 
@@ -389,7 +390,7 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req apiv1.StateRequest
-	if err := decodeStrict(body, &req); err != nil {
+	if err := httpjson.Decode(bytes.NewReader(body), &req); err != nil {
 		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed,
 			Message: "parsing state request: " + err.Error() + ` (want {"requested":"run"|"stop"|"reboot"})`})
 		return
@@ -419,15 +420,12 @@ func (s *Server) putState(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
-	var after apiv1.ViewGen
-	if v := r.URL.Query().Get("after_gen"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", v)})
-			return
-		}
-		after = apiv1.ViewGen(n)
+	gen, ok := httpjson.AfterGen(r)
+	if !ok {
+		writeError(w, http.StatusBadRequest, apiv1.Error{ErrorCode: apiv1.CodeMalformed, Message: fmt.Sprintf("after_gen %q: not a gen", r.URL.Query().Get("after_gen"))})
+		return
 	}
+	after := apiv1.ViewGen(gen)
 	c := s.instanceOr404(w)
 	if c == nil {
 		return
@@ -445,10 +443,10 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) {
 	case err != nil: // the 30 s passed: the current snapshot; the client asks again
 		cur := c.Publisher().Current()
 		s.noteWatcher(r.RemoteAddr, cur.Gen)
-		writeJSON(w, http.StatusOK, cur)
+		httpjson.Write(w, http.StatusOK, cur)
 	default:
 		s.noteWatcher(r.RemoteAddr, snap.Gen)
-		writeJSON(w, http.StatusOK, snap)
+		httpjson.Write(w, http.StatusOK, snap)
 	}
 }
 
@@ -520,7 +518,7 @@ func (s *Server) getDisk(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, apiv1.Error{ErrorCode: apiv1.CodeNoSuchDisk, Message: fmt.Sprintf("instance has no disk %q", name)})
 		return
 	}
-	writeJSON(w, http.StatusOK, d)
+	httpjson.Write(w, http.StatusOK, d)
 }
 
 func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
@@ -547,7 +545,7 @@ func (s *Server) serialHistory(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("from_offset %d is past the end of the console (%d)", from, end)})
 		return
 	}
-	writeJSON(w, http.StatusOK, apiv1.SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
+	httpjson.Write(w, http.StatusOK, apiv1.SerialHistory{Data: strings.ToValidUTF8(string(data), "\uFFFD"), FromOffset: first, NextOffset: next})
 }
 
 func uintParam(v string, def uint64) (uint64, error) {
@@ -558,7 +556,7 @@ func uintParam(v string, def uint64) (uint64, error) {
 }
 
 func (s *Server) version(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, apiv1.Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
+	httpjson.Write(w, http.StatusOK, apiv1.Version{Build: s.cfg.Build, MigrationProtocols: s.migrationVersions(), Devices: migration.DeviceVersions()})
 }
 
 func (s *Server) migrationVersions() []apiv1.MigrationVersion {
@@ -598,30 +596,9 @@ func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the JSON object")
-	}
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b, _ = json.Marshal(apiv1.Error{ErrorCode: apiv1.CodeInternalError, Message: "encoding response: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, status int, e apiv1.Error) { writeJSON(w, status, e) }
+// writeError answers with status and e, the vmm API's error body
+// (httpjson's, with the state and problems beside).
+func writeError(w http.ResponseWriter, status int, e apiv1.Error) { httpjson.Write(w, status, e) }

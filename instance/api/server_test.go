@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"tern/instance/api"
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/internal/testwait"
 	"tern/vmm/devices"
 )
 
@@ -99,7 +99,7 @@ type harness struct {
 
 func newHarness(t *testing.T, f *machines) *harness {
 	t.Helper()
-	before := runtime.NumGoroutine()
+	before := testwait.Running()
 	srv := api.NewServer(api.Config{Host: instance.Host{MaxVCPUs: 4}, NewMachine: f.new})
 	hs := httptest.NewServer(srv)
 	c, err := client.New(hs.URL, hs.Client())
@@ -119,15 +119,7 @@ func newHarness(t *testing.T, f *machines) *harness {
 			t.Error("a machine was left open")
 		}
 		// Every goroutine the server and its instances started ends.
-		deadline := time.Now().Add(time.Minute)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines: %d after, %d before\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			runtime.Gosched()
-		}
+		before.Returned(t, time.Minute)
 	})
 	return &harness{srv: srv, c: c, ctx: ctx}
 }

@@ -44,6 +44,10 @@ var rules = []rule{
 		why: "internal/ holds what every layer shares (TLS, telemetry, units, the emulated test host); it sits under all of them (kvmhost uses kvm.Probe)",
 	},
 	{
+		from: []string{"..."}, mayNot: []string{"internal/testwait"},
+		why: "testwait is how tests wait; no production package waits that way",
+	},
+	{
 		from: []string{"vmm/kvm"}, mayNot: []string{"..."},
 		why: "vmm/kvm is the KVM ioctl layer, the bottom of the VMM",
 	},

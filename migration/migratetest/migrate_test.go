@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/internal/child"
 	"tern/internal/tlsconf"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
@@ -35,36 +35,19 @@ func testCtx(t *testing.T) context.Context {
 // client of it; it is stopped at the end of the test.
 func startServe(t *testing.T, certs string) *client.Client {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, kvmtest.Tern(t), "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := exec.Command(kvmtest.Tern(t), "vmm", "serve", "--listen", "127.0.0.1:0", "--certs", certs)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	p, url, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningURL, Wait: generous, What: "its URL"}})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
 	}
-	done := make(chan struct{})
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		p.Kill()
 		if t.Failed() {
 			t.Logf("tern vmm serve stderr:\n%s", stderr.String())
 		}
 	})
-	sc := bufio.NewScanner(stdout)
-	ok := sc.Scan()
-	go func() {
-		io.Copy(io.Discard, stdout)
-		cmd.Wait()
-		close(done)
-	}()
-	url, found := strings.CutPrefix(sc.Text(), "listening on ")
-	if !ok || !found {
-		t.Fatalf("tern vmm serve's first line %q; want listening on URL", sc.Text())
-	}
 	c, err := client.New(url, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,9 @@ const (
 	ExitSystemEvent   ExitReason = 24
 )
 
-var exitNames = map[ExitReason]string{
+// exitNames is an array, not a map: a constant table the linker lays
+// out, with no work when the process starts.
+var exitNames = [...]string{
 	ExitUnknown: "UNKNOWN", ExitException: "EXCEPTION", ExitIO: "IO",
 	ExitHypercall: "HYPERCALL", ExitDebug: "DEBUG", ExitHLT: "HLT",
 	ExitMMIO: "MMIO", ExitIRQWindowOpen: "IRQ_WINDOW_OPEN",
@@ -65,8 +67,8 @@ var exitNames = map[ExitReason]string{
 
 // String names the reason as linux/kvm.h does, without the KVM_EXIT_ prefix.
 func (r ExitReason) String() string {
-	if n, ok := exitNames[r]; ok {
-		return n
+	if int(r) < len(exitNames) && exitNames[r] != "" {
+		return exitNames[r]
 	}
 	return "EXIT_" + itoa(uint64(r))
 }

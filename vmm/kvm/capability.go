@@ -25,7 +25,9 @@ func (e *CapabilityError) Error() string {
 // Unwrap returns ErrNotSupported.
 func (e *CapabilityError) Unwrap() error { return ErrNotSupported }
 
-var capNames = map[Capability]string{
+// capNames is an array, not a map: a constant table the linker lays
+// out, with no work when the process starts.
+var capNames = [...]string{
 	CapIRQChip: "IRQCHIP", CapUserMemory: "USER_MEMORY", CapExtCPUID: "EXT_CPUID",
 	CapNrVCPUs: "NR_VCPUS", CapMPState: "MP_STATE", CapIRQFD: "IRQFD", CapPIT2: "PIT2",
 	CapIOEventFD: "IOEVENTFD", CapAdjustClock: "ADJUST_CLOCK", CapVCPUEvents: "VCPU_EVENTS",
@@ -39,8 +41,8 @@ var capNames = map[Capability]string{
 
 // String names the capability as linux/kvm.h does (KVM_CAP_…).
 func (c Capability) String() string {
-	if n, ok := capNames[c]; ok {
-		return "KVM_CAP_" + n
+	if int(c) < len(capNames) && capNames[c] != "" {
+		return "KVM_CAP_" + capNames[c]
 	}
 	return "KVM_CAP_" + itoa(uint64(c))
 }

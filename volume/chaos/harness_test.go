@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/internal/testwait"
 	"tern/volume/ids"
 	"tern/volume/upstairs"
 	"tern/volume/upstairs/engine"
@@ -31,18 +32,9 @@ func newUpstairs(t *testing.T, c *Cluster, targets []string, gen ids.Generation)
 // test after timeout.
 func waitReplica(t *testing.T, u *upstairs.Upstairs, r int, timeout time.Duration, what string, ok func(engine.ReplicaState) bool) {
 	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		changed := u.ReplicaStateChanged()
-		st := u.Status().Replicas[r]
-		if ok(st.State) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("replica %d: %s: still %v after %v (fault %q, last error %q)", r, what, st.State, timeout, st.FaultReason, st.LastError)
-		}
+	var st upstairs.ReplicaStatus
+	if !testwait.On(timeout, u.ReplicaStateChanged, func() bool { st = u.Status().Replicas[r]; return ok(st.State) }) {
+		t.Fatalf("replica %d: %s: still %v after %v (fault %q, last error %q)", r, what, st.State, timeout, st.FaultReason, st.LastError)
 	}
 }
 
@@ -52,6 +44,6 @@ func notActive(s engine.ReplicaState) bool { return s != engine.ReplicaActive }
 // waitAcked waits until the workload acknowledged n more writes than from.
 func waitAcked(t *testing.T, w *Workload, from int64, n int64) int64 {
 	t.Helper()
-	waitFor(t, 2*time.Minute, "writes acknowledged", func() bool { return w.Stats().WritesAcked >= from+n })
+	testwait.For(t, 2*time.Minute, "writes acknowledged", func() bool { return w.Stats().WritesAcked >= from+n })
 	return w.Stats().WritesAcked
 }

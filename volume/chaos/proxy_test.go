@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"tern/internal/testwait"
 )
 
 // echoServer answers every datagram with itself until the test ends.
@@ -102,7 +104,7 @@ func TestProxyDropsEverythingOnCertainLoss(t *testing.T) {
 	for i := range 20 {
 		fmt.Fprintf(c, "datagram %d", i)
 	}
-	waitFor(t, 30*time.Second, "proxy received 20 datagrams", func() bool { return p.Stats().Received >= 20 })
+	testwait.For(t, 30*time.Second, "proxy received 20 datagrams", func() bool { return p.Stats().Received >= 20 })
 	if s := p.Stats(); s.Dropped != 20 || s.Forwarded != 0 {
 		t.Fatalf("stats %+v, want all 20 dropped", s)
 	}

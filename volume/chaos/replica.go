@@ -1,21 +1,20 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
 
+	"tern/internal/child"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
 	"tern/volume/extent"
@@ -125,33 +124,28 @@ type Replica struct {
 	Addr string
 	// mu guards proc, which a sampler reads while the owner restarts.
 	mu   sync.Mutex
-	proc *replicaProc // nil when not running
+	proc *child.Process // nil when not running
 	// Starts and Kills count Start and Kill calls that succeeded.
 	Starts, Kills int
-}
-
-type replicaProc struct {
-	cmd    *exec.Cmd
-	exited chan error // receives Wait's result once
 }
 
 // Running says whether the process was started and not stopped or killed.
 func (r *Replica) Running() bool { return r.getProc() != nil }
 
-func (r *Replica) getProc() *replicaProc {
+func (r *Replica) getProc() *child.Process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.proc
 }
 
-func (r *Replica) setProc(p *replicaProc) {
+func (r *Replica) setProc(p *child.Process) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.proc = p
 }
 
 // takeProc returns the running process, if any, and forgets it.
-func (r *Replica) takeProc() *replicaProc {
+func (r *Replica) takeProc() *child.Process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.proc
@@ -162,7 +156,7 @@ func (r *Replica) takeProc() *replicaProc {
 // PID is the running process's id, or 0.
 func (r *Replica) PID() int {
 	if p := r.getProc(); p != nil {
-		return p.cmd.Process.Pid
+		return p.Cmd.Process.Pid
 	}
 	return 0
 }
@@ -183,52 +177,42 @@ func (r *Replica) Start() error {
 	} else {
 		cmd = exec.Command(r.bin, args...)
 	}
-	stderr, err := cmd.StderrPipe()
+	var lastErr lastErrorRecord
+	p, addr, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningAddr, Stderr: true, Log: &lastErr,
+		Wait: StartTimeout, What: "its listening record"}})
 	if err != nil {
-		return fmt.Errorf("starting replica: %w", err)
+		return fmt.Errorf("replica %s: %w (%s)", r.Dir, err, lastErr.String())
 	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting replica: %w", err)
+	r.Addr = addr
+	r.setProc(p)
+	r.Starts++
+	return nil
+}
+
+// lastErrorRecord keeps the last ERROR record of a downstairs' log, for
+// the error that says why it did not start.
+type lastErrorRecord struct {
+	mu   sync.Mutex
+	line string
+}
+
+// Write takes one log line.
+func (l *lastErrorRecord) Write(line []byte) (int, error) {
+	var rec struct {
+		Level string `json:"level"`
 	}
-	p := &replicaProc{cmd: cmd, exited: make(chan error, 1)}
-	listening := make(chan string, 1)
-	var lastLine string
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) != nil {
-				continue
-			}
-			if rec["msg"] == "listening" {
-				addr, _ := rec["addr"].(string)
-				select {
-				case listening <- addr:
-				default:
-				}
-			}
-			if lvl, _ := rec["level"].(string); lvl == "ERROR" {
-				lastLine = sc.Text()
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		p.exited <- cmd.Wait()
-	}()
-	select {
-	case addr := <-listening:
-		r.Addr = addr
-		r.setProc(p)
-		r.Starts++
-		return nil
-	case err := <-p.exited:
-		p.exited <- err
-		return fmt.Errorf("starting replica: exited before listening: %v (%s)", err, lastLine)
-	case <-time.After(StartTimeout):
-		cmd.Process.Kill()
-		<-p.exited
-		return fmt.Errorf("starting replica: not listening within %v", StartTimeout)
+	if json.Unmarshal(line, &rec) == nil && rec.Level == "ERROR" {
+		l.mu.Lock()
+		l.line = strings.TrimSuffix(string(line), "\n")
+		l.mu.Unlock()
 	}
+	return len(line), nil
+}
+
+func (l *lastErrorRecord) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.line
 }
 
 // Kill ends the process with SIGKILL, the way a crash does, and waits for
@@ -238,26 +222,15 @@ func (r *Replica) Kill() error {
 	if p == nil {
 		return nil
 	}
-	if err := p.cmd.Process.Kill(); err != nil {
-		return fmt.Errorf("killing replica: %w", err)
-	}
-	<-p.exited
+	p.Kill()
 	r.Kills++
 	return nil
 }
 
 // Stop ends the process with SIGTERM, or SIGKILL after 10 s.
 func (r *Replica) Stop() error {
-	p := r.takeProc()
-	if p == nil {
-		return nil
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.exited
+	if p := r.takeProc(); p != nil {
+		p.Stop(10 * time.Second)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"tern/internal/testwait"
 )
 
 // soakDuration is how long TestSoak runs: -duration, else 2 minutes in
@@ -63,7 +65,7 @@ func TestSoakResourcesStayBounded(t *testing.T) {
 			t.Errorf("%s grows: peak %.1f in the last third against %.1f in the first", f.Name, tr.LastThirdMax, tr.FirstThirdMax)
 		}
 	}
-	waitFor(t, time.Minute, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= before+5 })
+	testwait.For(t, time.Minute, "goroutines back to where they were", func() bool { return runtime.NumGoroutine() <= before+5 })
 }
 
 func TestTrendOfFitsTheSlopeAndTellsGrowthFromAPlateau(t *testing.T) {

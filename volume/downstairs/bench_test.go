@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 
+	"tern/internal/tlsconf/tlstest"
 	"tern/volume/extent"
 	"tern/volume/ids"
 	"tern/volume/transport"
@@ -101,7 +102,7 @@ func BenchmarkRead1MiBQD32(b *testing.B) { benchRead(b, 1<<20, 32) }
 // against: 1 MiB chunks pushed down one QUIC stream on loopback with the
 // same configuration, and discarded by the receiver.
 func BenchmarkQUICStreamLimit(b *testing.B) {
-	ln, err := transport.Listen("127.0.0.1:0", testCerts(b).ServerConfig())
+	ln, err := transport.Listen("127.0.0.1:0", tlstest.Shared(b).ServerConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func BenchmarkQUICStreamLimit(b *testing.B) {
 		n, _ := io.Copy(io.Discard, s)
 		received <- n
 	}()
-	conn, err := transport.Dial(ctx, ln.Addr().String(), testCerts(b).ClientConfig("127.0.0.1"))
+	conn, err := transport.Dial(ctx, ln.Addr().String(), tlstest.Shared(b).ClientConfig("127.0.0.1"))
 	if err != nil {
 		b.Fatal(err)
 	}

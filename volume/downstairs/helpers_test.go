@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/quic-go/quic-go"
 
-	"tern/internal/tlsconf"
+	"tern/internal/tlsconf/tlstest"
 	"tern/volume/extent"
 	"tern/volume/ids"
 	"tern/volume/transport"
@@ -32,34 +30,6 @@ const (
 	testExtentCount  = 4
 	testTimeout      = 60 * time.Second // generous: only a failing test waits it out
 )
-
-var (
-	certOnce   sync.Once
-	certDir    string
-	certBundle *tlsconf.Bundle
-	certErr    error
-)
-
-// testCerts returns one CA and node certificate shared by the package's
-// tests (generating keys is the slow part).
-func testCerts(t testing.TB) *tlsconf.Bundle {
-	t.Helper()
-	certOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tern-downstairs-certs-")
-		if err != nil {
-			certErr = err
-			return
-		}
-		certDir = dir
-		if certErr = tlsconf.Generate(dir, []string{"127.0.0.1"}, false); certErr == nil {
-			certBundle, certErr = tlsconf.Load(dir)
-		}
-	})
-	if certErr != nil {
-		t.Fatal(certErr)
-	}
-	return certBundle
-}
 
 // testServer is a downstairs on 127.0.0.1 over a real region directory.
 type testServer struct {
@@ -90,7 +60,7 @@ func startServer(t testing.TB, dir string) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := transport.Listen("127.0.0.1:0", testCerts(t).ServerConfig())
+	ln, err := transport.Listen("127.0.0.1:0", tlstest.Shared(t).ServerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +153,7 @@ func (c *client) close() {
 // dial connects and completes Hello.
 func dial(t testing.TB, addr string, readOnly bool) *client {
 	t.Helper()
-	c, err := dialRaw(t, addr, testCerts(t).ClientConfig("127.0.0.1"))
+	c, err := dialRaw(t, addr, tlstest.Shared(t).ClientConfig("127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,18 +311,4 @@ func logRecords(s string) []map[string]any {
 		}
 	}
 	return out
-}
-
-// waitGoroutines waits until at most n goroutines run; quic-go's
-// connection goroutines end asynchronously after a close.
-func waitGoroutines(t testing.TB, n int) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-	}
 }

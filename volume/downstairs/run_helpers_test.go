@@ -23,8 +23,6 @@ func tlsLoad(t testing.TB, dir string) *tlsconf.Bundle {
 
 func jsonLogger(w *syncBuffer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
 
-func numGoroutines() int { return runtime.NumGoroutine() }
-
 // waitListening waits for Run's "listening" record and returns its addr.
 func waitListening(t testing.TB, logs *syncBuffer) string {
 	t.Helper()

@@ -3,24 +3,17 @@ package downstairs
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"tern/internal/testwait"
+	"tern/internal/tlsconf/tlstest"
 	"tern/volume/ids"
 	"tern/volume/wire"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if certDir != "" {
-		os.RemoveAll(certDir)
-	}
-	os.Exit(code)
-}
 
 func TestWriteReadFlushRoundTrip(t *testing.T) {
 	dir, spec := newRegionDir(t)
@@ -365,7 +358,7 @@ func TestHandshakeRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := dialRaw(t, ts.addr(), testCerts(t).ClientConfig("127.0.0.1"))
+			c, err := dialRaw(t, ts.addr(), tlstest.Shared(t).ClientConfig("127.0.0.1"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -374,7 +367,7 @@ func TestHandshakeRefusals(t *testing.T) {
 		})
 	}
 	// A first frame that is not Hello.
-	c, err := dialRaw(t, ts.addr(), testCerts(t).ClientConfig("127.0.0.1"))
+	c, err := dialRaw(t, ts.addr(), tlstest.Shared(t).ClientConfig("127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +400,7 @@ func TestUntrustedClientCertificateIsRefused(t *testing.T) {
 	}
 	stranger := tlsLoad(t, strangerDir)
 	conf := stranger.ClientConfig("127.0.0.1")
-	conf.RootCAs = testCerts(t).ServerConfig().ClientCAs // trusts the server, but is not trusted
+	conf.RootCAs = tlstest.Shared(t).ServerConfig().ClientCAs // trusts the server, but is not trusted
 	c, err := dialRaw(t, ts.addr(), conf)
 	if err != nil {
 		return // refused during the handshake
@@ -431,9 +424,9 @@ func TestRunLogsListeningAndStopsCleanly(t *testing.T) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	before := numGoroutines()
+	before := testwait.Running()
 	go func() {
-		done <- Run(ctx, Config{Dir: dir, Listen: "127.0.0.1:0", TLS: testCerts(t).ServerConfig(), Logger: jsonLogger(logs)})
+		done <- Run(ctx, Config{Dir: dir, Listen: "127.0.0.1:0", TLS: tlstest.Shared(t).ServerConfig(), Logger: jsonLogger(logs)})
 	}()
 	addr := waitListening(t, logs)
 	c := dial(t, addr, false)
@@ -450,11 +443,11 @@ func TestRunLogsListeningAndStopsCleanly(t *testing.T) {
 		t.Fatal("Run did not stop")
 	}
 	c.close()
-	waitGoroutines(t, before)
+	before.Returned(t, testTimeout)
 }
 
 func TestServerShutdownWithJobsInFlightLeaksNothing(t *testing.T) {
-	before := numGoroutines()
+	before := testwait.Running()
 	dir, _ := newRegionDir(t)
 	ts := startServer(t, dir)
 	clients := []*client{dial(t, ts.addr(), false), dial(t, ts.addr(), true)}
@@ -467,7 +460,7 @@ func TestServerShutdownWithJobsInFlightLeaksNothing(t *testing.T) {
 	for _, c := range clients {
 		c.close()
 	}
-	waitGoroutines(t, before)
+	before.Returned(t, testTimeout)
 }
 
 func TestMetricsCountJobsAndBytes(t *testing.T) {
@@ -517,7 +510,7 @@ func TestRequestsBeforeHalfCloseAreAllAnswered(t *testing.T) {
 // dialAs connects and completes Hello as the given upstairs.
 func dialAs(t *testing.T, addr string, up uuid.UUID) *client {
 	t.Helper()
-	c, err := dialRaw(t, addr, testCerts(t).ClientConfig("127.0.0.1"))
+	c, err := dialRaw(t, addr, tlstest.Shared(t).ClientConfig("127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}

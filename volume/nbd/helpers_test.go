@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
+	"tern/internal/testwait"
 	"tern/volume"
 )
 
@@ -103,7 +103,7 @@ const (
 // at the end of the test, checking that no goroutine outlives it.
 func startServer(t *testing.T, dev volume.Volume, tune func(*Config)) (*Server, string) {
 	t.Helper()
-	before := runtime.NumGoroutine()
+	before := testwait.Running()
 	cfg := Config{Export: Export{Name: "vol", Device: dev, Size: testSize, BlockSize: testBlockSize}}
 	if tune != nil {
 		tune(&cfg)
@@ -127,21 +127,9 @@ func startServer(t *testing.T, dev volume.Volume, tune func(*Config)) (*Server, 
 		if err := <-served; !errors.Is(err, ErrServerClosed) {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
-		waitGoroutines(t, before)
+		before.Returned(t, testTimeout)
 	})
 	return s, ln.Addr().String()
-}
-
-func waitGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-	}
 }
 
 // rawClient speaks the protocol byte by byte, so tests can send what no

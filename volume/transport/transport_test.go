@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/internal/testwait"
 	"tern/internal/tlsconf/tlstest"
 )
 
@@ -127,7 +128,7 @@ func TestDialedSocketClosesWithConnection(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	before := runtime.NumGoroutine()
+	before := testwait.Running()
 	accepted := make(chan error, 1)
 	go func() {
 		// The server closes: the dialer's socket must go with its
@@ -164,20 +165,5 @@ func TestDialedSocketClosesWithConnection(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	waitGoroutines(t, before)
-}
-
-// waitGoroutines waits until no more goroutines run than before, yielding
-// rather than sleeping; quic-go's per-connection goroutines exit
-// asynchronously after Close.
-func waitGoroutines(t *testing.T, before int) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-		}
-		runtime.Gosched()
-	}
+	before.Returned(t, 30*time.Second)
 }

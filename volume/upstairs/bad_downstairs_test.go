@@ -14,6 +14,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tern/internal/testwait"
+	"tern/internal/tlsconf/tlstest"
 	"tern/volume/transport"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
@@ -76,7 +78,7 @@ type badRequest struct {
 
 func newBadDownstairs(t *testing.T, target string, bad misbehaviour) *badDownstairs {
 	t.Helper()
-	ln, err := transport.Listen("127.0.0.1:0", testCerts(t).ServerConfig())
+	ln, err := transport.Listen("127.0.0.1:0", tlstest.Shared(t).ServerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +151,7 @@ func (p *badDownstairs) serve(conn *quic.Conn) {
 	if err != nil {
 		return
 	}
-	dconn, err := transport.Dial(p.ctx, p.target, testCerts(p.t).ClientConfig(""))
+	dconn, err := transport.Dial(p.ctx, p.target, tlstest.Shared(p.t).ClientConfig(""))
 	if err != nil {
 		return
 	}
@@ -455,20 +457,11 @@ func misbehave(t *testing.T, u *Upstairs, p *badDownstairs, m *model, rng *rand.
 // replica r satisfies cond, and returns that status.
 func waitReplica(t *testing.T, u *Upstairs, r int, what string, cond func(ReplicaStatus) bool) ReplicaStatus {
 	t.Helper()
-	deadline := time.NewTimer(testTimeout)
-	defer deadline.Stop()
-	for {
-		changed := u.ReplicaStateChanged() // before Status: no change is missed
-		st := u.Status().Replicas[r]
-		if cond(st) {
-			return st
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s: replica %d is %+v", what, r, st)
-		}
+	var st ReplicaStatus
+	if !testwait.On(testTimeout, u.ReplicaStateChanged, func() bool { st = u.Status().Replicas[r]; return cond(st) }) {
+		t.Fatalf("timed out waiting for %s: replica %d is %+v", what, r, st)
 	}
+	return st
 }
 
 func stateIs(s engine.ReplicaState) func(ReplicaStatus) bool {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,7 +15,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"tern/internal/tlsconf"
+	"tern/internal/testwait"
+	"tern/internal/tlsconf/tlstest"
 	"tern/volume/downstairs"
 	"tern/volume/extent"
 	"tern/volume/ids"
@@ -31,31 +31,6 @@ const (
 	testExtentCount  = 8
 	testTimeout      = 60 * time.Second // generous: only a failing test waits it out
 )
-
-var (
-	certOnce   sync.Once
-	certBundle *tlsconf.Bundle
-	certErr    error
-)
-
-// testCerts returns one CA and node certificate for the package's tests.
-func testCerts(t testing.TB) *tlsconf.Bundle {
-	t.Helper()
-	certOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tern-upstairs-certs-")
-		if err != nil {
-			certErr = err
-			return
-		}
-		if certErr = tlsconf.Generate(dir, []string{"127.0.0.1"}, false); certErr == nil {
-			certBundle, certErr = tlsconf.Load(dir)
-		}
-	})
-	if certErr != nil {
-		t.Fatal(certErr)
-	}
-	return certBundle
-}
 
 // testDownstairs is one replica: a region directory served on 127.0.0.1
 // over real QUIC with mutual TLS. It can be stopped and restarted on the
@@ -109,7 +84,7 @@ func (d *testDownstairs) start() {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	ln, err := transport.Listen(d.addr, testCerts(d.t).ServerConfig())
+	ln, err := transport.Listen(d.addr, tlstest.Shared(d.t).ServerConfig())
 	if err != nil {
 		region.Close()
 		d.t.Fatal(err)
@@ -151,7 +126,7 @@ func (c *cluster) config() Config {
 	return Config{
 		Logger:       testLogger(c.t),
 		Targets:      c.targets(),
-		TLS:          testCerts(c.t).ClientConfig(""),
+		TLS:          tlstest.Shared(c.t).ClientConfig(""),
 		ReconnectMin: 10 * time.Millisecond,
 		ReconnectMax: 100 * time.Millisecond,
 	}
@@ -232,39 +207,20 @@ func (w testWriter) Write(p []byte) (int, error) {
 // a job, a state change), and returns it; it fails after testTimeout.
 func waitStatus(t testing.TB, u *Upstairs, what string, cond func(Status) bool) Status {
 	t.Helper()
-	deadline := time.NewTimer(testTimeout)
-	defer deadline.Stop()
-	for {
-		changed := u.StatusChanged() // before Status: no step is missed
-		st := u.Status()
-		if cond(st) {
-			return st
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s: %+v", what, st)
-		}
+	var st Status
+	if !testwait.On(testTimeout, u.StatusChanged, func() bool { st = u.Status(); return cond(st) }) {
+		t.Fatalf("timed out waiting for %s: %+v", what, st)
 	}
+	return st
 }
 
 // waitState waits, on Upstairs.ReplicaStateChanged, until replica r is
 // in state s.
 func waitState(t testing.TB, u *Upstairs, r int, s engine.ReplicaState) {
 	t.Helper()
-	deadline := time.NewTimer(testTimeout)
-	defer deadline.Stop()
-	for {
-		changed := u.ReplicaStateChanged() // before Status: no change is missed
-		st := u.Status().Replicas[r]
-		if st.State == s {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for replica %d to be %v: %+v", r, s, st)
-		}
+	var st ReplicaStatus
+	if !testwait.On(testTimeout, u.ReplicaStateChanged, func() bool { st = u.Status().Replicas[r]; return st.State == s }) {
+		t.Fatalf("timed out waiting for replica %d to be %v: %+v", r, s, st)
 	}
 }
 

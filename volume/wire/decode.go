@@ -180,7 +180,10 @@ type bulkLayout struct {
 	meta func(p []byte) (metaLen, dataLen uint64, err error)
 }
 
-var bulkLayouts = map[MsgType]bulkLayout{
+// bulkLayouts holds the layout of each type with data (HasData); an
+// array rather than a map, so it is laid out by the linker, not built
+// when the process starts.
+var bulkLayouts = [typeLimit]bulkLayout{
 	TypeWrite: {28, func(p []byte) (uint64, uint64, error) {
 		deps, hashes, data := le.Uint32(p[16:]), le.Uint32(p[20:]), le.Uint32(p[24:])
 		if deps > MaxDeps || hashes > maxBulkHashes {

@@ -56,7 +56,9 @@ const (
 	CodeShuttingDown ErrorCode = 12
 )
 
-var codeNames = map[ErrorCode]string{
+// codeNames is an array, not a map: a constant table the linker lays
+// out, with no work when the process starts.
+var codeNames = [...]string{
 	CodeUnknown:         "unknown error",
 	CodeHashMismatch:    "hash mismatch",
 	CodeOutOfRange:      "out of range",
@@ -74,8 +76,8 @@ var codeNames = map[ErrorCode]string{
 
 // Error returns the code's name.
 func (c ErrorCode) Error() string {
-	if s, ok := codeNames[c]; ok {
-		return s
+	if int(c) < len(codeNames) && codeNames[c] != "" {
+		return codeNames[c]
 	}
 	return fmt.Sprintf("error code %d", uint16(c))
 }

@@ -4,25 +4,27 @@
 package proctest
 
 import (
-	"bufio"
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"tern/internal/child"
 )
 
 // StopWait bounds how long Stop waits after SIGTERM before it SIGKILLs.
 const StopWait = 3 * time.Minute
 
+// StartWait bounds how long a process may take to print its URL.
+const StartWait = 3 * time.Minute
+
 // Proc is one tern process of a test.
 type Proc struct {
 	Name string
 	Cmd  *exec.Cmd
+	proc *child.Process
 	// URL is what the process printed after "listening on ".
 	URL string
 	// Exited receives the process's exit once.
@@ -54,9 +56,9 @@ func (l *LockedBuffer) String() string {
 
 // Start runs bin args with env added to this process's environment,
 // inside network namespace ns ("": this one) by `ip netns exec` (which
-// execs bin in place: the process is bin's own), and waits for its first
-// line, "listening on URL". The process is stopped when t ends, and its
-// stderr's tail logged if t failed.
+// execs bin in place: the process is bin's own), and waits (up to
+// StartWait) for its line "listening on URL". The process is stopped
+// when t ends, and its stderr's tail logged if t failed.
 func Start(t testing.TB, bin, ns, name string, env []string, args ...string) *Proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -66,27 +68,12 @@ func Start(t testing.TB, bin, ns, name string, env []string, args ...string) *Pr
 	cmd.Env = append(os.Environ(), env...)
 	p := &Proc{Name: name, Cmd: cmd, stderr: &LockedBuffer{}, Exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
-	stdout, err := cmd.StdoutPipe()
+	proc, url, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningURL, Wait: StartWait, What: "its URL"}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v\n%s", name, err, p.stderr)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		cmd.Process.Kill()
-		t.Fatalf("%s printed nothing: %v\n%s", name, cmd.Wait(), p.stderr)
-	}
-	go func() {
-		io.Copy(io.Discard, stdout)
-		p.Exited <- cmd.Wait()
-	}()
-	url, ok := strings.CutPrefix(sc.Text(), "listening on ")
-	if !ok {
-		t.Fatalf("%s: first line %q", name, sc.Text())
-	}
-	p.URL = url
+	p.proc, p.URL = proc, url
+	go func() { p.Exited <- proc.Err() }()
 	t.Cleanup(func() {
 		p.Stop()
 		if t.Failed() {
@@ -106,23 +93,12 @@ func Tail(s string, n int) string {
 
 // Stop sends SIGTERM and waits (SIGKILL after StopWait).
 func (p *Proc) Stop() {
-	p.once.Do(func() {
-		p.Cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.Exited:
-		case <-time.After(StopWait):
-			p.Cmd.Process.Kill()
-			<-p.Exited
-		}
-	})
+	p.once.Do(func() { p.proc.Stop(StopWait) })
 }
 
 // Kill SIGKILLs the process and waits for it to exit.
 func (p *Proc) Kill() {
-	p.once.Do(func() {
-		p.Cmd.Process.Kill()
-		<-p.Exited
-	})
+	p.once.Do(p.proc.Kill)
 }
 
 // Reaped records that the test already received the process's exit from

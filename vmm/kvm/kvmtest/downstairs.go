@@ -1,13 +1,11 @@
 package kvmtest
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
 	"os/exec"
-	"syscall"
 	"testing"
 	"time"
+
+	"tern/internal/child"
 )
 
 // downstairsWait bounds how long a downstairs process may take to start
@@ -18,9 +16,8 @@ const downstairsWait = 2 * time.Minute
 // guest on a volume.
 type Downstairs struct {
 	// Addr is the address it listens on.
-	Addr   string
-	cmd    *exec.Cmd
-	exited chan error
+	Addr string
+	proc *child.Process
 }
 
 // StartDownstairs runs the tern binary's `downstairs run` on dir with the
@@ -36,64 +33,19 @@ func StartDownstairs(t testing.TB, dir, certs string) *Downstairs {
 func StartDownstairsAt(t testing.TB, dir, certs, addr string) *Downstairs {
 	t.Helper()
 	cmd := exec.Command(Tern(t), "downstairs", "run", "--dir", dir, "--listen", addr, "--certs", certs)
-	stderr, err := cmd.StderrPipe()
+	proc, addr, err := child.Start(cmd, child.Options{Ready: child.Ready{Match: child.ListeningAddr, Stderr: true,
+		Wait: downstairsWait, What: "its listening record"}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("downstairs on %s: %v", dir, err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &Downstairs{cmd: cmd, exited: make(chan error, 1)}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
-				addr, _ := rec["addr"].(string)
-				select {
-				case listening <- addr:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		d.exited <- cmd.Wait()
-	}()
-	select {
-	case d.Addr = <-listening:
-	case err := <-d.exited:
-		t.Fatalf("downstairs on %s exited before listening: %v", dir, err)
-	case <-time.After(downstairsWait):
-		cmd.Process.Kill()
-		t.Fatalf("downstairs on %s never logged listening within %v", dir, downstairsWait)
-	}
+	d := &Downstairs{Addr: addr, proc: proc}
 	t.Cleanup(d.Stop)
 	return d
 }
 
 // Stop stops the process with SIGTERM (SIGKILL if it has not exited
 // within a bound) and waits for it; stopping it again does nothing.
-func (d *Downstairs) Stop() {
-	if d.cmd == nil {
-		return
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(downstairsWait):
-		d.cmd.Process.Kill()
-		<-d.exited
-	}
-	d.cmd = nil
-}
+func (d *Downstairs) Stop() { d.proc.Stop(downstairsWait) }
 
 // Kill ends the process with SIGKILL, as a crash would, and waits for it.
-func (d *Downstairs) Kill() {
-	if d.cmd == nil {
-		return
-	}
-	d.cmd.Process.Kill()
-	<-d.exited
-	d.cmd = nil
-}
+func (d *Downstairs) Kill() { d.proc.Kill() }
