@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"tern/control/controlapi"
+
 	"tern/agent/agentapi"
 	"tern/internal/httpjson"
 )
@@ -38,10 +40,10 @@ func (s *Server) routes() {
 	s.mux = m
 }
 
-func (s *Server) hostView(ctx context.Context, h Host, vmms []Versioned[VMM]) HostView {
-	v := HostView{ID: h.ID, Address: h.Address, State: h.State, CPUs: h.CPUs, MemoryMiB: h.MemoryMiB, Build: h.Build, VMMIDs: []string{}}
+func (s *Server) hostView(ctx context.Context, h controlapi.Host, vmms []Versioned[controlapi.VMM]) controlapi.HostView {
+	v := controlapi.HostView{ID: h.ID, Address: h.Address, State: h.State, CPUs: h.CPUs, MemoryMiB: h.MemoryMiB, Build: h.Build, VMMIDs: []string{}}
 	for _, m := range vmms {
-		if m.Value.HostID == h.ID && m.Value.processLive() {
+		if m.Value.HostID == h.ID && m.Value.ProcessLive() {
 			v.VMMs++
 			v.VMMIDs = append(v.VMMIDs, m.Value.ID)
 		}
@@ -50,17 +52,17 @@ func (s *Server) hostView(ctx context.Context, h Host, vmms []Versioned[VMM]) Ho
 }
 
 func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
-	hosts, err := List[Host](r.Context(), s.store, kindHost)
+	hosts, err := List[controlapi.Host](r.Context(), s.store, kindHost)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	vmms, err := List[VMM](r.Context(), s.store, kindVMM)
+	vmms, err := List[controlapi.VMM](r.Context(), s.store, kindVMM)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	out := []HostView{}
+	out := []controlapi.HostView{}
 	for _, h := range hosts {
 		out = append(out, s.hostView(r.Context(), h.Value, vmms))
 	}
@@ -68,12 +70,12 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
-	h, err := Get[Host](r.Context(), s.store, kindHost, r.PathValue("id"))
+	h, err := Get[controlapi.Host](r.Context(), s.store, kindHost, r.PathValue("id"))
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	vmms, err := List[VMM](r.Context(), s.store, kindVMM)
+	vmms, err := List[controlapi.VMM](r.Context(), s.store, kindVMM)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -94,9 +96,9 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, badRequest("a host needs an id, address, cpus and memory_mib"))
 		return
 	}
-	h, err := Update(r.Context(), s.store, kindHost, id, func(h *Host, exists bool) error {
+	h, err := Update(r.Context(), s.store, kindHost, id, func(h *controlapi.Host, exists bool) error {
 		if !exists {
-			h.State = HostActive
+			h.State = controlapi.HostActive
 		}
 		h.ID, h.Address, h.CPUs, h.MemoryMiB = id, reg.Address, reg.CPUs, reg.MemoryMiB
 		h.Build, h.MigrationProtocols, h.RegisteredAt = reg.Build, reg.MigrationProtocols, time.Now().UTC()
@@ -117,29 +119,29 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 }
 
 // findInstance finds an instance by name or id.
-func (s *Server) findInstance(ctx context.Context, key string) (Versioned[Instance], error) {
-	if v, err := Get[Instance](ctx, s.store, kindInstance, key); err == nil {
+func (s *Server) findInstance(ctx context.Context, key string) (Versioned[controlapi.Instance], error) {
+	if v, err := Get[controlapi.Instance](ctx, s.store, kindInstance, key); err == nil {
 		return v, nil
 	}
-	all, err := List[Instance](ctx, s.store, kindInstance)
+	all, err := List[controlapi.Instance](ctx, s.store, kindInstance)
 	if err != nil {
-		return Versioned[Instance]{}, err
+		return Versioned[controlapi.Instance]{}, err
 	}
 	for _, v := range all {
 		if v.Value.Name == key {
 			return v, nil
 		}
 	}
-	return Versioned[Instance]{}, fmt.Errorf("instance %s: %w", key, ErrNotFound)
+	return Versioned[controlapi.Instance]{}, fmt.Errorf("instance %s: %w", key, ErrNotFound)
 }
 
 func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
-	all, err := List[Instance](r.Context(), s.store, kindInstance)
+	all, err := List[controlapi.Instance](r.Context(), s.store, kindInstance)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	out := []InstanceView{}
+	out := []controlapi.InstanceView{}
 	for _, v := range all {
 		out = append(out, s.instanceView(r.Context(), &v.Value))
 	}
@@ -157,12 +159,12 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listMigrations(w http.ResponseWriter, r *http.Request) {
-	all, err := List[Migration](r.Context(), s.store, kindMigration)
+	all, err := List[controlapi.Migration](r.Context(), s.store, kindMigration)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	out := []Migration{}
+	out := []controlapi.Migration{}
 	for _, v := range all {
 		out = append(out, v.Value)
 	}
@@ -172,7 +174,7 @@ func (s *Server) listMigrations(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	v, err := Get[Migration](r.Context(), s.store, kindMigration, id)
+	v, err := Get[controlapi.Migration](r.Context(), s.store, kindMigration, id)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -181,7 +183,7 @@ func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), drainPollWait)
 		defer cancel()
 		<-s.store.Watch(ctx, kindMigration, id, after)
-		if v2, err := Get[Migration](r.Context(), s.store, kindMigration, id); err == nil {
+		if v2, err := Get[controlapi.Migration](r.Context(), s.store, kindMigration, id); err == nil {
 			v = v2
 		}
 	}
@@ -190,12 +192,12 @@ func (s *Server) getMigration(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listV2P(w http.ResponseWriter, r *http.Request) {
-	all, err := List[V2P](r.Context(), s.store, kindV2P)
+	all, err := List[controlapi.V2P](r.Context(), s.store, kindV2P)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	out := []V2P{}
+	out := []controlapi.V2P{}
 	for _, v := range all {
 		out = append(out, v.Value)
 	}
@@ -230,14 +232,6 @@ func waitQuery(r *http.Request) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// LeaderView is GET /v1/leader: this process's URL, whether it leads,
-// and the leader's URL as it last saw it ("" when none is known).
-type LeaderView struct {
-	URL       string `json:"url"`
-	Leading   bool   `json:"leading"`
-	LeaderURL string `json:"leader_url"`
-}
-
 // leaderWait bounds GET /v1/leader?wait=leading.
 const leaderWait = 30 * time.Second
 
@@ -253,7 +247,7 @@ func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	for {
 		s.mu.Lock()
-		v := LeaderView{URL: s.cfg.URL, Leading: s.leader, LeaderURL: s.leaderURL}
+		v := controlapi.LeaderView{URL: s.cfg.URL, Leading: s.leader, LeaderURL: s.leaderURL}
 		changed := s.leaderChanged
 		s.mu.Unlock()
 		if wait == "" || wait == "leading" && v.Leading || wait == "known" && v.LeaderURL != "" {
@@ -274,7 +268,7 @@ func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) {
 // the agent restarted and its children died with it. A vmm that never
 // reported is left to its saga.
 func (s *Server) goneUnlessRunning(ctx context.Context, host string, running []string) error {
-	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	vmms, err := List[controlapi.VMM](ctx, s.store, kindVMM)
 	if err != nil {
 		return err
 	}
@@ -284,7 +278,7 @@ func (s *Server) goneUnlessRunning(ctx context.Context, host string, running []s
 	}
 	for _, v := range vmms {
 		vm := v.Value
-		if vm.HostID != host || !vm.processLive() || vm.Gen == 0 || live[vm.ID] {
+		if vm.HostID != host || !vm.ProcessLive() || vm.Gen == 0 || live[vm.ID] {
 			continue
 		}
 		s.log.Warn("vmm gone with its agent", "vmm", vm.ID, "host", host)

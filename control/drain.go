@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"tern/control/controlapi"
+
 	"tern/internal/httpjson"
 )
 
@@ -16,23 +18,6 @@ const (
 	drainDone    = "done"
 	drainFailed  = "failed"
 )
-
-// Drain is the record of one host's drain: its plan and how far it got.
-type Drain struct {
-	HostID string `json:"host_id"`
-	State  string `json:"state"`
-	// Plan is every instance to move and where; Migrations the migration
-	// of each, by instance id, once started; Moved counts those
-	// completed.
-	Plan       []DrainItem       `json:"plan"`
-	Migrations map[string]string `json:"migrations"`
-	Moved      int               `json:"moved"`
-	Error      string            `json:"error,omitempty"`
-	Started    time.Time         `json:"started"`
-	Finished   *time.Time        `json:"finished,omitempty"`
-	// Rev is the record's revision (for ?after_rev= long-polls).
-	Rev int64 `json:"rev"`
-}
 
 // drainPollWait is how long GET /v1/hosts/{id}/drain?after_rev= waits.
 const drainPollWait = 30 * time.Second
@@ -48,7 +33,7 @@ func (s *Server) postDrain(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getDrain(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	d, err := Get[Drain](r.Context(), s.store, kindDrain, id)
+	d, err := Get[controlapi.Drain](r.Context(), s.store, kindDrain, id)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -57,7 +42,7 @@ func (s *Server) getDrain(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), drainPollWait)
 		defer cancel()
 		<-s.store.Watch(ctx, kindDrain, id, after)
-		if d2, err := Get[Drain](r.Context(), s.store, kindDrain, id); err == nil {
+		if d2, err := Get[controlapi.Drain](r.Context(), s.store, kindDrain, id); err == nil {
 			d = d2
 		}
 	}
@@ -68,46 +53,46 @@ func (s *Server) getDrain(w http.ResponseWriter, r *http.Request) {
 // StartDrain plans moving every instance off host (first-fit decreasing
 // by memory; refused naming an instance that fits nowhere), marks the
 // host draining and runs the drain in the background.
-func (s *Server) StartDrain(ctx context.Context, host string) (Drain, error) {
-	h, err := Get[Host](ctx, s.store, kindHost, host)
+func (s *Server) StartDrain(ctx context.Context, host string) (controlapi.Drain, error) {
+	h, err := Get[controlapi.Host](ctx, s.store, kindHost, host)
 	if err != nil {
-		return Drain{}, err
+		return controlapi.Drain{}, err
 	}
-	if old, err := Get[Drain](ctx, s.store, kindDrain, host); err == nil && old.Value.State == drainRunning {
+	if old, err := Get[controlapi.Drain](ctx, s.store, kindDrain, host); err == nil && old.Value.State == drainRunning {
 		return old.Value, nil
 	}
-	insts, err := List[Instance](ctx, s.store, kindInstance)
+	insts, err := List[controlapi.Instance](ctx, s.store, kindInstance)
 	if err != nil {
-		return Drain{}, err
+		return controlapi.Drain{}, err
 	}
-	var items []DrainItem
+	var items []controlapi.DrainItem
 	for _, in := range insts {
 		if in.Value.ActiveVMM == "" {
 			continue
 		}
-		v, err := Get[VMM](ctx, s.store, kindVMM, in.Value.ActiveVMM)
-		if err != nil || v.Value.HostID != host || !v.Value.holdsResources() {
+		v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, in.Value.ActiveVMM)
+		if err != nil || v.Value.HostID != host || !v.Value.HoldsResources() {
 			continue
 		}
-		items = append(items, DrainItem{InstanceID: in.Value.ID, Name: in.Value.Name, VCPUs: in.Value.VCPUs, MemoryMiB: in.Value.MemoryMiB})
+		items = append(items, controlapi.DrainItem{InstanceID: in.Value.ID, Name: in.Value.Name, VCPUs: in.Value.VCPUs, MemoryMiB: in.Value.MemoryMiB})
 	}
 	loads, err := s.loads(ctx)
 	if err != nil {
-		return Drain{}, err
+		return controlapi.Drain{}, err
 	}
 	plan, err := PlanDrain(loads, host, items)
 	if err != nil {
-		return Drain{}, &apiErr{http.StatusConflict, "cannot_drain", err}
+		return controlapi.Drain{}, &apiErr{http.StatusConflict, "cannot_drain", err}
 	}
-	d := Drain{HostID: host, State: drainRunning, Plan: plan, Migrations: map[string]string{}, Started: time.Now().UTC()}
+	d := controlapi.Drain{HostID: host, State: drainRunning, Plan: plan, Migrations: map[string]string{}, Started: time.Now().UTC()}
 	hv := h.Value
-	hv.State = HostDraining
-	old, err := Get[Drain](ctx, s.store, kindDrain, host)
+	hv.State = controlapi.HostDraining
+	old, err := Get[controlapi.Drain](ctx, s.store, kindDrain, host)
 	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Drain{}, err
+		return controlapi.Drain{}, err
 	}
 	if err := s.store.Commit(ctx, Put(kindHost, host, &hv, h.Rev), Put(kindDrain, host, &d, old.Rev)); err != nil {
-		return Drain{}, err
+		return controlapi.Drain{}, err
 	}
 	s.goDrain(host)
 	return d, nil
@@ -128,7 +113,7 @@ func (s *Server) goDrain(host string) {
 			return // resumed by the next leader
 		}
 		now := time.Now().UTC()
-		Update(ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error {
+		Update(ctx, s.store, kindDrain, host, func(d *controlapi.Drain, exists bool) error {
 			d.Finished = &now
 			if err != nil {
 				d.State, d.Error = drainFailed, err.Error()
@@ -138,7 +123,7 @@ func (s *Server) goDrain(host string) {
 			return nil
 		})
 		if err == nil {
-			Update(ctx, s.store, kindHost, host, func(h *Host, exists bool) error { h.State = HostDrained; return nil })
+			Update(ctx, s.store, kindHost, host, func(h *controlapi.Host, exists bool) error { h.State = controlapi.HostDrained; return nil })
 		}
 	})
 }
@@ -146,7 +131,7 @@ func (s *Server) goDrain(host string) {
 // runDrain migrates the plan, at most K at a time, each to its planned
 // host, and waits for each migration to end.
 func (s *Server) runDrain(ctx context.Context, host string) error {
-	d, err := Get[Drain](ctx, s.store, kindDrain, host)
+	d, err := Get[controlapi.Drain](ctx, s.store, kindDrain, host)
 	if err != nil {
 		return err
 	}
@@ -173,12 +158,12 @@ func (s *Server) runDrain(ctx context.Context, host string) error {
 	}
 	// The host is drained once its records show no vmm process left
 	// (the agent reports each gone once it exited).
-	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	vmms, err := List[controlapi.VMM](ctx, s.store, kindVMM)
 	if err != nil {
 		return err
 	}
 	for _, v := range vmms {
-		if v.Value.HostID == host && v.Value.processLive() {
+		if v.Value.HostID == host && v.Value.ProcessLive() {
 			if err := s.waitVMMEnd(ctx, v.Value.ID); err != nil {
 				return fmt.Errorf("vmm %s still runs on host %s: %w", v.Value.ID, host, err)
 			}
@@ -189,21 +174,21 @@ func (s *Server) runDrain(ctx context.Context, host string) error {
 
 // drainOne migrates one instance (unless an earlier run of this drain
 // did) and waits for the migration to end.
-func (s *Server) drainOne(ctx context.Context, host string, it DrainItem) error {
-	d, err := Get[Drain](ctx, s.store, kindDrain, host)
+func (s *Server) drainOne(ctx context.Context, host string, it controlapi.DrainItem) error {
+	d, err := Get[controlapi.Drain](ctx, s.store, kindDrain, host)
 	if err != nil {
 		return err
 	}
 	migID := d.Value.Migrations[it.InstanceID]
 	if migID == "" {
-		inst, err := Get[Instance](ctx, s.store, kindInstance, it.InstanceID)
+		inst, err := Get[controlapi.Instance](ctx, s.store, kindInstance, it.InstanceID)
 		if err != nil {
 			return nil // deleted meanwhile
 		}
 		if inst.Value.MigrationID != "" {
 			migID = inst.Value.MigrationID
 		} else {
-			v, err := Get[VMM](ctx, s.store, kindVMM, inst.Value.ActiveVMM)
+			v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.Value.ActiveVMM)
 			if err != nil || v.Value.HostID != host {
 				return nil // already off the host
 			}
@@ -213,7 +198,7 @@ func (s *Server) drainOne(ctx context.Context, host string, it DrainItem) error 
 			}
 			migID = sg.MigrationID
 		}
-		if _, err := Update(ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error {
+		if _, err := Update(ctx, s.store, kindDrain, host, func(d *controlapi.Drain, exists bool) error {
 			d.Migrations[it.InstanceID] = migID
 			return nil
 		}); err != nil {
@@ -224,25 +209,25 @@ func (s *Server) drainOne(ctx context.Context, host string, it DrainItem) error 
 	if err != nil {
 		return fmt.Errorf("instance %s: %w", it.Name, err)
 	}
-	if m.State != MigrationCompleted {
+	if m.State != controlapi.MigrationCompleted {
 		return fmt.Errorf("instance %s: migration %s %s: %s", it.Name, m.ID, m.State, m.Error)
 	}
-	_, err = Update(ctx, s.store, kindDrain, host, func(d *Drain, exists bool) error { d.Moved++; return nil })
+	_, err = Update(ctx, s.store, kindDrain, host, func(d *controlapi.Drain, exists bool) error { d.Moved++; return nil })
 	return err
 }
 
 // migrationWait bounds one drained migration.
 const migrationWait = 10 * time.Minute
 
-func (s *Server) waitMigration(ctx context.Context, id string) (Migration, error) {
+func (s *Server) waitMigration(ctx context.Context, id string) (controlapi.Migration, error) {
 	ctx, cancel := context.WithTimeout(ctx, migrationWait)
 	defer cancel()
 	for {
-		m, err := Get[Migration](ctx, s.store, kindMigration, id)
+		m, err := Get[controlapi.Migration](ctx, s.store, kindMigration, id)
 		if err != nil {
-			return Migration{}, err
+			return controlapi.Migration{}, err
 		}
-		if m.Value.State == MigrationCompleted || m.Value.State == MigrationFailed {
+		if m.Value.State == controlapi.MigrationCompleted || m.Value.State == controlapi.MigrationFailed {
 			return m.Value, nil
 		}
 		select {
@@ -257,8 +242,8 @@ func (s *Server) waitVMMEnd(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, opWait)
 	defer cancel()
 	for {
-		v, err := Get[VMM](ctx, s.store, kindVMM, id)
-		if err != nil || !v.Value.processLive() {
+		v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, id)
+		if err != nil || !v.Value.ProcessLive() {
 			return nil
 		}
 		select {

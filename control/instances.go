@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"tern/control/controlapi"
+
 	"github.com/google/uuid"
 
 	"tern/agent/agentapi"
@@ -25,16 +27,6 @@ import (
 // starts.
 var validName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
-// CreateInstance is the body of POST /v1/instances.
-type CreateInstance struct {
-	Name        string          `json:"name"`
-	VCPUs       int             `json:"vcpus"`
-	MemoryMiB   uint64          `json:"memory_mib"`
-	Guest       apiv1.GuestSpec `json:"guest"`
-	VolumeBytes uint64          `json:"volume_bytes"`
-	Start       bool            `json:"start"`
-}
-
 // Volume geometry: 4 KiB blocks in 1 MiB extents.
 const (
 	volumeBlockSize    = 4096
@@ -46,7 +38,7 @@ const (
 	opWait = 2 * time.Minute
 )
 
-func (req *CreateInstance) validate() error {
+func validateCreate(req *controlapi.CreateInstance) error {
 	var errs []error
 	if !validName().MatchString(req.Name) {
 		errs = append(errs, fmt.Errorf("name %q: want 1 to 63 letters, digits, '.', '_' or '-'", req.Name))
@@ -79,12 +71,12 @@ func virtualIP(id uuid.UUID) string {
 }
 
 func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
-	var req CreateInstance
+	var req controlapi.CreateInstance
 	if err := decodeJSON(r, &req); err != nil {
 		writeErr(w, err)
 		return
 	}
-	if err := req.validate(); err != nil {
+	if err := validateCreate(&req); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -98,14 +90,14 @@ func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) {
 
 // CreateInstance records the instance, places and creates its volume's
 // regions on three hosts, and starts it when asked.
-func (s *Server) CreateInstance(ctx context.Context, req CreateInstance) (*Instance, error) {
+func (s *Server) CreateInstance(ctx context.Context, req controlapi.CreateInstance) (*controlapi.Instance, error) {
 	if _, err := s.findInstance(ctx, req.Name); err == nil {
 		return nil, &apiErr{http.StatusConflict, "exists", fmt.Errorf("instance %s exists", req.Name)}
 	}
 	id := uuid.New()
-	inst := &Instance{ID: id.String(), Name: req.Name, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Guest: req.Guest,
-		Intent: IntentStopped, Network: V2PKey{IP: virtualIP(id), VNI: defaultVNI}, Created: time.Now().UTC()}
-	var regions []*Region
+	inst := &controlapi.Instance{ID: id.String(), Name: req.Name, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Guest: req.Guest,
+		Intent: controlapi.IntentStopped, Network: controlapi.V2PKey{IP: virtualIP(id), VNI: defaultVNI}, Created: time.Now().UTC()}
+	var regions []*controlapi.Region
 	if req.VolumeBytes > 0 {
 		loads, err := s.loads(ctx)
 		if err != nil {
@@ -115,11 +107,11 @@ func (s *Server) CreateInstance(ctx context.Context, req CreateInstance) (*Insta
 		if err != nil {
 			return nil, &apiErr{http.StatusConflict, "no_capacity", err}
 		}
-		inst.Volume = &Volume{BlockSize: volumeBlockSize, ExtentBlocks: volumeExtentBlocks,
+		inst.Volume = &controlapi.Volume{BlockSize: volumeBlockSize, ExtentBlocks: volumeExtentBlocks,
 			ExtentCount: uint32(req.VolumeBytes / volumeExtentBytes)}
 		volUUID := uuid.NewString()
 		for i, h := range hosts {
-			reg := &Region{ID: fmt.Sprintf("%s-r%d", inst.ID[:8], i), InstanceID: inst.ID, HostID: h, UUID: volUUID}
+			reg := &controlapi.Region{ID: fmt.Sprintf("%s-r%d", inst.ID[:8], i), InstanceID: inst.ID, HostID: h, UUID: volUUID}
 			regions = append(regions, reg)
 			inst.Volume.Regions = append(inst.Volume.Regions, reg.ID)
 		}
@@ -142,12 +134,12 @@ func (s *Server) CreateInstance(ctx context.Context, req CreateInstance) (*Insta
 			return inst, err
 		}
 	}
-	v, err := Get[Instance](ctx, s.store, kindInstance, inst.ID)
+	v, err := Get[controlapi.Instance](ctx, s.store, kindInstance, inst.ID)
 	return &v.Value, err
 }
 
 // ensureRegion creates reg on its host and records its address.
-func (s *Server) ensureRegion(ctx context.Context, reg *Region, vol *Volume) error {
+func (s *Server) ensureRegion(ctx context.Context, reg *controlapi.Region, vol *controlapi.Volume) error {
 	a, err := s.agentFor(ctx, reg.HostID)
 	if err != nil {
 		return err
@@ -157,7 +149,7 @@ func (s *Server) ensureRegion(ctx context.Context, reg *Region, vol *Volume) err
 	if err != nil {
 		return fmt.Errorf("creating region %s on host %s: %w", reg.ID, reg.HostID, err)
 	}
-	_, err = Update(ctx, s.store, kindRegion, reg.ID, func(r *Region, exists bool) error {
+	_, err = Update(ctx, s.store, kindRegion, reg.ID, func(r *controlapi.Region, exists bool) error {
 		if !exists {
 			return ErrNotFound
 		}
@@ -168,13 +160,13 @@ func (s *Server) ensureRegion(ctx context.Context, reg *Region, vol *Volume) err
 }
 
 // spec is the instance spec its vmm is ensured with.
-func (s *Server) spec(ctx context.Context, inst *Instance, gen ids.Generation) (apiv1.Spec, error) {
+func (s *Server) spec(ctx context.Context, inst *controlapi.Instance, gen ids.Generation) (apiv1.Spec, error) {
 	sp := apiv1.Spec{ID: inst.ID, Name: inst.Name, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Guest: inst.Guest,
 		Init: apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
 	if inst.Volume != nil {
 		var targets []string
 		for _, id := range inst.Volume.Regions {
-			reg, err := Get[Region](ctx, s.store, kindRegion, id)
+			reg, err := Get[controlapi.Region](ctx, s.store, kindRegion, id)
 			if err != nil {
 				return sp, err
 			}
@@ -197,7 +189,7 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	cur, err := Get[Instance](ctx, s.store, kindInstance, id)
+	cur, err := Get[controlapi.Instance](ctx, s.store, kindInstance, id)
 	if err != nil {
 		return err
 	}
@@ -213,18 +205,18 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 		return err
 	}
 	vmmID := "vmm-" + uuid.NewString()[:8]
-	inst.ActiveVMM, inst.Intent, inst.Failed = vmmID, IntentRunning, false
+	inst.ActiveVMM, inst.Intent, inst.Failed = vmmID, controlapi.IntentRunning, false
 	gen := ids.Generation(1)
 	if inst.Volume != nil {
 		inst.Volume.Gen++
 		gen = inst.Volume.Gen
 	}
-	vmm := &VMM{ID: vmmID, InstanceID: inst.ID, HostID: host, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Created: time.Now().UTC()}
-	hrec, err := Get[Host](ctx, s.store, kindHost, host)
+	vmm := &controlapi.VMM{ID: vmmID, InstanceID: inst.ID, HostID: host, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Created: time.Now().UTC()}
+	hrec, err := Get[controlapi.Host](ctx, s.store, kindHost, host)
 	if err != nil {
 		return err
 	}
-	v2p := &V2P{V2PKey: inst.Network, InstanceID: inst.ID, HostID: host, HostAddress: hrec.Value.Address}
+	v2p := &controlapi.V2P{V2PKey: inst.Network, InstanceID: inst.ID, HostID: host, HostAddress: hrec.Value.Address}
 	if err := s.store.Commit(ctx, Put(kindInstance, inst.ID, &inst, cur.Rev), Put(kindVMM, vmmID, vmm, 0),
 		Write{Kind: kindV2P, ID: inst.ID, Value: v2p, Unconditional: true}); err != nil {
 		return err
@@ -241,8 +233,8 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 	if err != nil {
 		// Undo: the vmm holds nothing and the instance has none.
 		uctx := context.WithoutCancel(ctx)
-		Update(uctx, s.store, kindVMM, vmmID, func(v *VMM, exists bool) error { v.Unwound = true; return nil })
-		Update(uctx, s.store, kindInstance, inst.ID, func(i *Instance, exists bool) error {
+		Update(uctx, s.store, kindVMM, vmmID, func(v *controlapi.VMM, exists bool) error { v.Unwound = true; return nil })
+		Update(uctx, s.store, kindInstance, inst.ID, func(i *controlapi.Instance, exists bool) error {
 			if i.ActiveVMM == vmmID {
 				i.ActiveVMM = ""
 			}
@@ -256,20 +248,20 @@ func (s *Server) StartInstance(ctx context.Context, id string) error {
 
 // StopInstance stops the instance's vmm and waits until it is gone.
 func (s *Server) StopInstance(ctx context.Context, id string) error {
-	inst, err := Update(ctx, s.store, kindInstance, id, func(i *Instance, exists bool) error {
+	inst, err := Update(ctx, s.store, kindInstance, id, func(i *controlapi.Instance, exists bool) error {
 		if !exists {
 			return ErrNotFound
 		}
 		if i.MigrationID != "" {
 			return wrongState("instance %s is migrating", i.Name)
 		}
-		i.Intent = IntentStopped
+		i.Intent = controlapi.IntentStopped
 		return nil
 	})
 	if err != nil || inst.ActiveVMM == "" {
 		return err
 	}
-	v, err := Get[VMM](ctx, s.store, kindVMM, inst.ActiveVMM)
+	v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.ActiveVMM)
 	if err != nil {
 		return err
 	}
@@ -284,7 +276,7 @@ func (s *Server) StopInstance(ctx context.Context, id string) error {
 	wctx, cancel := context.WithTimeout(ctx, opWait)
 	defer cancel()
 	for {
-		cur, err := Get[Instance](wctx, s.store, kindInstance, id)
+		cur, err := Get[controlapi.Instance](wctx, s.store, kindInstance, id)
 		if err != nil {
 			return err
 		}
@@ -343,10 +335,10 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 
 // deleteInstanceRecords deletes the instance's regions on their hosts,
 // then its records.
-func (s *Server) deleteInstanceRecords(ctx context.Context, inst *Instance) error {
+func (s *Server) deleteInstanceRecords(ctx context.Context, inst *controlapi.Instance) error {
 	if inst.Volume != nil {
 		for _, id := range inst.Volume.Regions {
-			reg, err := Get[Region](ctx, s.store, kindRegion, id)
+			reg, err := Get[controlapi.Region](ctx, s.store, kindRegion, id)
 			if err != nil {
 				continue
 			}
@@ -366,11 +358,11 @@ func (s *Server) deleteInstanceRecords(ctx context.Context, inst *Instance) erro
 
 // pushV2P sends every host the whole mapping table.
 func (s *Server) pushV2P(ctx context.Context) {
-	all, err := List[V2P](ctx, s.store, kindV2P)
+	all, err := List[controlapi.V2P](ctx, s.store, kindV2P)
 	if err != nil {
 		return
 	}
-	hosts, err := List[Host](ctx, s.store, kindHost)
+	hosts, err := List[controlapi.Host](ctx, s.store, kindHost)
 	if err != nil {
 		return
 	}

@@ -1,6 +1,9 @@
 package control
 
-import "tern/instance/apiv1"
+import (
+	"tern/control/controlapi"
+	"tern/instance/apiv1"
+)
 
 // SideReport is what one side of a migration last reported: its vmm's
 // state, whether its process is gone, and the phase it reached in this
@@ -43,7 +46,7 @@ const (
 // Outcome is what Settle decided: the migration's state, the vmm the
 // instance points at, and which vmms to destroy.
 type Outcome struct {
-	Migration     MigrationState
+	Migration     controlapi.MigrationState
 	Active        ActiveSide
 	DestroySource bool
 	DestroyTarget bool
@@ -53,7 +56,7 @@ type Outcome struct {
 
 // Terminal reports whether the outcome ends the migration.
 func (o Outcome) Terminal() bool {
-	return o.Migration == MigrationCompleted || o.Migration == MigrationFailed
+	return o.Migration == controlapi.MigrationCompleted || o.Migration == controlapi.MigrationFailed
 }
 
 // Settle is the end-of-migration rules, a pure function of the two sides'
@@ -82,26 +85,26 @@ func (o Outcome) Terminal() bool {
 func Settle(src, dst SideReport) Outcome {
 	switch {
 	case dst.running():
-		return Outcome{Migration: MigrationCompleted, Active: ActiveTarget, DestroySource: true,
+		return Outcome{Migration: controlapi.MigrationCompleted, Active: ActiveTarget, DestroySource: true,
 			Reason: "the target runs"}
 	case src.running() && (src.Phase == phaseError || dst.failing()):
-		return Outcome{Migration: MigrationFailed, Active: ActiveSource, DestroyTarget: true,
+		return Outcome{Migration: controlapi.MigrationFailed, Active: ActiveSource, DestroyTarget: true,
 			Reason: "the source runs and the migration failed"}
 	case src.dead() && dst.failing():
-		return Outcome{Migration: MigrationFailed, Active: ActiveNone, DestroySource: true, DestroyTarget: true,
+		return Outcome{Migration: controlapi.MigrationFailed, Active: ActiveNone, DestroySource: true, DestroyTarget: true,
 			Reason: "neither side runs or can complete it"}
 	case !dst.Reported && src.Phase == "":
-		return Outcome{Migration: MigrationPending, Active: ActiveSource, Reason: "not started"}
+		return Outcome{Migration: controlapi.MigrationPending, Active: ActiveSource, Reason: "not started"}
 	default:
-		return Outcome{Migration: MigrationInProgress, Active: ActiveSource, Reason: "in flight"}
+		return Outcome{Migration: controlapi.MigrationInProgress, Active: ActiveSource, Reason: "in flight"}
 	}
 }
 
 // NextOutcome is Settle made sticky: once a migration ended, later
 // reports (a completed migration's target failing later, say) are the
 // instance's business, not the migration's.
-func NextOutcome(prev MigrationState, src, dst SideReport) (Outcome, bool) {
-	if prev == MigrationCompleted || prev == MigrationFailed {
+func NextOutcome(prev controlapi.MigrationState, src, dst SideReport) (Outcome, bool) {
+	if prev == controlapi.MigrationCompleted || prev == controlapi.MigrationFailed {
 		return Outcome{}, false
 	}
 	return Settle(src, dst), true

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"tern/control/controlapi"
+
 	"tern/instance/apiv1"
 )
 
@@ -52,7 +54,7 @@ func TestSettleNeverLeavesTwoRunningVMMsOrNoneWhileOneRuns(t *testing.T) {
 			if !o.Terminal() && (o.DestroySource || o.DestroyTarget) {
 				t.Errorf("%s: destroys a vmm of a migration in flight", name)
 			}
-			if o.Migration == MigrationFailed && o.Active == ActiveTarget || o.Migration == MigrationCompleted && o.Active != ActiveTarget {
+			if o.Migration == controlapi.MigrationFailed && o.Active == ActiveTarget || o.Migration == controlapi.MigrationCompleted && o.Active != ActiveTarget {
 				t.Errorf("%s: active side disagrees with the migration's state", name)
 			}
 		}
@@ -69,17 +71,17 @@ func TestSettleRules(t *testing.T) {
 	}{
 		{"a target that runs with the source gone completes it", SideReport{Reported: true, State: apiv1.Migrating, Gone: true},
 			SideReport{Reported: true, State: apiv1.Running, Phase: phaseFinish},
-			Outcome{Migration: MigrationCompleted, Active: ActiveTarget, DestroySource: true}},
+			Outcome{Migration: controlapi.MigrationCompleted, Active: ActiveTarget, DestroySource: true}},
 		{"a source running again after an error fails it and destroys the target",
 			SideReport{Reported: true, State: apiv1.Running, Phase: phaseError}, SideReport{Reported: true, State: apiv1.Migrating},
-			Outcome{Migration: MigrationFailed, Active: ActiveSource, DestroyTarget: true}},
+			Outcome{Migration: controlapi.MigrationFailed, Active: ActiveSource, DestroyTarget: true}},
 		{"a dead target fails it", run, SideReport{Reported: true, State: apiv1.Migrating, Gone: true},
-			Outcome{Migration: MigrationFailed, Active: ActiveSource, DestroyTarget: true}},
+			Outcome{Migration: controlapi.MigrationFailed, Active: ActiveSource, DestroyTarget: true}},
 		{"both dead leave no vmm", SideReport{Reported: true, State: apiv1.Migrating, Gone: true}, SideReport{Reported: true, State: apiv1.Failed},
-			Outcome{Migration: MigrationFailed, Active: ActiveNone, DestroySource: true, DestroyTarget: true}},
+			Outcome{Migration: controlapi.MigrationFailed, Active: ActiveNone, DestroySource: true, DestroyTarget: true}},
 		{"an erred source that has not resumed yet is waited for", SideReport{Reported: true, State: apiv1.Migrating, Phase: phaseError},
-			SideReport{Reported: true, State: apiv1.Failed}, Outcome{Migration: MigrationInProgress, Active: ActiveSource}},
-		{"nothing from the target yet is pending", run, SideReport{}, Outcome{Migration: MigrationPending, Active: ActiveSource}},
+			SideReport{Reported: true, State: apiv1.Failed}, Outcome{Migration: controlapi.MigrationInProgress, Active: ActiveSource}},
+		{"nothing from the target yet is pending", run, SideReport{}, Outcome{Migration: controlapi.MigrationPending, Active: ActiveSource}},
 	} {
 		got := Settle(tc.src, tc.dst)
 		got.Reason = ""
@@ -159,7 +161,7 @@ func TestReportsLostLateOrDuplicatedSettleTheSame(t *testing.T) {
 		for _, order := range deliveries(len(sc[0]), len(sc[1])) {
 			var latest [2]SideReport
 			gen := [2]int{-1, -1}
-			state := MigrationPending
+			state := controlapi.MigrationPending
 			var got Outcome
 			for _, d := range order {
 				side, i := d[0], d[1]

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"tern/control/controlapi"
 )
 
 // HostLoad is a host's capacity and what is reserved of it.
@@ -66,20 +68,11 @@ func PlaceRegions(hosts []HostLoad) ([]string, error) {
 	return []string{cand[0].ID, cand[1].ID, cand[2].ID}, nil
 }
 
-// DrainItem is one instance a drain moves.
-type DrainItem struct {
-	InstanceID string `json:"instance_id"`
-	Name       string `json:"name"`
-	VCPUs      int    `json:"vcpus"`
-	MemoryMiB  uint64 `json:"memory_mib"`
-	Target     string `json:"target"`
-}
-
 // PlanDrain places every item off host by first-fit decreasing memory:
 // the largest first, each on the first host (by id) with room, counting
 // what the plan already put there. It fails naming the first instance
 // that fits nowhere.
-func PlanDrain(hosts []HostLoad, host string, items []DrainItem) ([]DrainItem, error) {
+func PlanDrain(hosts []HostLoad, host string, items []controlapi.DrainItem) ([]controlapi.DrainItem, error) {
 	loads := slices.Clone(hosts)
 	sort.Slice(loads, func(i, j int) bool { return loads[i].ID < loads[j].ID })
 	plan := slices.Clone(items)

@@ -3,6 +3,8 @@ package control
 import (
 	"strings"
 	"testing"
+
+	"tern/control/controlapi"
 )
 
 func TestPlanDrainIsFirstFitDecreasingAndNamesWhatCannotMove(t *testing.T) {
@@ -11,7 +13,7 @@ func TestPlanDrainIsFirstFitDecreasingAndNamesWhatCannotMove(t *testing.T) {
 		{ID: "b", Active: true, CPUs: 8, MemoryMiB: 1024, UsedMemory: 256},
 		{ID: "c", Active: true, CPUs: 8, MemoryMiB: 1024},
 	}
-	items := []DrainItem{{Name: "small", VCPUs: 1, MemoryMiB: 128}, {Name: "big", VCPUs: 1, MemoryMiB: 600}, {Name: "mid", VCPUs: 1, MemoryMiB: 400}}
+	items := []controlapi.DrainItem{{Name: "small", VCPUs: 1, MemoryMiB: 128}, {Name: "big", VCPUs: 1, MemoryMiB: 600}, {Name: "mid", VCPUs: 1, MemoryMiB: 400}}
 	plan, err := PlanDrain(hosts, "c", items)
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +25,7 @@ func TestPlanDrainIsFirstFitDecreasingAndNamesWhatCannotMove(t *testing.T) {
 	if plan[0].Name != "big" || got["big"] != "b" || got["mid"] != "a" || got["small"] != "b" {
 		t.Fatalf("plan %+v", plan)
 	}
-	_, err = PlanDrain(hosts, "c", append(items, DrainItem{Name: "huge", VCPUs: 1, MemoryMiB: 900}))
+	_, err = PlanDrain(hosts, "c", append(items, controlapi.DrainItem{Name: "huge", VCPUs: 1, MemoryMiB: 900}))
 	if err == nil || !strings.Contains(err.Error(), "instance huge") {
 		t.Fatalf("an impossible drain: %v; want it to name huge", err)
 	}

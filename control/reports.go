@@ -5,15 +5,17 @@ import (
 	"errors"
 	"time"
 
+	"tern/control/controlapi"
+
 	"tern/agent/agentapi"
 	"tern/instance/apiv1"
 )
 
-func half(p *apiv1.Progress) *MigrationHalf {
+func half(p *apiv1.Progress) *controlapi.MigrationHalf {
 	if p == nil {
 		return nil
 	}
-	return &MigrationHalf{ID: p.ID, Phase: p.Phase.String(), BytesSent: p.BytesSent, Round: uint64(p.Round), Error: p.Error,
+	return &controlapi.MigrationHalf{ID: p.ID, Phase: p.Phase.String(), BytesSent: p.BytesSent, Round: uint64(p.Round), Error: p.Error,
 		TotalMs: p.TotalMs, DowntimeMs: p.DowntimeMs}
 }
 
@@ -22,7 +24,7 @@ func half(p *apiv1.Progress) *MigrationHalf {
 // instance. It reports whether the record changed.
 func (s *Server) ApplyReport(ctx context.Context, rep agentapi.Report) (bool, error) {
 	applied := true
-	v, err := Update(ctx, s.store, kindVMM, rep.VMMID, func(v *VMM, exists bool) error {
+	v, err := Update(ctx, s.store, kindVMM, rep.VMMID, func(v *controlapi.VMM, exists bool) error {
 		switch {
 		case !exists:
 			return ErrNotFound
@@ -53,7 +55,7 @@ func (s *Server) ApplyReport(ctx context.Context, rep agentapi.Report) (bool, er
 
 // sideReport is a vmm record as Settle reads it for migration id, with
 // its half for that migration (in or out).
-func sideReport(v *VMM, id string, out bool) SideReport {
+func sideReport(v *controlapi.VMM, id string, out bool) SideReport {
 	if v == nil {
 		return SideReport{}
 	}
@@ -85,14 +87,14 @@ func (s *Server) settle(ctx context.Context, instID string) {
 }
 
 func (s *Server) settleOnce(ctx context.Context, instID string) error {
-	cur, err := Get[Instance](ctx, s.store, kindInstance, instID)
+	cur, err := Get[controlapi.Instance](ctx, s.store, kindInstance, instID)
 	if err != nil {
 		return err
 	}
 	inst := cur.Value
-	var src *VMM
+	var src *controlapi.VMM
 	if inst.ActiveVMM != "" {
-		if v, err := Get[VMM](ctx, s.store, kindVMM, inst.ActiveVMM); err == nil {
+		if v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.ActiveVMM); err == nil {
 			src = &v.Value
 		}
 	}
@@ -101,17 +103,17 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 			return nil
 		}
 		// The active vmm ended: the instance has none.
-		inst.Failed = !(inst.Intent == IntentStopped && !(src.State == apiv1.Failed))
+		inst.Failed = !(inst.Intent == controlapi.IntentStopped && !(src.State == apiv1.Failed))
 		inst.ActiveVMM = ""
 		return s.store.Commit(ctx, Put(kindInstance, instID, &inst, cur.Rev))
 	}
-	mcur, err := Get[Migration](ctx, s.store, kindMigration, inst.MigrationID)
+	mcur, err := Get[controlapi.Migration](ctx, s.store, kindMigration, inst.MigrationID)
 	if err != nil {
 		return err
 	}
 	m := mcur.Value
-	var dst *VMM
-	if v, err := Get[VMM](ctx, s.store, kindVMM, inst.TargetVMM); err == nil {
+	var dst *controlapi.VMM
+	if v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.TargetVMM); err == nil {
 		dst = &v.Value
 	}
 	sr, dr := sideReport(src, m.ID, true), sideReport(dst, m.ID, false)
@@ -125,7 +127,7 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 	if dst != nil {
 		m.TargetGen = dst.Gen
 	}
-	for _, h := range []*MigrationHalf{halfOf(dst, false, m.ID), halfOf(src, true, m.ID)} {
+	for _, h := range []*controlapi.MigrationHalf{halfOf(dst, false, m.ID), halfOf(src, true, m.ID)} {
 		if h != nil {
 			m.BytesSent, m.Rounds = max(m.BytesSent, h.BytesSent), max(m.Rounds, h.Round)
 			m.TotalMs, m.DowntimeMs = max(m.TotalMs, h.TotalMs), max(m.DowntimeMs, h.DowntimeMs)
@@ -136,14 +138,14 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 	}
 	writes := []Write{}
 	if !o.Terminal() {
-		if o.Migration == MigrationInProgress && m.State == MigrationPending {
-			m.State = MigrationInProgress
+		if o.Migration == controlapi.MigrationInProgress && m.State == controlapi.MigrationPending {
+			m.State = controlapi.MigrationInProgress
 		}
 		return s.store.Commit(ctx, Put(kindMigration, m.ID, &m, mcur.Rev))
 	}
 	now := time.Now().UTC()
 	m.State, m.Finished = o.Migration, &now
-	if o.Migration == MigrationFailed && m.Error == "" {
+	if o.Migration == controlapi.MigrationFailed && m.Error == "" {
 		m.Error = o.Reason
 	}
 	target := inst.TargetVMM
@@ -160,10 +162,10 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 		inst.Volume.Gen++ // the target activated at the source's + 1
 	}
 	writes = append(writes, Put(kindInstance, instID, &inst, cur.Rev), Put(kindMigration, m.ID, &m, mcur.Rev))
-	if o.Migration == MigrationCompleted {
-		if h, err := Get[Host](ctx, s.store, kindHost, m.TargetHost); err == nil {
+	if o.Migration == controlapi.MigrationCompleted {
+		if h, err := Get[controlapi.Host](ctx, s.store, kindHost, m.TargetHost); err == nil {
 			writes = append(writes, Write{Kind: kindV2P, ID: instID, Unconditional: true,
-				Value: &V2P{V2PKey: inst.Network, InstanceID: instID, HostID: m.TargetHost, HostAddress: h.Value.Address}})
+				Value: &controlapi.V2P{V2PKey: inst.Network, InstanceID: instID, HostID: m.TargetHost, HostAddress: h.Value.Address}})
 		}
 	}
 	if err := s.store.Commit(ctx, writes...); err != nil {
@@ -180,7 +182,7 @@ func (s *Server) settleOnce(ctx context.Context, instID string) error {
 	return nil
 }
 
-func halfOf(v *VMM, out bool, id string) *MigrationHalf {
+func halfOf(v *controlapi.VMM, out bool, id string) *controlapi.MigrationHalf {
 	if v == nil {
 		return nil
 	}

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"tern/control/controlapi"
+
 	"github.com/google/uuid"
 
 	"tern/agent/agentapi"
@@ -24,29 +26,11 @@ const (
 	sagaUnwound   = "unwound"
 )
 
-// MigrateSaga is the record of one migration saga: its parameters (all
-// chosen before the first step, so every step is a function of them) and
-// how far it got. Step is the step started last; StepDone whether it
-// finished.
-type MigrateSaga struct {
-	ID          string `json:"id"`
-	InstanceID  string `json:"instance_id"`
-	MigrationID string `json:"migration_id"`
-	SourceVMM   string `json:"source_vmm"`
-	SourceHost  string `json:"source_host"`
-	TargetVMM   string `json:"target_vmm"`
-	TargetHost  string `json:"target_host"`
-	State       string `json:"state"`
-	Step        int    `json:"step"`
-	StepDone    bool   `json:"step_done"`
-	Error       string `json:"error,omitempty"`
-}
-
 // sagaStep is one idempotent step and the undo of what it did.
 type sagaStep struct {
 	name string
-	do   func(*Server, context.Context, *MigrateSaga) error
-	undo func(*Server, context.Context, *MigrateSaga) error
+	do   func(*Server, context.Context, *controlapi.MigrateSaga) error
+	undo func(*Server, context.Context, *controlapi.MigrateSaga) error
 }
 
 // MigrateSteps are the migration saga's steps, in order; the saga ends
@@ -73,7 +57,7 @@ func StepNames() []string {
 // runSaga drives saga id from its record to done or unwound.
 func (s *Server) runSaga(ctx context.Context, id string) error {
 	for {
-		cur, err := Get[MigrateSaga](ctx, s.store, kindSaga, id)
+		cur, err := Get[controlapi.MigrateSaga](ctx, s.store, kindSaga, id)
 		if err != nil {
 			return err
 		}
@@ -100,7 +84,7 @@ func (s *Server) runSaga(ctx context.Context, id string) error {
 			s.crashPoint("before:" + step.name)
 			err := step.do(s, ctx, &sg)
 			s.crashPoint("after:" + step.name)
-			next, _ := Get[MigrateSaga](ctx, s.store, kindSaga, id)
+			next, _ := Get[controlapi.MigrateSaga](ctx, s.store, kindSaga, id)
 			if err != nil {
 				s.log.Warn("saga step failed: unwinding", "saga", id, "step", step.name, "err", err)
 				next.Value.State, next.Value.Error = sagaUnwinding, fmt.Sprintf("%s: %v", step.name, err)
@@ -134,7 +118,7 @@ func (s *Server) runSaga(ctx context.Context, id string) error {
 // resume drives every saga and drain in flight (at leadership).
 func (s *Server) resume() {
 	ctx := s.termCtx()
-	sagas, err := List[MigrateSaga](ctx, s.store, kindSaga)
+	sagas, err := List[controlapi.MigrateSaga](ctx, s.store, kindSaga)
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("listing sagas to resume", "err", err)
 	}
@@ -145,11 +129,11 @@ func (s *Server) resume() {
 		}
 	}
 	// Settle every instance: reports may have landed while no one led.
-	insts, _ := List[Instance](ctx, s.store, kindInstance)
+	insts, _ := List[controlapi.Instance](ctx, s.store, kindInstance)
 	for _, in := range insts {
 		s.settle(ctx, in.Value.ID)
 	}
-	drains, _ := List[Drain](ctx, s.store, kindDrain)
+	drains, _ := List[controlapi.Drain](ctx, s.store, kindDrain)
 	for _, d := range drains {
 		if d.Value.State == drainRunning {
 			s.goDrain(d.Value.HostID)
@@ -174,13 +158,8 @@ func (s *Server) goSaga(id string) {
 	})
 }
 
-// MigrateRequest is the body of POST /v1/instances/{name}/migrate.
-type MigrateRequest struct {
-	To string `json:"to,omitempty"`
-}
-
 func (s *Server) migrateInstance(w http.ResponseWriter, r *http.Request) {
-	var req MigrateRequest
+	var req controlapi.MigrateRequest
 	if err := decodeJSON(r, &req); err != nil {
 		writeErr(w, err)
 		return
@@ -201,47 +180,47 @@ func (s *Server) migrateInstance(w http.ResponseWriter, r *http.Request) {
 // StartMigration checks versions, records a migration saga for the
 // instance to host to (placement chooses when empty) and runs it until
 // the target is ensured; the saga's record is what a restart resumes.
-func (s *Server) StartMigration(ctx context.Context, instID, to string) (MigrateSaga, error) {
-	cur, err := Get[Instance](ctx, s.store, kindInstance, instID)
+func (s *Server) StartMigration(ctx context.Context, instID, to string) (controlapi.MigrateSaga, error) {
+	cur, err := Get[controlapi.Instance](ctx, s.store, kindInstance, instID)
 	if err != nil {
-		return MigrateSaga{}, err
+		return controlapi.MigrateSaga{}, err
 	}
 	inst := cur.Value
 	if inst.MigrationID != "" {
-		return MigrateSaga{}, wrongState("instance %s is already migrating (%s)", inst.Name, inst.MigrationID)
+		return controlapi.MigrateSaga{}, wrongState("instance %s is already migrating (%s)", inst.Name, inst.MigrationID)
 	}
 	if inst.ActiveVMM == "" {
-		return MigrateSaga{}, wrongState("instance %s runs no vmm", inst.Name)
+		return controlapi.MigrateSaga{}, wrongState("instance %s runs no vmm", inst.Name)
 	}
-	src, err := Get[VMM](ctx, s.store, kindVMM, inst.ActiveVMM)
+	src, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.ActiveVMM)
 	if err != nil {
-		return MigrateSaga{}, err
+		return controlapi.MigrateSaga{}, err
 	}
 	if src.Value.Gone || src.Value.State != apiv1.Running {
-		return MigrateSaga{}, wrongState("instance %s's vmm is %s, not running", inst.Name, src.Value.State)
+		return controlapi.MigrateSaga{}, wrongState("instance %s's vmm is %s, not running", inst.Name, src.Value.State)
 	}
 	if to == src.Value.HostID {
-		return MigrateSaga{}, badRequest("instance %s already runs on host %s", inst.Name, to)
+		return controlapi.MigrateSaga{}, badRequest("instance %s already runs on host %s", inst.Name, to)
 	}
 	if to == "" {
 		loads, err := s.loads(ctx)
 		if err != nil {
-			return MigrateSaga{}, err
+			return controlapi.MigrateSaga{}, err
 		}
 		if to, err = PlaceVMM(loads, inst.VCPUs, inst.MemoryMiB, src.Value.HostID, "instance "+inst.Name); err != nil {
-			return MigrateSaga{}, err
+			return controlapi.MigrateSaga{}, err
 		}
-	} else if _, err := Get[Host](ctx, s.store, kindHost, to); err != nil {
-		return MigrateSaga{}, badRequest("--to %s: %v", to, err)
+	} else if _, err := Get[controlapi.Host](ctx, s.store, kindHost, to); err != nil {
+		return controlapi.MigrateSaga{}, badRequest("--to %s: %v", to, err)
 	}
 	// The versions first: a mismatch is refused before anything starts.
 	if err := s.checkVersions(ctx, src.Value.HostID, inst.ActiveVMM, to); err != nil {
-		return MigrateSaga{}, err
+		return controlapi.MigrateSaga{}, err
 	}
-	sg := MigrateSaga{ID: "saga-" + uuid.NewString()[:8], InstanceID: inst.ID, MigrationID: "mig-" + uuid.NewString()[:12],
+	sg := controlapi.MigrateSaga{ID: "saga-" + uuid.NewString()[:8], InstanceID: inst.ID, MigrationID: "mig-" + uuid.NewString()[:12],
 		SourceVMM: inst.ActiveVMM, SourceHost: src.Value.HostID, TargetVMM: "vmm-" + uuid.NewString()[:8], TargetHost: to, State: sagaRunning}
 	if err := s.store.Commit(ctx, Put(kindSaga, sg.ID, &sg, 0)); err != nil {
-		return MigrateSaga{}, err
+		return controlapi.MigrateSaga{}, err
 	}
 	s.mu.Lock()
 	s.running["saga/"+sg.ID] = true
@@ -292,12 +271,12 @@ func (s *Server) checkVersions(ctx context.Context, srcHost, srcVMM, dstHost str
 	return nil
 }
 
-func (s *Server) stepCheckVersions(ctx context.Context, sg *MigrateSaga) error {
+func (s *Server) stepCheckVersions(ctx context.Context, sg *controlapi.MigrateSaga) error {
 	return s.checkVersions(ctx, sg.SourceHost, sg.SourceVMM, sg.TargetHost)
 }
 
-func (s *Server) stepCreateVMM(ctx context.Context, sg *MigrateSaga) error {
-	inst, err := Get[Instance](ctx, s.store, kindInstance, sg.InstanceID)
+func (s *Server) stepCreateVMM(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	inst, err := Get[controlapi.Instance](ctx, s.store, kindInstance, sg.InstanceID)
 	if err != nil {
 		return err
 	}
@@ -305,7 +284,7 @@ func (s *Server) stepCreateVMM(ctx context.Context, sg *MigrateSaga) error {
 	if err != nil {
 		return err
 	}
-	_, err = Update(ctx, s.store, kindVMM, sg.TargetVMM, func(v *VMM, exists bool) error {
+	_, err = Update(ctx, s.store, kindVMM, sg.TargetVMM, func(v *controlapi.VMM, exists bool) error {
 		if exists {
 			return nil
 		}
@@ -314,15 +293,15 @@ func (s *Server) stepCreateVMM(ctx context.Context, sg *MigrateSaga) error {
 				return &ErrNoCapacity{What: fmt.Sprintf("instance %s on host %s", inst.Value.Name, sg.TargetHost)}
 			}
 		}
-		*v = VMM{ID: sg.TargetVMM, InstanceID: sg.InstanceID, HostID: sg.TargetHost, VCPUs: inst.Value.VCPUs,
+		*v = controlapi.VMM{ID: sg.TargetVMM, InstanceID: sg.InstanceID, HostID: sg.TargetHost, VCPUs: inst.Value.VCPUs,
 			MemoryMiB: inst.Value.MemoryMiB, Created: time.Now().UTC()}
 		return nil
 	})
 	return err
 }
 
-func (s *Server) undoCreateVMM(ctx context.Context, sg *MigrateSaga) error {
-	_, err := Update(ctx, s.store, kindVMM, sg.TargetVMM, func(v *VMM, exists bool) error {
+func (s *Server) undoCreateVMM(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindVMM, sg.TargetVMM, func(v *controlapi.VMM, exists bool) error {
 		if !exists {
 			return errSkip
 		}
@@ -342,32 +321,32 @@ func skipOK(err error) error {
 	return err
 }
 
-func (s *Server) stepCreateMigration(ctx context.Context, sg *MigrateSaga) error {
-	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *Migration, exists bool) error {
+func (s *Server) stepCreateMigration(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *controlapi.Migration, exists bool) error {
 		if exists {
 			return errSkip
 		}
-		*m = Migration{ID: sg.MigrationID, InstanceID: sg.InstanceID, State: MigrationPending, SourceVMM: sg.SourceVMM,
+		*m = controlapi.Migration{ID: sg.MigrationID, InstanceID: sg.InstanceID, State: controlapi.MigrationPending, SourceVMM: sg.SourceVMM,
 			TargetVMM: sg.TargetVMM, SourceHost: sg.SourceHost, TargetHost: sg.TargetHost, Started: time.Now().UTC()}
 		return nil
 	})
 	return skipOK(err)
 }
 
-func (s *Server) undoCreateMigration(ctx context.Context, sg *MigrateSaga) error {
-	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *Migration, exists bool) error {
-		if !exists || m.State == MigrationCompleted || m.State == MigrationFailed {
+func (s *Server) undoCreateMigration(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *controlapi.Migration, exists bool) error {
+		if !exists || m.State == controlapi.MigrationCompleted || m.State == controlapi.MigrationFailed {
 			return errSkip
 		}
 		now := time.Now().UTC()
-		m.State, m.Finished, m.Error = MigrationFailed, &now, "the migration saga unwound"
+		m.State, m.Finished, m.Error = controlapi.MigrationFailed, &now, "the migration saga unwound"
 		return nil
 	})
 	return skipOK(err)
 }
 
-func (s *Server) stepSetIDs(ctx context.Context, sg *MigrateSaga) error {
-	_, err := Update(ctx, s.store, kindInstance, sg.InstanceID, func(i *Instance, exists bool) error {
+func (s *Server) stepSetIDs(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindInstance, sg.InstanceID, func(i *controlapi.Instance, exists bool) error {
 		if !exists {
 			return ErrNotFound
 		}
@@ -383,8 +362,8 @@ func (s *Server) stepSetIDs(ctx context.Context, sg *MigrateSaga) error {
 	return skipOK(err)
 }
 
-func (s *Server) undoSetIDs(ctx context.Context, sg *MigrateSaga) error {
-	_, err := Update(ctx, s.store, kindInstance, sg.InstanceID, func(i *Instance, exists bool) error {
+func (s *Server) undoSetIDs(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindInstance, sg.InstanceID, func(i *controlapi.Instance, exists bool) error {
 		if !exists || i.MigrationID != sg.MigrationID {
 			return errSkip
 		}
@@ -398,8 +377,8 @@ func (s *Server) undoSetIDs(ctx context.Context, sg *MigrateSaga) error {
 // target going: its vmm has reported, or its agent runs it. A replay
 // after a crash must neither re-ensure nor tear down such a target: the
 // migration may have completed while no control process led.
-func (s *Server) targetEnsured(ctx context.Context, sg *MigrateSaga) bool {
-	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && v.Value.Gen > 0 {
+func (s *Server) targetEnsured(ctx context.Context, sg *controlapi.MigrateSaga) bool {
+	if v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && v.Value.Gen > 0 {
 		return true
 	}
 	da, err := s.agentFor(ctx, sg.TargetHost)
@@ -410,11 +389,11 @@ func (s *Server) targetEnsured(ctx context.Context, sg *MigrateSaga) bool {
 	return err == nil && !st.Gone
 }
 
-func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
+func (s *Server) stepEnsureTarget(ctx context.Context, sg *controlapi.MigrateSaga) error {
 	if s.targetEnsured(ctx, sg) {
 		return nil
 	}
-	inst, err := Get[Instance](ctx, s.store, kindInstance, sg.InstanceID)
+	inst, err := Get[controlapi.Instance](ctx, s.store, kindInstance, sg.InstanceID)
 	if err != nil {
 		return err
 	}
@@ -447,11 +426,11 @@ func (s *Server) stepEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 	return nil
 }
 
-func (s *Server) undoEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
-	if m, err := Get[Migration](ctx, s.store, kindMigration, sg.MigrationID); err == nil && m.Value.State == MigrationCompleted {
+func (s *Server) undoEnsureTarget(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	if m, err := Get[controlapi.Migration](ctx, s.store, kindMigration, sg.MigrationID); err == nil && m.Value.State == controlapi.MigrationCompleted {
 		return nil
 	}
-	if v, err := Get[VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && !v.Value.Gone && v.Value.State == apiv1.Running {
+	if v, err := Get[controlapi.VMM](ctx, s.store, kindVMM, sg.TargetVMM); err == nil && !v.Value.Gone && v.Value.State == apiv1.Running {
 		return nil // the target runs: Settle completes the migration
 	}
 	da, err := s.agentFor(ctx, sg.TargetHost)
@@ -461,12 +440,12 @@ func (s *Server) undoEnsureTarget(ctx context.Context, sg *MigrateSaga) error {
 	return da.DeleteVMM(ctx, sg.TargetVMM)
 }
 
-func (s *Server) stepMarkInProgress(ctx context.Context, sg *MigrateSaga) error {
-	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *Migration, exists bool) error {
-		if !exists || m.State != MigrationPending {
+func (s *Server) stepMarkInProgress(ctx context.Context, sg *controlapi.MigrateSaga) error {
+	_, err := Update(ctx, s.store, kindMigration, sg.MigrationID, func(m *controlapi.Migration, exists bool) error {
+		if !exists || m.State != controlapi.MigrationPending {
 			return errSkip
 		}
-		m.State = MigrationInProgress
+		m.State = controlapi.MigrationInProgress
 		return nil
 	})
 	if err := skipOK(err); err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"tern/control/controlapi"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -270,7 +272,7 @@ func (s *Server) crashPoint(point string) {
 
 // agentFor returns a client for host id's agent.
 func (s *Server) agentFor(ctx context.Context, id string) (*agentapi.Client, error) {
-	h, err := Get[Host](ctx, s.store, kindHost, id)
+	h, err := Get[controlapi.Host](ctx, s.store, kindHost, id)
 	if err != nil {
 		return nil, err
 	}
@@ -279,23 +281,23 @@ func (s *Server) agentFor(ctx context.Context, id string) (*agentapi.Client, err
 
 // loads returns every host's capacity and reservations from the records.
 func (s *Server) loads(ctx context.Context) ([]HostLoad, error) {
-	hosts, err := List[Host](ctx, s.store, kindHost)
+	hosts, err := List[controlapi.Host](ctx, s.store, kindHost)
 	if err != nil {
 		return nil, err
 	}
-	vmms, err := List[VMM](ctx, s.store, kindVMM)
+	vmms, err := List[controlapi.VMM](ctx, s.store, kindVMM)
 	if err != nil {
 		return nil, err
 	}
-	regions, err := List[Region](ctx, s.store, kindRegion)
+	regions, err := List[controlapi.Region](ctx, s.store, kindRegion)
 	if err != nil {
 		return nil, err
 	}
 	var out []HostLoad
 	for _, h := range hosts {
-		l := HostLoad{ID: h.Value.ID, Active: h.Value.State == HostActive, CPUs: h.Value.CPUs, MemoryMiB: h.Value.MemoryMiB}
+		l := HostLoad{ID: h.Value.ID, Active: h.Value.State == controlapi.HostActive, CPUs: h.Value.CPUs, MemoryMiB: h.Value.MemoryMiB}
 		for _, v := range vmms {
-			if v.Value.HostID == l.ID && v.Value.holdsResources() {
+			if v.Value.HostID == l.ID && v.Value.HoldsResources() {
 				l.UsedCPUs += v.Value.VCPUs
 				l.UsedMemory += v.Value.MemoryMiB
 			}
@@ -310,38 +312,8 @@ func (s *Server) loads(ctx context.Context) ([]HostLoad, error) {
 	return out, nil
 }
 
-// InstanceView is an instance as `tern ctl` shows it.
-type InstanceView struct {
-	ID          string   `json:"id"`
-	Name        string   `json:"name"`
-	State       string   `json:"state"`
-	Host        string   `json:"host"`
-	VMM         string   `json:"vmm"`
-	VCPUs       int      `json:"vcpus"`
-	MemoryMiB   uint64   `json:"memory_mib"`
-	Intent      string   `json:"intent"`
-	MigrationID string   `json:"migration_id,omitempty"`
-	TargetVMM   string   `json:"target_vmm,omitempty"`
-	TargetHost  string   `json:"target_host,omitempty"`
-	Regions     []string `json:"regions,omitempty"`
-	Network     V2PKey   `json:"network"`
-}
-
-// HostView is a host as `tern ctl` shows it; VMMs counts the vmm
-// processes its records say may still run there (VMMIDs names them).
-type HostView struct {
-	ID        string    `json:"id"`
-	Address   string    `json:"address"`
-	State     HostState `json:"state"`
-	VMMs      int       `json:"vmms"`
-	VMMIDs    []string  `json:"vmm_ids"`
-	CPUs      int       `json:"cpus"`
-	MemoryMiB uint64    `json:"memory_mib"`
-	Build     string    `json:"build"`
-}
-
 // instanceState is the instance's state in the vmm's names.
-func instanceState(inst *Instance, active *VMM) string {
+func instanceState(inst *controlapi.Instance, active *controlapi.VMM) string {
 	switch {
 	case inst.MigrationID != "":
 		return apiv1.Migrating.String()
@@ -357,21 +329,21 @@ func instanceState(inst *Instance, active *VMM) string {
 	return active.State.String()
 }
 
-func (s *Server) instanceView(ctx context.Context, inst *Instance) InstanceView {
-	v := InstanceView{ID: inst.ID, Name: inst.Name, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Intent: string(inst.Intent),
+func (s *Server) instanceView(ctx context.Context, inst *controlapi.Instance) controlapi.InstanceView {
+	v := controlapi.InstanceView{ID: inst.ID, Name: inst.Name, VCPUs: inst.VCPUs, MemoryMiB: inst.MemoryMiB, Intent: string(inst.Intent),
 		MigrationID: inst.MigrationID, TargetVMM: inst.TargetVMM, Network: inst.Network, VMM: inst.ActiveVMM}
 	if inst.Volume != nil {
 		v.Regions = inst.Volume.Regions
 	}
-	var active *VMM
+	var active *controlapi.VMM
 	if inst.ActiveVMM != "" {
-		if a, err := Get[VMM](ctx, s.store, kindVMM, inst.ActiveVMM); err == nil {
+		if a, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.ActiveVMM); err == nil {
 			active = &a.Value
 			v.Host = a.Value.HostID
 		}
 	}
 	if inst.TargetVMM != "" {
-		if t, err := Get[VMM](ctx, s.store, kindVMM, inst.TargetVMM); err == nil {
+		if t, err := Get[controlapi.VMM](ctx, s.store, kindVMM, inst.TargetVMM); err == nil {
 			v.TargetHost = t.Value.HostID
 		}
 	}

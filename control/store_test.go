@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"tern/control/controlapi"
+
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -24,29 +26,29 @@ func testStore(t *testing.T) *Store {
 func TestCommitIsConditionedOnTheRevisionRead(t *testing.T) {
 	s := testStore(t)
 	ctx := context.Background()
-	if err := s.Commit(ctx, Put(kindHost, "h1", &Host{ID: "h1", State: HostActive}, 0)); err != nil {
+	if err := s.Commit(ctx, Put(kindHost, "h1", &controlapi.Host{ID: "h1", State: controlapi.HostActive}, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(ctx, Put(kindHost, "h1", &Host{ID: "h1"}, 0)); !errors.Is(err, ErrConflict) {
+	if err := s.Commit(ctx, Put(kindHost, "h1", &controlapi.Host{ID: "h1"}, 0)); !errors.Is(err, ErrConflict) {
 		t.Fatalf("creating an existing record: %v, want ErrConflict", err)
 	}
-	cur, err := Get[Host](ctx, s, kindHost, "h1")
+	cur, err := Get[controlapi.Host](ctx, s, kindHost, "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := cur.Value, cur.Value
-	a.State, b.State = HostDraining, HostDrained
+	a.State, b.State = controlapi.HostDraining, controlapi.HostDrained
 	if err := s.Commit(ctx, Put(kindHost, "h1", &a, cur.Rev)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(ctx, Put(kindHost, "h1", &b, cur.Rev), Put(kindHost, "h2", &Host{ID: "h2"}, 0)); !errors.Is(err, ErrConflict) {
+	if err := s.Commit(ctx, Put(kindHost, "h1", &b, cur.Rev), Put(kindHost, "h2", &controlapi.Host{ID: "h2"}, 0)); !errors.Is(err, ErrConflict) {
 		t.Fatalf("a stale write: %v, want ErrConflict", err)
 	}
-	got, _ := Get[Host](ctx, s, kindHost, "h1")
-	if got.Value.State != HostDraining {
+	got, _ := Get[controlapi.Host](ctx, s, kindHost, "h1")
+	if got.Value.State != controlapi.HostDraining {
 		t.Fatalf("state %s after a stale write; want draining", got.Value.State)
 	}
-	if _, err := Get[Host](ctx, s, kindHost, "h2"); !errors.Is(err, ErrNotFound) {
+	if _, err := Get[controlapi.Host](ctx, s, kindHost, "h2"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("the failed transaction's other write landed: %v", err)
 	}
 }
@@ -59,7 +61,7 @@ func TestEmbeddedEtcdKeepsRecordsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := NewStore(e.Client, "/t/").Commit(ctx, Put(kindHost, "h1", &Host{ID: "h1", Address: "a"}, 0)); err != nil {
+	if err := NewStore(e.Client, "/t/").Commit(ctx, Put(kindHost, "h1", &controlapi.Host{ID: "h1", Address: "a"}, 0)); err != nil {
 		t.Fatal(err)
 	}
 	e.Close()
@@ -68,7 +70,7 @@ func TestEmbeddedEtcdKeepsRecordsAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	got, err := Get[Host](ctx, NewStore(e.Client, "/t/"), kindHost, "h1")
+	got, err := Get[controlapi.Host](ctx, NewStore(e.Client, "/t/"), kindHost, "h1")
 	if err != nil || got.Value.Address != "a" {
 		t.Fatalf("after restart: %+v, %v", got, err)
 	}
@@ -99,31 +101,31 @@ func TestCommitOfADeposedLeaderChangesNothing(t *testing.T) {
 		return s, sess
 	}
 	old, oldSess := campaign("a")
-	if err := old.Commit(ctx, Put(kindHost, "h1", &Host{ID: "h1", State: HostActive}, 0)); err != nil {
+	if err := old.Commit(ctx, Put(kindHost, "h1", &controlapi.Host{ID: "h1", State: controlapi.HostActive}, 0)); err != nil {
 		t.Fatalf("the leader's write: %v", err)
 	}
 	oldSess.Close() // its lease ends, as when it loses etcd for the TTL
 	leader, sess := campaign("b")
 	defer sess.Close()
-	cur, err := Get[Host](ctx, old, kindHost, "h1")
+	cur, err := Get[controlapi.Host](ctx, old, kindHost, "h1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stale := cur.Value
-	stale.State = HostDrained
+	stale.State = controlapi.HostDrained
 	if err := old.Commit(ctx, Put(kindHost, "h1", &stale, cur.Rev)); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("the deposed leader's write: %v, want ErrNotLeader", err)
 	}
 	fresh := cur.Value
-	fresh.State = HostDraining
+	fresh.State = controlapi.HostDraining
 	if err := leader.Commit(ctx, Put(kindHost, "h1", &fresh, cur.Rev)); err != nil {
 		t.Fatalf("the new leader's write: %v", err)
 	}
 	if err := leader.Commit(ctx, Put(kindHost, "h1", &fresh, cur.Rev)); !errors.Is(err, ErrConflict) {
 		t.Fatalf("the new leader's stale write: %v, want ErrConflict", err)
 	}
-	got, err := Get[Host](ctx, leader, kindHost, "h1")
-	if err != nil || got.Value.State != HostDraining {
+	got, err := Get[controlapi.Host](ctx, leader, kindHost, "h1")
+	if err != nil || got.Value.State != controlapi.HostDraining {
 		t.Fatalf("the record: %+v, %v; want the new leader's", got.Value, err)
 	}
 }
@@ -145,11 +147,11 @@ func TestStoreOnAnUnreachableEtcdSaysSoWithinItsBound(t *testing.T) {
 	e.Close()
 	s := NewStore(cli, "/tern-test/")
 	s.opWait = time.Second
-	err = s.Commit(context.Background(), Put(kindHost, "h1", &Host{ID: "h1"}, 0))
+	err = s.Commit(context.Background(), Put(kindHost, "h1", &controlapi.Host{ID: "h1"}, 0))
 	if !errors.Is(err, ErrEtcdUnavailable) {
 		t.Fatalf("a write with etcd gone: %v, want ErrEtcdUnavailable", err)
 	}
-	if _, err := Get[Host](context.Background(), s, kindHost, "h1"); !errors.Is(err, ErrEtcdUnavailable) {
+	if _, err := Get[controlapi.Host](context.Background(), s, kindHost, "h1"); !errors.Is(err, ErrEtcdUnavailable) {
 		t.Fatalf("a read with etcd gone: %v, want ErrEtcdUnavailable", err)
 	}
 }

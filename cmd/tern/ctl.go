@@ -15,12 +15,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"tern/control/controlapi"
+
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"tern/cmd/internal/serve"
-	"tern/control"
 	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/internal/units"
@@ -112,7 +113,7 @@ func newCtlHostCmd(f *ctlFlags) *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use: "list", Short: "List the hosts", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var hosts []control.HostView
+			var hosts []controlapi.HostView
 			if err := f.do(cmd.Context(), http.MethodGet, "/v1/hosts", nil, &hosts); err != nil {
 				return err
 			}
@@ -134,7 +135,7 @@ func newCtlHostCmd(f *ctlFlags) *cobra.Command {
 // lines otherwise.
 func ctlDrain(cmd *cobra.Command, f *ctlFlags, host string) error {
 	ctx := cmd.Context()
-	var d control.Drain
+	var d controlapi.Drain
 	if err := f.do(ctx, http.MethodPost, "/v1/hosts/"+url.PathEscape(host)+"/drain", nil, &d); err != nil {
 		return err
 	}
@@ -175,7 +176,7 @@ func ctlDrain(cmd *cobra.Command, f *ctlFlags, host string) error {
 	}
 }
 
-func instanceRows(list []control.InstanceView) func(io.Writer) {
+func instanceRows(list []controlapi.InstanceView) func(io.Writer) {
 	return func(w io.Writer) {
 		for _, i := range list {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", i.Name, i.ID, i.State, i.Host, i.VCPUs, units.Bytes(i.MemoryMiB<<20))
@@ -215,12 +216,12 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 				}
 				g.Params[k] = n
 			}
-			var v control.InstanceView
-			req := control.CreateInstance{Name: args[0], VCPUs: vcpus, MemoryMiB: uint64(memory) >> 20, Guest: g, VolumeBytes: uint64(volume), Start: !noStart}
+			var v controlapi.InstanceView
+			req := controlapi.CreateInstance{Name: args[0], VCPUs: vcpus, MemoryMiB: uint64(memory) >> 20, Guest: g, VolumeBytes: uint64(volume), Start: !noStart}
 			if err := f.do(cmd.Context(), http.MethodPost, "/v1/instances", req, &v); err != nil {
 				return err
 			}
-			return f.print(cmd.OutOrStdout(), v, instanceHeader, instanceRows([]control.InstanceView{v}))
+			return f.print(cmd.OutOrStdout(), v, instanceHeader, instanceRows([]controlapi.InstanceView{v}))
 		},
 	}
 	create.Flags().StringVar(&guest, "guest", "", "a built-in guest's name (tern guests) or an ELF file on every host")
@@ -231,7 +232,7 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 	create.Flags().StringArrayVar(&params, "param", nil, "a built-in guest's parameter KEY=NUMBER (repeatable)")
 	list := &cobra.Command{Use: "list", Short: "List the instances", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var l []control.InstanceView
+			var l []controlapi.InstanceView
 			if err := f.do(cmd.Context(), http.MethodGet, "/v1/instances", nil, &l); err != nil {
 				return err
 			}
@@ -240,7 +241,7 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 	one := func(use, short, method, suffix string) *cobra.Command {
 		return &cobra.Command{Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				var v control.InstanceView
+				var v controlapi.InstanceView
 				if err := f.do(cmd.Context(), method, "/v1/instances/"+url.PathEscape(args[0])+suffix, nil, &v); err != nil {
 					return err
 				}
@@ -248,14 +249,14 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 					fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", args[0])
 					return nil
 				}
-				return f.print(cmd.OutOrStdout(), v, instanceHeader, instanceRows([]control.InstanceView{v}))
+				return f.print(cmd.OutOrStdout(), v, instanceHeader, instanceRows([]controlapi.InstanceView{v}))
 			}}
 	}
 	migrate := &cobra.Command{Use: "migrate NAME [--to HOST]", Short: "Live-migrate an instance to HOST (placement chooses by default) and wait for the end",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var sg control.MigrateSaga
-			if err := f.do(cmd.Context(), http.MethodPost, "/v1/instances/"+url.PathEscape(args[0])+"/migrate", control.MigrateRequest{To: to}, &sg); err != nil {
+			var sg controlapi.MigrateSaga
+			if err := f.do(cmd.Context(), http.MethodPost, "/v1/instances/"+url.PathEscape(args[0])+"/migrate", controlapi.MigrateRequest{To: to}, &sg); err != nil {
 				return err
 			}
 			m, err := ctlWaitMigration(cmd.Context(), f, sg.MigrationID)
@@ -268,7 +269,7 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "migration %s %s: %s → %s, total %.1f ms, downtime %.1f ms, %s sent\n",
 					m.ID, m.State, m.SourceHost, m.TargetHost, m.TotalMs, m.DowntimeMs, units.Bytes(m.BytesSent))
 			}
-			if m.State != control.MigrationCompleted {
+			if m.State != controlapi.MigrationCompleted {
 				return fmt.Errorf("migration %s failed: %s", m.ID, m.Error)
 			}
 			return nil
@@ -282,17 +283,17 @@ func newCtlInstanceCmd(f *ctlFlags) *cobra.Command {
 }
 
 // ctlWaitMigration follows a migration's record until it ends.
-func ctlWaitMigration(ctx context.Context, f *ctlFlags, id string) (control.Migration, error) {
+func ctlWaitMigration(ctx context.Context, f *ctlFlags, id string) (controlapi.Migration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	var rev int64
 	for {
-		var m control.Migration
+		var m controlapi.Migration
 		path := "/v1/migrations/" + url.PathEscape(id) + "?after_rev=" + strconv.FormatInt(rev, 10)
 		if err := f.do(ctx, http.MethodGet, path, nil, &m); err != nil {
 			return m, fmt.Errorf("waiting for migration %s: %w", id, err)
 		}
-		if m.State == control.MigrationCompleted || m.State == control.MigrationFailed {
+		if m.State == controlapi.MigrationCompleted || m.State == controlapi.MigrationFailed {
 			return m, nil
 		}
 		rev = m.Rev
@@ -301,7 +302,7 @@ func ctlWaitMigration(ctx context.Context, f *ctlFlags, id string) (control.Migr
 
 func newCtlMigrationCmd(f *ctlFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "migration", Short: "Migrations: list, get"}
-	rows := func(l []control.Migration) func(io.Writer) {
+	rows := func(l []controlapi.Migration) func(io.Writer) {
 		return func(w io.Writer) {
 			for _, m := range l {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.1f\t%.1f\n", m.ID, m.State, m.SourceHost, m.TargetHost, m.TotalMs, m.DowntimeMs)
@@ -311,18 +312,18 @@ func newCtlMigrationCmd(f *ctlFlags) *cobra.Command {
 	const header = "ID\tSTATE\tFROM\tTO\tTOTAL_MS\tDOWNTIME_MS"
 	cmd.AddCommand(&cobra.Command{Use: "list", Short: "List migrations", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var l []control.Migration
+			var l []controlapi.Migration
 			if err := f.do(cmd.Context(), http.MethodGet, "/v1/migrations", nil, &l); err != nil {
 				return err
 			}
 			return f.print(cmd.OutOrStdout(), l, header, rows(l))
 		}}, &cobra.Command{Use: "get ID", Short: "Show a migration", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var m control.Migration
+			var m controlapi.Migration
 			if err := f.do(cmd.Context(), http.MethodGet, "/v1/migrations/"+url.PathEscape(args[0]), nil, &m); err != nil {
 				return err
 			}
-			return f.print(cmd.OutOrStdout(), m, header, rows([]control.Migration{m}))
+			return f.print(cmd.OutOrStdout(), m, header, rows([]controlapi.Migration{m}))
 		}})
 	return cmd
 }

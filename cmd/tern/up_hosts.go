@@ -13,10 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"tern/control/controlapi"
+
 	"github.com/coder/websocket"
 
 	"tern/agent/agentapi"
-	"tern/control"
 	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/internal/tlsconf"
@@ -113,8 +114,8 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 			return err
 		}
 	}
-	var demo control.InstanceView
-	req := control.CreateInstance{Name: "demo", VCPUs: 1, MemoryMiB: 64, Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
+	var demo controlapi.InstanceView
+	req := controlapi.CreateInstance{Name: "demo", VCPUs: 1, MemoryMiB: 64, Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "demo"},
 		VolumeBytes: 16 << 20, Start: true}
 	if err := f.do(wctx, http.MethodPost, "/v1/instances", req, &demo); err != nil {
 		return fmt.Errorf("creating the demo instance: %w", err)
@@ -211,14 +212,14 @@ func waitRegistered(ctx context.Context, url string) error {
 // upVMMURL returns the URL of the vmm that runs instance name, from its
 // host's agent, and the migration it is in ("" for none).
 func upVMMURL(ctx context.Context, f *ctlFlags, name string) (string, string, error) {
-	var v control.InstanceView
+	var v controlapi.InstanceView
 	if err := f.do(ctx, http.MethodGet, "/v1/instances/"+url.PathEscape(name), nil, &v); err != nil {
 		return "", "", err
 	}
 	if v.VMM == "" {
 		return "", "", fmt.Errorf("instance %s runs no vmm", name)
 	}
-	var h control.HostView
+	var h controlapi.HostView
 	if err := f.do(ctx, http.MethodGet, "/v1/hosts/"+url.PathEscape(v.Host), nil, &h); err != nil {
 		return "", "", err
 	}

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"tern/control"
+	"tern/control/controlapi"
+
 	"tern/vmm/guests"
 	"tern/vmm/kvm"
 )
@@ -87,7 +88,7 @@ func TestUpHostsDrainsTheDemoWhileItsConsoleKeepsPrinting(t *testing.T) {
 	if err != nil {
 		t.Fatalf("tern ctl host drain %s: %v\n%s", host, err, out)
 	}
-	var v control.InstanceView
+	var v controlapi.InstanceView
 	out, err = exec.Command(ternBin, "ctl", "--control", controlURL, "--json", "instance", "get", "demo").Output()
 	if err != nil || json.Unmarshal(out, &v) != nil {
 		t.Fatalf("tern ctl instance get demo: %v: %s", err, out)

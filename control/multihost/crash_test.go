@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"tern/control/controlapi"
+
 	"tern/agent/agentapi"
 	"tern/control"
 	"tern/instance/apiv1"
@@ -157,9 +159,9 @@ func TestSIGKILLMidMigrationEndsByTheRules(t *testing.T) {
 			h, url := c.settled(v.ID)
 			t.Logf("migration %s, error %q; the instance runs on %q", m.State, m.Error, h)
 			switch {
-			case m.State == control.MigrationCompleted && h != to:
+			case m.State == controlapi.MigrationCompleted && h != to:
 				t.Fatalf("the migration completed but the instance is on %q, not the target %s", h, to)
-			case m.State == control.MigrationFailed && h != "" && h != from:
+			case m.State == controlapi.MigrationFailed && h != "" && h != from:
 				t.Fatalf("the migration failed but the instance is on %q, not the source %s", h, from)
 			case tc.survives && h == "":
 				t.Fatal("the source lived, yet the instance was left on no vmm")

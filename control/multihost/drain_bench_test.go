@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"tern/control"
+	"tern/control/controlapi"
+
 	"tern/instance/apiv1"
 	"tern/instance/client"
 	"tern/vmm/guests"
@@ -97,10 +98,10 @@ func BenchmarkDrainOfEightInstances(b *testing.B) {
 		if d["state"] != "done" {
 			b.Fatalf("drain ended %v", d)
 		}
-		var migs []control.Migration
+		var migs []controlapi.Migration
 		c.mustCtl(&migs, "migration", "list")
 		vmmDowntime := map[string]float64{}
-		var list []control.InstanceView
+		var list []controlapi.InstanceView
 		c.mustCtl(&list, "instance", "list")
 		ids := map[string]string{}
 		for _, v := range list {

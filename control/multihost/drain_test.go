@@ -3,7 +3,8 @@ package multihost
 import (
 	"testing"
 
-	"tern/control"
+	"tern/control/controlapi"
+
 	"tern/vmm/kvm/kvmtest"
 )
 
@@ -38,14 +39,14 @@ func testDrain(t *testing.T, c *cluster) {
 	if inv := c.inventory(drained); len(inv.VMMs) != 0 {
 		t.Fatalf("the drained host %s still runs vmms %+v", drained, inv.VMMs)
 	}
-	var hosts []control.HostView
+	var hosts []controlapi.HostView
 	c.mustCtl(&hosts, "host", "list")
 	for _, h := range hosts {
-		if h.ID == drained && (h.State != control.HostDrained || h.VMMs != 0) {
+		if h.ID == drained && (h.State != controlapi.HostDrained || h.VMMs != 0) {
 			t.Fatalf("the drained host's record: %+v", h)
 		}
 	}
-	var list []control.InstanceView
+	var list []controlapi.InstanceView
 	c.mustCtl(&list, "instance", "list")
 	for _, v := range list {
 		running := c.runningVMMs(v.ID)

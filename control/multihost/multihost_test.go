@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"tern/control/controlapi"
+
 	"tern/agent/agentapi"
-	"tern/control"
 	"tern/control/internal/proctest"
 	"tern/instance/apiv1"
 	"tern/instance/client"
@@ -339,10 +340,10 @@ func dirtySize() (memMiB, guestMiB, workingMiB uint64) {
 	return kvmtest.Sized[uint64](32, 16), kvmtest.Sized[uint64](24, 2), kvmtest.Sized[uint64](4, 1)
 }
 
-func (c *cluster) createDirty(name string) control.InstanceView {
+func (c *cluster) createDirty(name string) controlapi.InstanceView {
 	c.t.Helper()
 	mem, g, ws := dirtySize()
-	var v control.InstanceView
+	var v controlapi.InstanceView
 	c.mustCtl(&v, "instance", "create", name, "--guest", "dirty", "--memory", fmt.Sprintf("%dMiB", mem), "--volume", "4MiB",
 		"--param", fmt.Sprintf("mem_mib=%d", g), "--param", fmt.Sprintf("working_set_mib=%d", ws), "--param", "verify_every_sec=1")
 	return v
@@ -395,7 +396,7 @@ func waitVerifyPass(t testing.TB, url, what string) {
 // reports, and returns the host and the vmm's URL.
 func (c *cluster) waitRunning(name string) (string, string) {
 	c.t.Helper()
-	var v control.InstanceView
+	var v controlapi.InstanceView
 	c.mustCtl(&v, "instance", "get", name)
 	inv := c.waitAgents("instance "+name+" running", func(inv map[string]agentapi.Inventory) bool {
 		return len(runningIn(inv, v.ID)) == 1
@@ -408,11 +409,11 @@ func (c *cluster) waitRunning(name string) (string, string) {
 
 // waitMigrationEnd follows migration id's record (a long-poll on its
 // revision) until it is completed or failed.
-func (c *cluster) waitMigrationEnd(id string) control.Migration {
+func (c *cluster) waitMigrationEnd(id string) controlapi.Migration {
 	c.t.Helper()
 	deadline := time.Now().Add(generous)
-	var m control.Migration
-	for m.State != control.MigrationCompleted && m.State != control.MigrationFailed {
+	var m controlapi.Migration
+	for m.State != controlapi.MigrationCompleted && m.State != controlapi.MigrationFailed {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("migration %s never ended: %+v", id, m)
 		}
@@ -430,9 +431,9 @@ func (c *cluster) waitMigrationEnd(id string) control.Migration {
 }
 
 // migrationsOf lists instance id's migrations.
-func (c *cluster) migrationsOf(id string) []control.Migration {
+func (c *cluster) migrationsOf(id string) []controlapi.Migration {
 	c.t.Helper()
-	var all, out []control.Migration
+	var all, out []controlapi.Migration
 	c.mustCtl(&all, "migration", "list")
 	for _, m := range all {
 		if m.InstanceID == id {
@@ -458,7 +459,7 @@ func (c *cluster) settled(id string) (string, string) {
 		return true
 	})
 	running := runningIn(inv, id)
-	var got control.InstanceView
+	var got controlapi.InstanceView
 	c.mustCtl(&got, "instance", "get", id)
 	switch len(running) {
 	case 0:

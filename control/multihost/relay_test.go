@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"tern/control/controlapi"
+
 	"tern/agent/agentapi"
-	"tern/control"
 	"tern/instance/apiv1"
 )
 
@@ -218,9 +219,9 @@ func (r *faultyRelay) replayAll() {
 
 // records is what the control plane shows of its records.
 type records struct {
-	Instances  []control.InstanceView
-	Migrations []control.Migration
-	Hosts      []control.HostView
+	Instances  []controlapi.InstanceView
+	Migrations []controlapi.Migration
+	Hosts      []controlapi.HostView
 }
 
 func (c *cluster) records() records {
@@ -264,7 +265,7 @@ func TestReportsLateTwiceAndOutOfOrderEndTheSame(t *testing.T) {
 	}
 	before := c.records()
 	for _, m := range before.Migrations {
-		if m.State != control.MigrationCompleted {
+		if m.State != controlapi.MigrationCompleted {
 			t.Fatalf("migration %+v did not complete", m)
 		}
 	}

@@ -17,9 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"tern/control/controlapi"
+
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"tern/control"
 	"tern/control/internal/proctest"
 	"tern/internal/tlsconf"
 )
@@ -157,11 +158,11 @@ func ctlAt(t *testing.T, url string, out any, args ...string) error {
 // leader asks the control process at url who leads, waiting (each ask
 // a bounded long-poll) until wait holds: "leading", "known" or "" (no
 // wait).
-func leader(t *testing.T, url, wait string) control.LeaderView {
+func leader(t *testing.T, url, wait string) controlapi.LeaderView {
 	t.Helper()
 	deadline := time.Now().Add(generous)
 	for {
-		var v control.LeaderView
+		var v controlapi.LeaderView
 		resp, err := http.Get(url + "/v1/leader?wait=" + wait)
 		if err == nil {
 			err = json.NewDecoder(resp.Body).Decode(&v)
@@ -179,7 +180,7 @@ func leader(t *testing.T, url, wait string) control.LeaderView {
 // instanceNames lists the instances' names through url.
 func instanceNames(t *testing.T, url string) []string {
 	t.Helper()
-	var list []control.InstanceView
+	var list []controlapi.InstanceView
 	if err := ctlAt(t, url, &list, "instance", "list"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package control
+package controlapi
 
 import (
 	"time"
@@ -101,14 +101,14 @@ type VMM struct {
 	Unwound bool `json:"unwound,omitempty"`
 }
 
-// holdsResources reports whether v still counts against its host.
-func (v *VMM) holdsResources() bool {
+// HoldsResources reports whether v still counts against its host.
+func (v *VMM) HoldsResources() bool {
 	return !v.Gone && !v.Unwound && v.State != apiv1.Destroyed && v.State != apiv1.Failed
 }
 
-// processLive reports whether v's process may still run on its host:
+// ProcessLive reports whether v's process may still run on its host:
 // what a drain waits out.
-func (v *VMM) processLive() bool { return !v.Gone && !v.Unwound }
+func (v *VMM) ProcessLive() bool { return !v.Gone && !v.Unwound }
 
 // MigrationHalf is one side's view of a migration, as its vmm reported it.
 type MigrationHalf struct {
