@@ -32,6 +32,14 @@ var rules = []rule{
 		why: "the two layouts are siblings: what they share (errors, defaults, the Volume interface) is the volume package's",
 	},
 	{
+		from: []string{"volume/dsclient"}, mayNot: []string{"..."}, except: []string{"volume", "volume/ids", "volume/wire", "volume/transport"},
+		why: "the downstairs client is the session's client end over the protocol and the transport; what a session is for (a layout, a probe) sits above it",
+	},
+	{
+		from: []string{"volume/downstairs", "volume/wire", "volume/transport", "volume/extent"}, mayNot: []string{"volume/dsclient"}, tests: true,
+		why: "the server, the protocol and the transport sit under the client of a session, not beside it",
+	},
+	{
 		from: []string{"volume/..."}, exceptFrom: []string{"volume/layout", "volume/sim", "volume/chaos"}, mayNot: []string{"volume/layout"}, tests: true,
 		why: "volume/layout is the one place that picks a layout; it sits above both (the simulator and fault campaigns may open a volume through it)",
 	},

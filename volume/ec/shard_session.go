@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/quic-go/quic-go"
 
+	"tern/volume/dsclient"
 	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/wire"
@@ -23,27 +23,23 @@ var errSessionLost = errors.New("shard session lost")
 // requests are sent in call order on one stream (so the downstairs orders
 // overlapping ones as sent) and replies are matched by JobID. Any
 // goroutine may call it; one reader goroutine, owned by the session,
-// decodes replies until the stream ends.
+// decodes replies until the stream ends. The connection, the handshake
+// and the activation are volume/dsclient's.
 type session struct {
-	// Immutable after dialSession.
-	conn       *quic.Conn
-	stream     *quic.Stream
+	// Immutable after dialSession (c is the reader's to receive on once
+	// activate started it).
+	c          *dsclient.Conn
 	region     wire.RegionInfo
 	lostWrites bool
 	versions   []wire.ExtentVersion
 	done       chan struct{} // closed when the reader ends
-	// helloDec and sessionID carry the handshake from dialSession to
-	// activate; the reader owns helloDec afterwards.
-	helloDec  *wire.Decoder
-	sessionID uuid.UUID
 
-	// sendTurn serializes encodes, so the send order is the call order:
+	// sendTurn serializes sends, so the send order is the call order:
 	// a one-slot channel, not a mutex, because its holder may block for
 	// long in a stream write (flow control, a silent peer), and a
 	// goroutine waiting its turn on a channel is one testing/synctest
 	// counts as blocked, so the EC simulation's virtual clock moves on.
 	sendTurn chan struct{}
-	enc      *wire.Encoder
 
 	// dropped is why the volume ended this session, if it did; guarded
 	// by Volume.mu.
@@ -78,111 +74,46 @@ type sessionParams struct {
 }
 
 // dialSession connects, says Hello and returns after the HelloReply: the
-// region is known, nothing is activated yet.
+// region is known, nothing is activated yet. The stream's deadline is
+// ctx's.
 func dialSession(ctx context.Context, p sessionParams) (*session, error) {
-	conn, err := transport.DialWith(ctx, p.target, p.tls, p.dial)
+	c, err := dsclient.Dial(ctx, p.target, p.tls, dsclient.Options{Dial: p.dial})
 	if err != nil {
 		return nil, err
 	}
-	stream, err := conn.OpenStreamSync(ctx)
+	region, err := c.Hello(dsclient.HelloParams{RegionUUID: p.region.UUID, UpstairsID: p.upstairsID})
 	if err != nil {
-		conn.CloseWithError(0, "")
-		return nil, fmt.Errorf("opening session stream: %w", err)
-	}
-	s := &session{conn: conn, stream: stream, enc: wire.NewEncoder(stream), done: make(chan struct{}), sendTurn: make(chan struct{}, 1),
-		pending: make(map[wire.JobID]*pendingReq), next: 16}
-	hello := &wire.Hello{Versions: wire.SupportedVersions, RegionUUID: p.region.UUID, UpstairsID: p.upstairsID, SessionID: uuid.New()}
-	dec := wire.NewDecoder(stream)
-	if d, ok := ctx.Deadline(); ok {
-		stream.SetDeadline(d)
-	}
-	fail := func(err error) (*session, error) {
-		conn.CloseWithError(0, "")
+		c.Close("")
 		return nil, err
 	}
-	if err := s.enc.Encode(hello); err != nil {
-		return fail(fmt.Errorf("sending hello: %w", err))
+	if d := regionDiff(p.region, region); d != "" {
+		c.Close("")
+		return nil, fmt.Errorf("%s: %w", d, ErrRegionMismatch)
 	}
-	m, err := dec.Next()
-	if err != nil {
-		return fail(fmt.Errorf("reading hello reply: %w", err))
-	}
-	switch m := m.(type) {
-	case *wire.HelloReply:
-		s.region = m.Region
-	case *wire.Error:
-		err := fmt.Errorf("hello refused: %w", m.Err())
-		if m.Code == wire.CodeRegionMismatch {
-			err = fmt.Errorf("%w: %w", ErrRegionMismatch, err)
-		}
-		return fail(err)
-	default:
-		return fail(fmt.Errorf("hello answered with %v", m.Type()))
-	}
-	if d := regionDiff(p.region, s.region); d != "" {
-		return fail(fmt.Errorf("%s: %w", d, ErrRegionMismatch))
-	}
-	s.helloDec = dec
-	s.sessionID = hello.SessionID
-	return s, nil
+	return &session{c: c, region: region, done: make(chan struct{}), sendTurn: make(chan struct{}, 1),
+		pending: make(map[wire.JobID]*pendingReq), next: 16}, nil
 }
 
 // activate activates the session at gen, reads every extent's version
 // and starts the reader. The stream deadline of ctx is lifted after.
 func (s *session) activate(ctx context.Context, upstairsID uuid.UUID, gen ids.Generation) error {
-	dec := s.helloDec
-	if d, ok := ctx.Deadline(); ok {
-		s.stream.SetDeadline(d)
-	}
-	if err := s.enc.Encode(&wire.Activate{JobID: 1, UpstairsID: upstairsID, SessionID: s.sessionID, Gen: gen}); err != nil {
-		return fmt.Errorf("sending activate: %w", err)
-	}
-	m, err := dec.Next()
+	lostWrites, err := s.c.Activate(ctx, upstairsID, gen)
 	if err != nil {
-		return fmt.Errorf("reading activation reply: %w", err)
-	}
-	switch m := m.(type) {
-	case *wire.ActivateAck:
-		s.lostWrites = m.LostWrites
-	case *wire.Fenced:
-		return fmt.Errorf("activated by generation %d: %w", m.ByGen, ErrFenced)
-	case *wire.Error:
-		err := fmt.Errorf("generation %d refused: %w", gen, m.Err())
-		switch m.Code {
-		case wire.CodeFenced:
-			err = fmt.Errorf("%w: %w", ErrFenced, err)
-		case wire.CodeGenTooLow:
-			err = fmt.Errorf("%w: %w", ErrGenTooLow, err)
-		}
 		return err
-	default:
-		return fmt.Errorf("activation answered with %v", m.Type())
 	}
-	for uint32(len(s.versions)) < s.region.ExtentCount {
-		req := &wire.ExtentVersionsRequest{JobID: 2, First: ids.ExtentID(len(s.versions))}
-		if err := s.enc.Encode(req); err != nil {
-			return fmt.Errorf("asking for extent versions: %w", err)
-		}
-		m, err := dec.Next()
-		if err != nil {
-			return fmt.Errorf("reading extent versions: %w", err)
-		}
-		ev, ok := m.(*wire.ExtentVersions)
-		if !ok || ev.First != req.First || len(ev.Versions) == 0 {
-			return fmt.Errorf("extent versions answered with %v", m.Type())
-		}
-		s.versions = append(s.versions, ev.Versions...)
+	s.lostWrites = lostWrites
+	if s.versions, err = s.c.ExtentVersions(s.region.ExtentCount); err != nil {
+		return err
 	}
-	s.versions = s.versions[:s.region.ExtentCount]
-	s.stream.SetDeadline(time.Time{})
-	dec.DataBuffer = s.dataBuffer
-	go s.readLoop(dec)
+	_ = s.c.SetDeadline(time.Time{})
+	s.c.SetDataBuffer(s.dataBuffer)
+	go s.readLoop()
 	return nil
 }
 
 // close ends the session; the reader fails every pending request.
 func (s *session) close(reason string) {
-	s.conn.CloseWithError(0, reason)
+	s.c.Close(reason)
 }
 
 // call sends req (its JobID is set here) and waits for its reply. A
@@ -213,7 +144,7 @@ func (s *session) start(req wire.Message, data []byte) (*pendingReq, error) {
 	s.pending[p.id] = p
 	s.mu.Unlock()
 	wire.SetJobID(req, p.id)
-	err := s.enc.Encode(req)
+	err := s.c.Send(req)
 	<-s.sendTurn
 	if err != nil {
 		s.close("send failed")
@@ -257,11 +188,11 @@ func (s *session) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
 
 // readLoop hands each reply to its request until the stream ends, then
 // fails what is left.
-func (s *session) readLoop(dec *wire.Decoder) {
+func (s *session) readLoop() {
 	var err error
 	for {
 		var m wire.Message
-		if m, err = dec.Next(); err != nil {
+		if m, err = s.c.Receive(); err != nil {
 			break
 		}
 		id, _ := wire.JobOf(m)
@@ -278,7 +209,7 @@ func (s *session) readLoop(dec *wire.Decoder) {
 		}
 		p.reply <- toReply(m, p.data)
 	}
-	s.conn.CloseWithError(0, "")
+	s.c.Close("")
 	s.mu.Lock()
 	s.err = fmt.Errorf("%w: %w", errSessionLost, err)
 	for id, p := range s.pending {

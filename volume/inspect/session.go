@@ -7,58 +7,31 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/quic-go/quic-go"
 
+	"tern/volume/dsclient"
 	"tern/volume/ids"
-	"tern/volume/transport"
 	"tern/volume/wire"
 )
 
-// session is one synchronous read-only session: a request, then its reply.
+// session is one synchronous read-only session (volume/dsclient's, never
+// activated): a request, then its reply.
 type session struct {
-	conn   *quic.Conn
-	stream *quic.Stream
-	enc    *wire.Encoder
-	dec    *wire.Decoder
+	c      *dsclient.Conn
 	region wire.RegionInfo
 	next   wire.JobID
 }
 
 func dialReadOnly(ctx context.Context, addr string, conf *tls.Config) (*session, error) {
-	conn, err := transport.Dial(ctx, addr, conf)
+	c, err := dsclient.Dial(ctx, addr, conf, dsclient.Options{})
 	if err != nil {
-		return nil, err
+		return nil, probeError(err)
 	}
-	stream, err := conn.OpenStreamSync(ctx)
+	region, err := c.Hello(dsclient.HelloParams{ReadOnly: true, UpstairsID: uuid.New()})
 	if err != nil {
-		conn.CloseWithError(0, "")
-		return nil, fmt.Errorf("open session stream: %w", err)
+		c.Close("")
+		return nil, probeError(err)
 	}
-	s := &session{conn: conn, stream: stream, enc: wire.NewEncoder(stream), dec: wire.NewDecoder(stream)}
-	if d, ok := ctx.Deadline(); ok {
-		stream.SetDeadline(d)
-	}
-	hello := &wire.Hello{Versions: wire.SupportedVersions, ReadOnly: true, UpstairsID: uuid.New(), SessionID: uuid.New()}
-	if err := s.enc.Encode(hello); err != nil {
-		s.close()
-		return nil, fmt.Errorf("send hello: %w", err)
-	}
-	m, err := s.dec.Next()
-	if err != nil {
-		s.close()
-		return nil, fmt.Errorf("read hello reply: %w", err)
-	}
-	switch r := m.(type) {
-	case *wire.HelloReply:
-		s.region = r.Region
-		return s, nil
-	case *wire.Error:
-		s.close()
-		return nil, fmt.Errorf("hello refused: %w", r.Err())
-	default:
-		s.close()
-		return nil, fmt.Errorf("hello: unexpected %v", m.Type())
-	}
+	return &session{c: c, region: region}, nil
 }
 
 // extentVersions reads every extent's version, a frame at a time.
@@ -67,22 +40,16 @@ func (s *session) extentVersions() ([]wire.ExtentVersion, error) {
 	for uint32(len(out)) < s.region.ExtentCount {
 		s.next++
 		count := min(s.region.ExtentCount-uint32(len(out)), wire.MaxExtentVersions)
-		req := &wire.ExtentVersionsRequest{JobID: s.next, First: ids.ExtentID(len(out)), Count: uint32(count)}
-		if err := s.enc.Encode(req); err != nil {
-			return nil, fmt.Errorf("request extent versions: %w", err)
-		}
-		m, err := s.dec.Next()
+		m, err := s.c.Call(&wire.ExtentVersionsRequest{First: ids.ExtentID(len(out)), Count: uint32(count)}, s.next)
 		if err != nil {
-			return nil, fmt.Errorf("read extent versions: %w", err)
+			return nil, probeError(err)
 		}
 		switch r := m.(type) {
 		case *wire.ExtentVersions:
-			if r.JobID != s.next || int(r.First) != len(out) || len(r.Versions) == 0 {
-				return nil, errors.New("read extent versions: reply does not match the request")
+			if int(r.First) != len(out) || len(r.Versions) == 0 {
+				return nil, errReplyMismatch
 			}
 			out = append(out, r.Versions...)
-		case *wire.Error:
-			return nil, fmt.Errorf("read extent versions: %w", r.Err())
 		default:
 			return nil, fmt.Errorf("read extent versions: unexpected %v", m.Type())
 		}
@@ -91,5 +58,35 @@ func (s *session) extentVersions() ([]wire.ExtentVersion, error) {
 }
 
 func (s *session) close() {
-	s.conn.CloseWithError(0, "")
+	s.c.Close("")
+}
+
+var errReplyMismatch = errors.New("read extent versions: reply does not match the request")
+
+// probeError words a failed step of a probe's session as `tern volume
+// status` has always printed it (cmd/tern's reachReason shows it).
+func probeError(err error) error {
+	var e *dsclient.Error
+	if !errors.As(err, &e) {
+		return err // the dial's own error
+	}
+	switch {
+	case e.Step == dsclient.StepStream:
+		return fmt.Errorf("open session stream: %w", e.Err)
+	case e.Step == dsclient.StepHello && e.Failure == dsclient.FailSend:
+		return fmt.Errorf("send hello: %w", e.Err)
+	case e.Step == dsclient.StepHello && e.Failure == dsclient.FailReceive:
+		return fmt.Errorf("read hello reply: %w", e.Err)
+	case e.Step == dsclient.StepHello && e.Failure == dsclient.FailRefused:
+		return fmt.Errorf("hello refused: %w", e.Err)
+	case e.Step == dsclient.StepHello:
+		return fmt.Errorf("hello: unexpected %v", e.Got)
+	case e.Failure == dsclient.FailSend:
+		return fmt.Errorf("request extent versions: %w", e.Err)
+	case e.Failure == dsclient.FailReceive, e.Failure == dsclient.FailRefused:
+		return fmt.Errorf("read extent versions: %w", e.Err)
+	case e.Got == wire.TypeExtentVersions:
+		return errReplyMismatch
+	}
+	return fmt.Errorf("read extent versions: unexpected %v", e.Got)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"tern/volume/dsclient"
 	"tern/volume/transport"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
@@ -72,12 +73,6 @@ type sentAt struct {
 // errSessionEnded ends a session without a fault of the connection: the
 // replica stopped taking IO (faulted, stopped).
 var errSessionEnded = errors.New("session ended")
-
-// Control messages of a session use job IDs below the engine's first.
-const (
-	activateJobID wire.JobID = 1
-	versionsJobID wire.JobID = 2
-)
 
 func newReplica(u *Upstairs, id int) *replica {
 	return &replica{u: u, id: id, wake: make(chan struct{}, 1)}
@@ -170,30 +165,29 @@ func (r *replica) session(ctx context.Context) error {
 	u.mu.Lock()
 	r.target = u.targets[r.id]
 	u.mu.Unlock()
-	conn, err := transport.DialWith(ctx, r.target, u.cfg.TLS, transport.DialOptions{
-		KeepAlivePeriod: u.cfg.KeepAlivePeriod,
-		IdleTimeout:     u.cfg.IdleTimeout,
+	// Each reply of the setup is bounded by ReplyTimeout, so a downstairs
+	// that stalls during Hello, Activate or the extent versions ends its
+	// session instead of holding it (and Activate) forever.
+	c, err := dsclient.Dial(ctx, r.target, u.cfg.TLS, dsclient.Options{
+		Dial:         transport.DialOptions{KeepAlivePeriod: u.cfg.KeepAlivePeriod, IdleTimeout: u.cfg.IdleTimeout},
+		ReplyTimeout: u.cfg.ReplyTimeout,
 	})
 	if err != nil {
+		if stepError(err) != nil { // the session stream
+			return r.setupError(err)
+		}
 		return fmt.Errorf("connecting replica %d: %w", r.id, err)
 	}
-	defer func() {
-		_ = conn.CloseWithError(0, "session closed")
-	}()
+	defer c.Close("session closed")
 	// Closing the connection is how a blocked read or write is interrupted.
-	stopClose := context.AfterFunc(ctx, func() { _ = conn.CloseWithError(0, "upstairs closing") })
+	stopClose := context.AfterFunc(ctx, func() { c.Close("upstairs closing") })
 	defer stopClose()
-	stream, err := conn.OpenStreamSync(ctx)
-	if err != nil {
-		return fmt.Errorf("opening session stream to replica %d: %w", r.id, err)
-	}
-	enc, dec := wire.NewEncoder(stream), wire.NewDecoder(stream)
-	if err := r.negotiate(ctx, enc, r.timedDecoder(stream, dec)); err != nil {
+	if err := r.negotiate(ctx, c); err != nil {
 		return err
 	}
 	// From here on the reply timeout is the serve loop's.
-	if err := stream.SetReadDeadline(time.Time{}); err != nil {
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
 		return fmt.Errorf("replica %d: %w", r.id, err)
 	}
-	return r.serve(conn, enc, dec)
+	return r.serve(c)
 }

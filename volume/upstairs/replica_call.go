@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"tern/volume/dsclient"
 	"tern/volume/wire"
 )
 
@@ -94,7 +95,7 @@ func (u *Upstairs) abandonCall(c *call) {
 
 // sendCall sends the first queued call of this replica; run by its owner
 // goroutine.
-func (r *replica) sendCall(enc *wire.Encoder) error {
+func (r *replica) sendCall(conn *dsclient.Conn) error {
 	u := r.u
 	u.mu.Lock()
 	if len(r.calls) == 0 {
@@ -109,7 +110,7 @@ func (r *replica) sendCall(enc *wire.Encoder) error {
 	r.inflight[c.id] = c
 	r.noteSentLocked(c.id)
 	u.mu.Unlock()
-	if err := enc.Encode(c.req); err != nil {
+	if err := conn.Send(c.req); err != nil {
 		return fmt.Errorf("sending call to replica %d: %w", r.id, err)
 	}
 	return nil

@@ -15,43 +15,6 @@ import (
 // type and size (ErrProtocol otherwise), that none is owed for longer
 // than Config.ReplyTimeout, and that the region it serves is sane.
 
-// replyReader is how negotiate reads its replies (a timedDecoder).
-type replyReader interface {
-	Next() (wire.Message, error)
-}
-
-// readDeadliner is the part of a session stream the handshake's reply
-// timeout needs.
-type readDeadliner interface {
-	SetReadDeadline(time.Time) error
-}
-
-// timedDecoder bounds each handshake reply by Config.ReplyTimeout, so a
-// downstairs that stalls during Hello, Activate or the extent versions
-// ends its session instead of holding it (and Activate) forever.
-type timedDecoder struct {
-	r       *replica
-	stream  readDeadliner
-	dec     *wire.Decoder
-	timeout time.Duration
-}
-
-func (r *replica) timedDecoder(stream readDeadliner, dec *wire.Decoder) *timedDecoder {
-	return &timedDecoder{r: r, stream: stream, dec: dec, timeout: r.u.cfg.ReplyTimeout}
-}
-
-// Next reads one reply within the timeout.
-func (d *timedDecoder) Next() (wire.Message, error) {
-	if err := d.stream.SetReadDeadline(time.Now().Add(d.timeout)); err != nil {
-		return nil, err
-	}
-	m, err := d.dec.Next()
-	if err != nil {
-		return nil, fmt.Errorf("no reply within %v: %w", d.timeout, err)
-	}
-	return m, nil
-}
-
 // checkGeometry refuses a region no downstairs can serve (the limits of
 // extent.Spec), before anything is sized by it: the extent versions, the
 // live-repair walk and the repair buffers all scale with it.

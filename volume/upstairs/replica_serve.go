@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
+	"tern/volume/dsclient"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
 )
@@ -15,21 +14,21 @@ import (
 // decodes replies. It returns when the connection fails, the replica stops
 // taking IO or the upstairs closes, after the helper has ended and the
 // engine has been told.
-func (r *replica) serve(conn *quic.Conn, enc *wire.Encoder, dec *wire.Decoder) error {
+func (r *replica) serve(c *dsclient.Conn) error {
 	u := r.u
 	r.blockSize = u.blockSize // fixed once activated
 	u.mu.Lock()
 	r.resetSentLocked()
 	u.mu.Unlock()
 	readerDone := make(chan error, 1)
-	go func() { readerDone <- r.readLoop(dec) }()
+	go func() { readerDone <- r.readLoop(c) }()
 	replyTimer := time.NewTimer(u.cfg.ReplyTimeout)
 	defer replyTimer.Stop()
 	var err error
 	readerEnded := false
 loop:
 	for {
-		if err = r.sendPending(enc); err != nil {
+		if err = r.sendPending(c); err != nil {
 			break
 		}
 		select {
@@ -46,7 +45,7 @@ loop:
 			break loop
 		}
 	}
-	_ = conn.CloseWithError(0, "session closed")
+	c.Close("session closed")
 	if !readerEnded {
 		// A protocol violation faults the replica, which also stops the
 		// sender; the violation is what the session ended with.
@@ -74,7 +73,7 @@ loop:
 // before it was issued, so a repair read on a source follows the guest
 // writes submitted before it. Jobs the engine holds (a replica under live
 // repair) do not hold calls back.
-func (r *replica) sendPending(enc *wire.Encoder) error {
+func (r *replica) sendPending(c *dsclient.Conn) error {
 	u := r.u
 	for {
 		u.mu.Lock()
@@ -90,7 +89,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		next := u.eng.NextJobID(r.id)
 		if len(r.calls) > 0 && (next == 0 || r.calls[0].id < next) {
 			u.mu.Unlock()
-			if err := r.sendCall(enc); err != nil {
+			if err := r.sendCall(c); err != nil {
 				return err
 			}
 			continue
@@ -107,7 +106,7 @@ func (r *replica) sendPending(enc *wire.Encoder) error {
 		r.noteSentLocked(id)
 		u.mu.Unlock()
 		r.picked(id)
-		err := enc.Encode(msg)
+		err := c.Send(msg)
 		u.mu.Lock()
 		u.eng.Sent(r.id, id)
 		u.stepLocked()
@@ -173,11 +172,11 @@ func (r *replica) dataBuffer(t wire.MsgType, id wire.JobID, n int) []byte {
 // anything else faults the replica (ErrProtocol), as a downstairs that
 // answers what it was not asked cannot be trusted to hold what its peers
 // hold.
-func (r *replica) readLoop(dec *wire.Decoder) error {
+func (r *replica) readLoop(c *dsclient.Conn) error {
 	u := r.u
-	dec.DataBuffer = r.dataBuffer
+	c.SetDataBuffer(r.dataBuffer)
 	for {
-		m, err := dec.Next()
+		m, err := c.Receive()
 		if err != nil {
 			return fmt.Errorf("reading from replica %d: %w", r.id, err)
 		}

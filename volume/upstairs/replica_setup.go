@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
-
+	"tern/volume/dsclient"
 	"tern/volume/ids"
 	"tern/volume/upstairs/engine"
 	"tern/volume/wire"
@@ -14,77 +13,102 @@ import (
 
 // negotiate says Hello, compares the region, activates with the upstairs'
 // generation and reports the session to the upstairs (Activate's
-// bookkeeping the first time, replay afterwards).
-func (r *replica) negotiate(ctx context.Context, enc *wire.Encoder, dec replyReader) error {
+// bookkeeping the first time, replay afterwards). The steps are
+// volume/dsclient's; what each failure means for the replica is decided
+// here.
+func (r *replica) negotiate(ctx context.Context, c *dsclient.Conn) error {
 	u := r.u
-	sessionID := uuid.New()
-	hello := &wire.Hello{
-		Versions:   wire.SupportedVersions,
-		RegionUUID: u.cfg.Region.UUID,
-		UpstairsID: u.cfg.UpstairsID,
-		SessionID:  sessionID,
-	}
-	if err := enc.Encode(hello); err != nil {
-		return fmt.Errorf("greeting replica %d: %w", r.id, err)
-	}
-	m, err := dec.Next()
+	region, err := c.Hello(dsclient.HelloParams{RegionUUID: u.cfg.Region.UUID, UpstairsID: u.cfg.UpstairsID})
 	if err != nil {
-		return fmt.Errorf("reading hello reply from replica %d: %w", r.id, err)
+		if e := stepError(err); e != nil && e.Failure == dsclient.FailRefused {
+			return r.activationFailed(r.setupError(err))
+		}
+		return r.setupError(err)
 	}
-	var region wire.RegionInfo
-	switch m := m.(type) {
-	case *wire.HelloReply:
-		region = m.Region
-		if err := checkGeometry(region); err != nil {
-			return r.invalidRegion(fmt.Errorf("replica %d (%s) serves an invalid region: %w", r.id, r.target, err))
-		}
-	case *wire.Error:
-		err := fmt.Errorf("replica %d (%s) refused hello: %w", r.id, r.target, m.Err())
-		if m.Code == wire.CodeRegionMismatch {
-			err = fmt.Errorf("%w: %w", ErrRegionMismatch, err)
-		}
-		return r.activationFailed(err)
-	default:
-		return fmt.Errorf("replica %d answered hello with %v", r.id, m.Type())
+	if err := checkGeometry(region); err != nil {
+		return r.invalidRegion(fmt.Errorf("replica %d (%s) serves an invalid region: %w", r.id, r.target, err))
 	}
 
 	gen, err := r.await(ctx, region)
 	if err != nil {
 		return err
 	}
-	if err := enc.Encode(&wire.Activate{JobID: activateJobID, UpstairsID: u.cfg.UpstairsID, SessionID: sessionID, Gen: gen}); err != nil {
-		return fmt.Errorf("activating replica %d: %w", r.id, err)
-	}
-	if m, err = dec.Next(); err != nil {
-		return fmt.Errorf("reading activation reply from replica %d: %w", r.id, err)
-	}
-	lostWrites := false
-	switch m := m.(type) {
-	case *wire.ActivateAck:
-		lostWrites = m.LostWrites
-	case *wire.Fenced:
-		err := fmt.Errorf("replica %d was activated by generation %d: %w", r.id, m.ByGen, ErrFenced)
-		r.fenceOrFail(m.ByGen, err)
-		return err
-	case *wire.Error:
-		err := fmt.Errorf("replica %d (%s) refused generation %d: %w", r.id, r.target, gen, m.Err())
-		switch m.Code {
-		case wire.CodeFenced:
-			err = fmt.Errorf("%w: %w", ErrFenced, err)
+	lostWrites, err := c.Activate(ctx, u.cfg.UpstairsID, gen)
+	if err != nil {
+		e, err := stepError(err), r.setupError(err)
+		switch {
+		case e == nil:
+		case e.Failure == dsclient.FailFenced:
+			r.fenceOrFail(e.ByGen, err)
+		case e.Failure == dsclient.FailRefused && e.Code == wire.CodeFenced:
 			r.fenceOrFail(0, err)
-		case wire.CodeGenTooLow:
-			err = fmt.Errorf("%w: %w", ErrGenTooLow, err)
+		case e.Failure == dsclient.FailRefused && e.Code == wire.CodeGenTooLow:
 			r.refusedGen(err)
 		}
 		return err
-	default:
-		return fmt.Errorf("replica %d answered activation with %v", r.id, m.Type())
 	}
-	versions, err := r.extentVersions(enc, dec, region)
+	versions, err := c.ExtentVersions(region.ExtentCount)
 	if err != nil {
-		return err
+		return r.setupError(err)
 	}
 	return r.activated(versions, lostWrites)
+}
+
+// setupError words a failed step of the session's setup as the upstairs
+// reports it: naming the replica (and its target where a refusal came
+// from it) inside the sentence, with the volume error a refusal means
+// first.
+func (r *replica) setupError(stepErr error) error {
+	e := stepError(stepErr)
+	if e == nil {
+		return stepErr
+	}
+	var err error
+	switch e.Failure {
+	case dsclient.FailSend:
+		switch e.Step {
+		case dsclient.StepStream:
+			err = fmt.Errorf("opening session stream to replica %d: %w", r.id, e.Err)
+		case dsclient.StepHello:
+			err = fmt.Errorf("greeting replica %d: %w", r.id, e.Err)
+		case dsclient.StepActivate:
+			err = fmt.Errorf("activating replica %d: %w", r.id, e.Err)
+		default:
+			err = fmt.Errorf("asking replica %d for extent versions: %w", r.id, e.Err)
+		}
+	case dsclient.FailReceive:
+		switch e.Step {
+		case dsclient.StepHello:
+			err = fmt.Errorf("reading hello reply from replica %d: %w", r.id, e.Err)
+		case dsclient.StepActivate:
+			err = fmt.Errorf("reading activation reply from replica %d: %w", r.id, e.Err)
+		default:
+			err = fmt.Errorf("reading extent versions from replica %d: %w", r.id, e.Err)
+		}
+	case dsclient.FailRefused:
+		if e.Step == dsclient.StepHello {
+			err = fmt.Errorf("replica %d (%s) refused hello: %w", r.id, r.target, e.Err)
+		} else {
+			err = fmt.Errorf("replica %d (%s) refused generation %d: %w", r.id, r.target, e.Gen, e.Err)
+		}
+	case dsclient.FailFenced:
+		err = fmt.Errorf("replica %d was activated by generation %d: %w", r.id, e.ByGen, ErrFenced)
+	default:
+		err = fmt.Errorf("replica %d answered %v with %v", r.id, e.Step, e.Got)
+	}
+	if s := e.Sentinel(); s != nil {
+		err = fmt.Errorf("%w: %w", s, err)
+	}
+	return err
+}
+
+// stepError is the failed step behind err, or nil.
+func stepError(err error) *dsclient.Error {
+	var e *dsclient.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
 }
 
 // await reports the negotiated region and returns the generation to
@@ -142,27 +166,6 @@ func (r *replica) await(ctx context.Context, region wire.RegionInfo) (ids.Genera
 		return 0, errSessionEnded
 	}
 	return u.gen, nil
-}
-
-// extentVersions reads every extent's version.
-func (r *replica) extentVersions(enc *wire.Encoder, dec replyReader, region wire.RegionInfo) ([]wire.ExtentVersion, error) {
-	versions := make([]wire.ExtentVersion, 0, region.ExtentCount)
-	for uint32(len(versions)) < region.ExtentCount {
-		req := &wire.ExtentVersionsRequest{JobID: versionsJobID, First: ids.ExtentID(len(versions))}
-		if err := enc.Encode(req); err != nil {
-			return nil, fmt.Errorf("asking replica %d for extent versions: %w", r.id, err)
-		}
-		m, err := dec.Next()
-		if err != nil {
-			return nil, fmt.Errorf("reading extent versions from replica %d: %w", r.id, err)
-		}
-		ev, ok := m.(*wire.ExtentVersions)
-		if !ok || ev.First != req.First || len(ev.Versions) == 0 {
-			return nil, fmt.Errorf("replica %d answered extent versions with %v", r.id, m.Type())
-		}
-		versions = append(versions, ev.Versions...)
-	}
-	return versions[:region.ExtentCount], nil
 }
 
 // activated reports an activated session: to Activate during activation,
