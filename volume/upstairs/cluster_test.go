@@ -22,6 +22,7 @@ import (
 	"tern/volume/ids"
 	"tern/volume/transport"
 	"tern/volume/upstairs/engine"
+	"tern/volume/volumetest"
 )
 
 // Test geometry: 8 extents of 64 blocks of 4 KiB (2 MiB).
@@ -221,6 +222,21 @@ func waitState(t testing.TB, u *Upstairs, r int, s engine.ReplicaState) {
 	var st ReplicaStatus
 	if !testwait.On(testTimeout, u.ReplicaStateChanged, func() bool { st = u.Status().Replicas[r]; return st.State == s }) {
 		t.Fatalf("timed out waiting for replica %d to be %v: %+v", r, s, st)
+	}
+}
+
+// stopAndWaitLeft stops downstairs r and waits until the upstairs has
+// seen it leave Active. A test that restarts it next and then waits for
+// Active must not find the old session still Active: that wait would
+// return before the upstairs noticed the restart at all.
+func stopAndWaitLeft(t testing.TB, cl *volumetest.Cluster, u *Upstairs, r int) {
+	t.Helper()
+	if err := cl.Stop(r); err != nil {
+		t.Fatal(err)
+	}
+	var st ReplicaStatus
+	if !testwait.On(testTimeout, u.ReplicaStateChanged, func() bool { st = u.Status().Replicas[r]; return st.State != engine.ReplicaActive }) {
+		t.Fatalf("timed out waiting for replica %d to leave Active after its downstairs stopped: %+v", r, st)
 	}
 }
 

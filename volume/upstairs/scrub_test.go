@@ -52,9 +52,7 @@ func TestScrubRewritesABitFlippedOnDisk(t *testing.T) {
 	if err := u.Activate(ctxT(t), 2); err != nil {
 		t.Fatalf("Activate: %v", err)
 	}
-	if err := cl.Stop(1); err != nil {
-		t.Fatal(err)
-	}
+	stopAndWaitLeft(t, cl, u, 1)
 	flipBit(t, cl.RegionDir(1), 130)
 	if err := cl.Start(1); err != nil {
 		t.Fatal(err)

@@ -287,9 +287,7 @@ func TestRestartedReplicaWithATornBlockIsRepairedNotReplayed(t *testing.T) {
 	}
 
 	// Replica 0 restarts after a power cut that tore block 7.
-	if err := cl.Stop(0); err != nil {
-		t.Fatal(err)
-	}
+	stopAndWaitLeft(t, cl, u, 0)
 	tear(t, cl, 0, 7, 3)
 	if err := cl.Start(0); err != nil {
 		t.Fatal(err)
