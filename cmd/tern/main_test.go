@@ -18,8 +18,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	ternBin = filepath.Join(dir, "tern")
-	// tern-control beside tern is what tern control (tern up --hosts) runs.
-	build := exec.Command("go", "build", "-o", dir+"/", ".", "tern/cmd/tern-control")
+	// The sibling binaries beside tern are what tern control, agent and
+	// bench run (tern up --hosts runs the first two).
+	build := exec.Command("go", "build", "-o", dir+"/", ".", "tern/cmd/tern-control", "tern/cmd/tern-agent", "tern/cmd/tern-bench")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)

@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"tern/cmd/internal/serve"
 )
 
 func init() { rootCmd.AddCommand(newVersionCmd()) }
@@ -15,39 +16,8 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print tern's module version and VCS revision",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), versionString())
+			fmt.Fprintln(cmd.OutOrStdout(), serve.BuildVersion())
 			return nil
 		},
 	}
-}
-
-// versionString reads the module version and, when the build recorded
-// them, the VCS revision, time and dirty flag.
-func versionString() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "tern (unknown version)"
-	}
-	s := "tern " + info.Main.Version
-	var rev, when, modified string
-	for _, kv := range info.Settings {
-		switch kv.Key {
-		case "vcs.revision":
-			rev = kv.Value
-		case "vcs.time":
-			when = kv.Value
-		case "vcs.modified":
-			modified = kv.Value
-		}
-	}
-	if rev != "" {
-		s += " revision " + rev
-		if modified == "true" {
-			s += "-dirty"
-		}
-		if when != "" {
-			s += " (" + when + ")"
-		}
-	}
-	return s + " " + info.GoVersion
 }

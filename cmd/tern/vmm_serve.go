@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -19,7 +17,6 @@ import (
 	"tern/cmd/internal/serve"
 	"tern/instance"
 	"tern/instance/api"
-	"tern/instance/apiv1"
 	"tern/internal/tlsconf"
 	"tern/migration"
 	"tern/volume/transport"
@@ -109,7 +106,7 @@ func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS 
 		return err
 	}
 	defer mln.Close()
-	versions, err := migrationProtocols()
+	versions, err := serve.MigrationProtocols()
 	if err != nil {
 		ln.Close()
 		return err
@@ -121,7 +118,7 @@ func serveVMM(cmd *cobra.Command, listen, migrationListen, certs string, apiTLS 
 	url := fmt.Sprintf("%s://%s", scheme, ln.Addr())
 	set := metrics.NewSet()
 	srv := api.NewServer(api.Config{Host: host, VolumeTLS: bundle.ClientConfig(""), Logger: log, Metrics: set,
-		Build: versionString(), MigrationAddr: mln.Addr().String(), MigrationVersions: versions,
+		Build: serve.BuildVersion(), MigrationAddr: mln.Addr().String(), MigrationVersions: versions,
 		APIURL: url, SameHostSocketPrefix: sameHostSocketPrefix()})
 	go acceptMigrations(mln, srv)
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ConnState: srv.ConnState}
@@ -194,27 +191,4 @@ func sameHostSocketPrefix() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return fmt.Sprintf("@tern-vmm-%d-%x-", os.Getpid(), b)
-}
-
-// MigrationProtocolsEnv is a test hook: a comma-separated list of
-// migration protocol versions this process offers and reports instead of
-// migration.SupportedVersions, so that a version mismatch can be produced
-// between two real processes (TERN_MIGRATION_PROTOCOLS=99).
-const MigrationProtocolsEnv = "TERN_MIGRATION_PROTOCOLS"
-
-// migrationProtocols reads MigrationProtocolsEnv; nil when unset.
-func migrationProtocols() ([]apiv1.MigrationVersion, error) {
-	v := os.Getenv(MigrationProtocolsEnv)
-	if v == "" {
-		return nil, nil
-	}
-	var out []apiv1.MigrationVersion
-	for f := range strings.SplitSeq(v, ",") {
-		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("%s=%q: want comma-separated protocol versions from 1 to 65535", MigrationProtocolsEnv, v)
-		}
-		out = append(out, apiv1.MigrationVersion(n))
-	}
-	return out, nil
 }

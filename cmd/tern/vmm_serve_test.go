@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"tern/cmd/internal/serve"
 	"tern/instance/apiv1"
 )
 
@@ -22,10 +23,10 @@ func TestMigrationProtocolsHook(t *testing.T) {
 		{"x", nil, false},
 		{"70000", nil, false},
 	} {
-		t.Setenv(MigrationProtocolsEnv, tc.env)
-		got, err := migrationProtocols()
+		t.Setenv(serve.MigrationProtocolsEnv, tc.env)
+		got, err := serve.MigrationProtocols()
 		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
-			t.Errorf("%s=%q: %v, %v; want %v (ok %v)", MigrationProtocolsEnv, tc.env, got, err, tc.want, tc.ok)
+			t.Errorf("%s=%q: %v, %v; want %v (ok %v)", serve.MigrationProtocolsEnv, tc.env, got, err, tc.want, tc.ok)
 		}
 	}
 }

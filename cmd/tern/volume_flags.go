@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"tern/internal/units"
-	"tern/volume/ec"
 	"tern/volume/layout"
 	"tern/volume/upstairs"
 	"tern/volume/wire"
@@ -47,14 +46,7 @@ type volumeFlags struct {
 const layoutReplicated = "replicated"
 
 // parseLayout reads --layout, or says what is wrong with it.
-func parseLayout(flag string) (layout.Layout, error) {
-	l, err := layout.Parse(flag)
-	if err != nil {
-		return layout.Layout{}, fmt.Errorf("--layout %q: want replicated or ec:K+M (K data shards from %d to %d, M parity from %d to %d)",
-			flag, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
-	}
-	return l, nil
-}
+func parseLayout(flag string) (layout.Layout, error) { return layout.ParseFlag("--layout", flag) }
 
 // registerLayout adds --layout to fs.
 func registerLayout(fs *pflag.FlagSet, flag *string) {

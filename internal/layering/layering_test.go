@@ -117,7 +117,7 @@ var rules = []rule{
 		why: "the control plane's contract is plain types: whoever speaks the control API links no etcd, agent, VMM or volume",
 	},
 	{
-		from: []string{"..."}, exceptFrom: []string{"agent", "control/...", "cmd/tern"}, mayNot: []string{"agent"},
+		from: []string{"..."}, exceptFrom: []string{"agent", "cmd/tern-agent"}, mayNot: []string{"agent"},
 		why: "the host agent sits under the control plane and above the vmm processes it spawns; nothing below knows it",
 	},
 	{
@@ -125,8 +125,13 @@ var rules = []rule{
 		why: "the network data plane knows programs, maps and devices, not VMs, migration or the control plane; the agent drives it (dataplane/vmtest, tests only, migrates real VMs across it)",
 	},
 	{
-		from: []string{"..."}, exceptFrom: []string{"cmd/tern"}, mayNot: []string{"bench"},
-		why: "bench holds the scenarios behind `tern bench`; only the command runs them",
+		from: []string{"..."}, exceptFrom: []string{"cmd/tern-bench", "bench/..."}, mayNot: []string{"bench/..."},
+		why: "bench holds the scenarios behind `tern bench`; only tern-bench runs them",
+	},
+	{
+		from:   []string{"cmd/tern", "cmd/internal/..."},
+		mayNot: []string{"control", "agent", "dataplane/...", "bench/...", "volume/sim", "volume/chaos", "volume/internal/fixes"},
+		why:    "the tern binary runs the vmm, downstairs and CLI processes: it links no control plane (etcd), agent (eBPF), benchmark or simulator; those are the tern-control, tern-agent and tern-bench binaries it execs",
 	},
 	{
 		from: []string{"..."}, exceptFrom: []string{"vmm/linuxtest"}, mayNot: []string{"vmm/kvm/kvmtest"},

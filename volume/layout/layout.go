@@ -2,6 +2,7 @@ package layout
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -41,6 +42,17 @@ func Parse(s string) (Layout, error) {
 		return Layout{}, err
 	}
 	return ErasureCoded(l), nil
+}
+
+// ParseFlag is Parse for a command-line flag's value: its error names
+// the flag and says what it takes, the same words for every command.
+func ParseFlag(flag, s string) (Layout, error) {
+	l, err := Parse(s)
+	if err != nil {
+		return Layout{}, fmt.Errorf("%s %q: want replicated or ec:K+M (K data shards from %d to %d, M parity from %d to %d)",
+			flag, s, ec.MinData, ec.MaxData, ec.MinParity, ec.MaxParity)
+	}
+	return l, nil
 }
 
 // String is the layout as Parse reads it.

@@ -191,7 +191,7 @@ func reexec(c config) int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		o.Files = append(o.Files, kvmhost.File{Host: path}, kvmhost.File{Host: filepath.Join(dir, "tern-control")})
+		o.Files = append(o.Files, kvmhost.File{Host: path}, kvmhost.File{Host: filepath.Join(dir, "tern-control")}, kvmhost.File{Host: filepath.Join(dir, "tern-agent")}, kvmhost.File{Host: filepath.Join(dir, "tern-bench")})
 		o.Env = append(os.Environ(), TernEnv+"="+path)
 	}
 	var runs []kvmhost.Options
@@ -376,14 +376,15 @@ func testTimeout(args []string) time.Duration {
 }
 
 // buildTern builds tern/cmd/tern into a new temporary directory, with
-// tern-control beside it (what tern control runs).
+// its sibling binaries beside it (tern-control, tern-agent, tern-bench:
+// what tern control, agent and bench run).
 func buildTern() (dir, path string, err error) {
 	dir, err = os.MkdirTemp("", "kvmtest-tern-")
 	if err != nil {
 		return "", "", fmt.Errorf("building tern: %w", err)
 	}
 	path = filepath.Join(dir, "tern")
-	out, err := exec.Command("go", "build", "-o", dir+"/", "tern/cmd/tern", "tern/cmd/tern-control").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "tern/cmd/tern", "tern/cmd/tern-control", "tern/cmd/tern-agent", "tern/cmd/tern-bench").CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", "", fmt.Errorf("building tern: %v\n%s", err, out)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/bench"
+	"tern/cmd/internal/serve"
 )
 
 func newBenchStartCmd() *cobra.Command {
@@ -26,7 +27,7 @@ timed in the same run. First on one vmm, then on --vmms at once. Needs
 /dev/kvm; refuses to run inside the emulated test host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tern, err := os.Executable()
+			tern, err := serve.TernBinary()
 			if err != nil {
 				return fmt.Errorf("finding the tern executable: %w", err)
 			}

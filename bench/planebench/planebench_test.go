@@ -1,4 +1,4 @@
-package bench
+package planebench
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"tern/bench"
 )
 
 // TestRunDataplaneReportsBothPaths runs the data-plane benchmark briefly
@@ -26,7 +28,7 @@ func TestRunDataplaneReportsBothPaths(t *testing.T) {
 		}
 	}
 	path := filepath.Join(t.TempDir(), "dataplane.json")
-	if err := WriteJSONFile(path, rep); err != nil {
+	if err := bench.WriteJSONFile(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tern/cmd/internal/serve"
 	"tern/volume/chaos"
 )
 
@@ -113,7 +114,7 @@ func newBenchCrashCmd() *cobra.Command {
 // withChaosCluster creates a cluster of this binary's downstairs in a
 // scratch directory, runs f and removes everything.
 func withChaosCluster(f func(*chaos.Cluster) error) error {
-	bin, err := os.Executable()
+	bin, err := serve.TernBinary()
 	if err != nil {
 		return fmt.Errorf("finding tern binary: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/bench"
+	"tern/cmd/internal/serve"
 )
 
 func newBenchBootCmd() *cobra.Command {
@@ -25,7 +26,7 @@ a vCPU run to HLT). Medians and 90th percentiles of wall time, CPU time and
 peak RSS. Needs /dev/kvm; refuses to run inside the emulated test host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tern, err := os.Executable()
+			tern, err := serve.TernBinary()
 			if err != nil {
 				return fmt.Errorf("finding the tern executable: %w", err)
 			}

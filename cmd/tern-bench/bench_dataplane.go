@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/bench"
+	"tern/bench/planebench"
 )
 
 func newBenchDataplaneCmd() *cobra.Command {
@@ -27,7 +28,7 @@ throughput_ratio and p99_ratio (eBPF / plain) at its top level beside the
 raw figures. Needs root.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			report, err := bench.RunDataplane(cmd.Context(), bench.DataplaneOptions{
+			report, err := planebench.RunDataplane(cmd.Context(), planebench.DataplaneOptions{
 				RoundTrips: roundTrips, Duration: duration, Progress: os.Stderr,
 			})
 			if err != nil {
