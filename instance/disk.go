@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tern/instance/apiv1"
+	"tern/internal/blockio"
 	"tern/vmm/devices"
 	"tern/volume"
 	"tern/volume/ec"
@@ -24,7 +25,7 @@ import (
 type disk struct {
 	// Immutable after openDisk.
 	spec    apiv1.DiskSpec
-	backend devices.BlockBackend
+	backend blockio.Device
 	file    *devices.FileBackend
 	// up is a volume disk's volume, replicated or erasure-coded; nil
 	// for a file disk.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"tern/instance/apiv1"
+	"tern/internal/blockio"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
@@ -35,7 +36,7 @@ type MachineConfig struct {
 	Spec apiv1.Spec
 	// Disks back the virtio-blk devices, one per disk of the spec, in
 	// its order. The caller owns them.
-	Disks  []devices.BlockBackend
+	Disks  []blockio.Device
 	Logger *slog.Logger
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"tern/internal/blockio"
 	"tern/vmm/acpi"
 	"tern/vmm/boot"
 	"tern/vmm/devices"
@@ -43,11 +44,11 @@ type Config struct {
 	VCPUs int
 	// Disk, when set, backs a virtio-blk device at VirtioBlkBase: the
 	// same as Disks with it alone. Give Disk or Disks, not both.
-	Disk devices.BlockBackend
+	Disk blockio.Device
 	// Disks back one virtio-blk device each, Disks[i] at VirtioBlkAddr(i)
 	// (vda, vdb, …), at most MaxDisks. The caller owns them and closes
 	// them after the VM.
-	Disks []devices.BlockBackend
+	Disks []blockio.Device
 	// NICs are the network cards, virtio-net on TAP interfaces, NICs[j]
 	// in slot NICSlot(j) (VirtioSlotAddr), at most MaxNICs (nics.go).
 	NICs []NIC
@@ -104,9 +105,9 @@ var mmioWindows = []struct {
 func VirtioBlkAddr(i int) uint64 { return VirtioSlotAddr(i) }
 
 // disks returns the backends of the config's disks, in slot order.
-func (c *Config) disks() []devices.BlockBackend {
+func (c *Config) disks() []blockio.Device {
 	if c.Disk != nil {
-		return []devices.BlockBackend{c.Disk}
+		return []blockio.Device{c.Disk}
 	}
 	return c.Disks
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"tern/internal/blockio"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
@@ -20,7 +21,7 @@ import (
 // recordingBackend wraps a backend and records the buffers it was handed
 // and the flushes.
 type recordingBackend struct {
-	devices.BlockBackend
+	blockio.Device
 	mu      sync.Mutex
 	buffers [][2]uintptr // [start, end) of every ReadAt/WriteAt buffer
 	flushes int
@@ -35,19 +36,19 @@ func (b *recordingBackend) record(p []byte) {
 
 func (b *recordingBackend) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	b.record(p)
-	return b.BlockBackend.ReadAt(ctx, p, off)
+	return b.Device.ReadAt(ctx, p, off)
 }
 
 func (b *recordingBackend) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	b.record(p)
-	return b.BlockBackend.WriteAt(ctx, p, off)
+	return b.Device.WriteAt(ctx, p, off)
 }
 
 func (b *recordingBackend) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	b.flushes++
 	b.mu.Unlock()
-	return b.BlockBackend.Flush(ctx)
+	return b.Device.Flush(ctx)
 }
 
 func TestDiskGuestPassesOnAFileAndTheFileHoldsItsPattern(t *testing.T) {
@@ -62,7 +63,7 @@ func TestDiskGuestPassesOnAFileAndTheFileHoldsItsPattern(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer file.Close()
-	disk := &recordingBackend{BlockBackend: file}
+	disk := &recordingBackend{Device: file}
 	vm := newVM(t, vmm.Config{Guest: "disk", Disk: disk, Params: &guests.Params{Sectors: sectors}})
 	con := newConsole(t, vm)
 	r := wait(t, start(t, vm))
@@ -125,7 +126,7 @@ func TestEachDiskIsItsOwnDevice(t *testing.T) {
 	const sectors = 64
 	dir := t.TempDir()
 	var paths []string
-	var disks []devices.BlockBackend
+	var disks []blockio.Device
 	for i := range 3 {
 		p := filepath.Join(dir, fmt.Sprintf("disk%d.img", i))
 		if err := os.WriteFile(p, make([]byte, 256<<10), 0o644); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/internal/blockio"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/guests"
@@ -272,8 +273,8 @@ func TestNewRejectsEachBadConfigWithOneError(t *testing.T) {
 
 // disks returns n backends that serve nothing: the configs that use them
 // are rejected before any IO.
-func disks(n int) []devices.BlockBackend {
-	out := make([]devices.BlockBackend, n)
+func disks(n int) []blockio.Device {
+	out := make([]blockio.Device, n)
 	for i := range out {
 		out[i] = unusedDisk{}
 	}
@@ -281,7 +282,7 @@ func disks(n int) []devices.BlockBackend {
 }
 
 // unusedDisk is a backend no test reaches.
-type unusedDisk struct{ devices.BlockBackend }
+type unusedDisk struct{ blockio.Device }
 
 // TestLinuxVMWiresItsDisksAndCloseUnwiresThem builds (but does not boot)
 // a Linux VM with two file disks: each gets an irqfd on its slot's GSI,
@@ -291,7 +292,7 @@ type unusedDisk struct{ devices.BlockBackend }
 func TestLinuxVMWiresItsDisksAndCloseUnwiresThem(t *testing.T) {
 	kvmtest.Require(t)
 	g := linuxtest.Files(t)
-	var backends []devices.BlockBackend
+	var backends []blockio.Device
 	for i := range 2 {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("disk%d.img", i))
 		if err := os.WriteFile(path, make([]byte, 1<<20), 0o644); err != nil {

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"tern/internal/blockio"
 	"tern/vmm/acpi"
 	"tern/vmm/boot"
-	"tern/vmm/devices"
 	"tern/vmm/kvm"
 	"tern/vmm/memory"
 )
@@ -73,7 +73,7 @@ func TestWriteACPIDescribesTheVCPUsAndTheOccupiedSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mem.Close()
-	cfg := Config{VCPUs: 3, Disks: make([]devices.BlockBackend, 2)}
+	cfg := Config{VCPUs: 3, Disks: make([]blockio.Device, 2)}
 	if err := writeACPI(mem, cfg); err != nil {
 		t.Fatal(err)
 	}

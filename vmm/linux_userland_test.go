@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/internal/blockio"
 	"tern/vmm"
 	"tern/vmm/devices"
 	"tern/vmm/kvm/kvmtest"
@@ -47,11 +48,11 @@ func TestLinuxUserlandRunsItsShell(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { file.Close() })
-	disk := &recordingBackend{BlockBackend: file}
+	disk := &recordingBackend{Device: file}
 	vm := newVM(t, vmm.Config{
 		Linux:       &vmm.LinuxGuest{Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
 		MemoryBytes: 256 << 20,
-		Disks:       []devices.BlockBackend{disk},
+		Disks:       []blockio.Device{disk},
 	})
 	sh := linuxtest.NewUARTShell(vm.Serial())
 	defer sh.Close()

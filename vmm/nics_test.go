@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"tern/internal/blockio"
 	"tern/vmm/devices"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/tap/taptest"
@@ -123,7 +124,7 @@ func TestNICSitsInItsSlotOnItsTAPUntilClose(t *testing.T) {
 }
 
 func TestNICSlotsAreInUseForTheDSDT(t *testing.T) {
-	cfg := Config{Disks: make([]devices.BlockBackend, 2), NICs: []NIC{{TAP: "a"}, {TAP: "b"}}}
+	cfg := Config{Disks: make([]blockio.Device, 2), NICs: []NIC{{TAP: "a"}, {TAP: "b"}}}
 	got := cfg.virtioSlotsInUse()
 	want := []int{0, 1, NICSlot(0), NICSlot(1)}
 	if len(got) != len(want) {

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"tern/internal/blockio"
 	"tern/vmm"
-	"tern/vmm/devices"
 	"tern/vmm/guests"
 	"tern/vmm/kvm/kvmtest"
 	"tern/volume/extent"
@@ -41,9 +41,9 @@ func TestDiskGuestOnAThreeReplicaVolume(t *testing.T) {
 	if err := up.Activate(ctx, ids.Generation(1)); err != nil {
 		t.Fatalf("activating the volume: %v", err)
 	}
-	// An activated volume is a BlockBackend as it is: its geometry
+	// An activated volume is a blockio.Device as it is: its geometry
 	// is known.
-	var disk devices.BlockBackend = up
+	var disk blockio.Device = up
 	vm := newVM(t, vmm.Config{Guest: "disk", Disk: disk, Params: &guests.Params{Sectors: sectors}})
 	con := newConsole(t, vm)
 	r := wait(t, start(t, vm))

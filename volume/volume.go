@@ -6,33 +6,24 @@ import (
 	"fmt"
 	"time"
 
+	"tern/internal/blockio"
+
 	"tern/volume/ids"
 	"tern/volume/reconcile"
 )
 
-// Volume is a block volume, whichever its layout. Calls may run
-// concurrently. Offsets and lengths are multiples of BlockSize (else
-// ErrUnaligned) within SizeBytes (else ErrOutOfRange).
-//
-// ReadAt reads straight into p, and WriteAt returns only once p is no
-// longer needed, so a caller may hand over guest memory in place. A write
-// is complete when WriteAt returns; Flush makes every write completed
-// before it durable.
+// Volume is a block volume, whichever its layout: the block IO every
+// device offers (blockio.Device: ReadAt, WriteAt, Flush, BlockSize,
+// SizeBytes; here a range outside SizeBytes fails with ErrOutOfRange and
+// one not aligned to BlockSize with ErrUnaligned), and what a volume adds
+// to it. Calls may run concurrently.
 type Volume interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
-	Flush(ctx context.Context) error
+	blockio.Device
 	// Discard says the range's contents are no longer needed; it reads
 	// back as zeroes afterwards. WriteZeroes makes the range read back
 	// as zeroes. Both write zeroes for now (no wire operation yet).
 	Discard(ctx context.Context, off, length int64) error
 	WriteZeroes(ctx context.Context, off, length int64) error
-
-	// SizeBytes is the client-visible size and BlockSize the block size
-	// in bytes; both are 0 until the geometry is known (configured, or
-	// agreed at activation).
-	SizeBytes() uint64
-	BlockSize() int
 
 	// Activate takes the volume's downstairs at generation gen (fencing
 	// every lower one) and reconciles them; IO is refused before.

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tern/cmd/internal/serve"
+	"tern/internal/blockio"
 	"tern/internal/units"
 	"tern/vmm"
 	"tern/vmm/devices"
@@ -171,7 +172,7 @@ func runVM(cmd *cobra.Command, f *vmmRunFlags) error {
 var errTimeout = errors.New("--timeout expired")
 
 // openDisk opens --disk's backend; the returned close frees it.
-func openDisk(ctx context.Context, f *vmmRunFlags, log *slog.Logger) (devices.BlockBackend, func(), error) {
+func openDisk(ctx context.Context, f *vmmRunFlags, log *slog.Logger) (blockio.Device, func(), error) {
 	kind, arg, _ := strings.Cut(f.disk, ":")
 	if kind != "volume" && (f.volume.certs != "" || f.volume.gen != 0) {
 		return nil, nil, fmt.Errorf("--certs and --gen are for --disk volume:A,B,C only")

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"tern/vmm/devices"
+	"tern/internal/blockio"
 	"tern/volume/upstairs"
 )
 
@@ -13,7 +13,7 @@ import (
 // as the VM's disk, the way the volume commands do: probe the replicas,
 // then activate with all three or, after the quorum wait, two. The
 // returned close flushes and closes the volume.
-func openVolumeDisk(ctx context.Context, f *vmmRunFlags, targets []string, log *slog.Logger) (devices.BlockBackend, func(), error) {
+func openVolumeDisk(ctx context.Context, f *vmmRunFlags, targets []string, log *slog.Logger) (blockio.Device, func(), error) {
 	vf := &f.volume
 	vf.targets = targets
 	vf.quorumWait = upstairs.DefaultActivationQuorumWait

@@ -6,24 +6,7 @@ import (
 	"os"
 )
 
-// BlockBackend is the storage behind a virtio-blk device: a local file
-// (FileBackend), or a volume (any tern/volume.Volume has these methods;
-// the VMM does not import the volume, so the device states only what it
-// uses). ReadAt and WriteAt receive slices of guest memory and must not
-// retain them after returning. Offsets and lengths the device passes are
-// multiples of BlockSize.
-type BlockBackend interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
-	Flush(ctx context.Context) error
-	// BlockSize is the backend's block size in bytes (a power of two, at
-	// least 512).
-	BlockSize() int
-	// SizeBytes is the disk's size, a multiple of BlockSize.
-	SizeBytes() uint64
-}
-
-// FileBackend is a BlockBackend over a local file, read and written with
+// FileBackend is a block device (blockio.Device) over a local file, read and written with
 // pread/pwrite straight into and out of the caller's slices.
 type FileBackend struct {
 	// Immutable after construction.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"tern/internal/blockio"
 	"tern/vmm/memory"
 )
 
@@ -47,11 +48,11 @@ const (
 // errBadRequest marks a request the device answers with an IO error.
 var errBadRequest = errors.New("bad virtio-blk request")
 
-// VirtioBlk is a virtio-blk device over a BlockBackend, serving one
+// VirtioBlk is a virtio-blk device over a blockio.Device, serving one
 // request queue.
 type VirtioBlk struct {
 	// Immutable after construction.
-	backend BlockBackend
+	backend blockio.Device
 	name    string
 	mem     *memory.Memory
 
@@ -62,7 +63,7 @@ type VirtioBlk struct {
 
 // NewVirtioBlk returns a block device named name (GET_ID's answer,
 // truncated to 20 bytes) over backend, serving guest memory mem.
-func NewVirtioBlk(backend BlockBackend, name string, mem *memory.Memory) *VirtioBlk {
+func NewVirtioBlk(backend blockio.Device, name string, mem *memory.Memory) *VirtioBlk {
 	return &VirtioBlk{backend: backend, name: name, mem: mem, bounce: make([]byte, backend.BlockSize())}
 }
 

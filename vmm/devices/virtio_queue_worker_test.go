@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"tern/internal/blockio"
 	"tern/vmm/kvm"
 )
 
@@ -79,7 +80,7 @@ func (n *eventfdNotifiers) kick() {
 
 // gatedBackend holds each Flush until the test releases it.
 type gatedBackend struct {
-	BlockBackend
+	blockio.Device
 	entered chan struct{} // receives when a Flush has begun
 	release chan struct{} // a send lets one Flush return
 }
@@ -87,7 +88,7 @@ type gatedBackend struct {
 func (b *gatedBackend) Flush(ctx context.Context) error {
 	b.entered <- struct{}{}
 	<-b.release
-	return b.BlockBackend.Flush(ctx)
+	return b.Device.Flush(ctx)
 }
 
 // asyncDriver is a test driver of a transport on the asynchronous path,
@@ -99,10 +100,10 @@ type asyncDriver struct {
 	blk       *VirtioBlk
 }
 
-func newAsyncDriver(t *testing.T, wrap func(BlockBackend) BlockBackend) *asyncDriver {
+func newAsyncDriver(t *testing.T, wrap func(blockio.Device) blockio.Device) *asyncDriver {
 	t.Helper()
 	d, backend := newTestDisk(t, 512, 1<<20)
-	var be BlockBackend = backend
+	var be blockio.Device = backend
 	if wrap != nil {
 		be = wrap(be)
 	}
@@ -191,7 +192,7 @@ func TestAsyncQueueIsServedOnItsWorkerWokenByItsNotifier(t *testing.T) {
 
 func TestQuiesceWaitsForTheFlushInFlightAndHoldsTheNextRequest(t *testing.T) {
 	gate := &gatedBackend{entered: make(chan struct{}), release: make(chan struct{})}
-	a := newAsyncDriver(t, func(b BlockBackend) BlockBackend { gate.BlockBackend = b; return gate })
+	a := newAsyncDriver(t, func(b blockio.Device) blockio.Device { gate.Device = b; return gate })
 	a.setUp(FeatureVersion1 | FeatureFlush)
 	before := a.publish([]rawDesc{a.header(BlkTypeFlush, 0), a.status()}, true)
 	a.notifiers.kick()
