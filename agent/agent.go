@@ -211,7 +211,7 @@ func (a *Agent) getInventory(w http.ResponseWriter, r *http.Request) {
 func (a *Agent) Inventory() agentapi.Inventory {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	inv := agentapi.Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: a.invGen.Load(), Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
+	inv := agentapi.Inventory{HostID: a.cfg.HostID, Address: a.cfg.Address, Gen: agentapi.InventoryGen(a.invGen.Load()), Registered: a.registered, CPUs: a.cfg.CPUs, MemoryMiB: a.cfg.MemoryMiB,
 		Version: a.cfg.Version, VMMs: []agentapi.VMMStatus{}, Regions: []agentapi.Region{}}
 	for _, v := range a.vmms {
 		inv.VMMs = append(inv.VMMs, v.status)

@@ -86,7 +86,7 @@ func (c *Client) Inventory(ctx context.Context) (Inventory, error) {
 
 // InventoryAfter waits (a bounded long-poll) for an inventory newer than
 // generation gen and returns it; after the bound, the current one.
-func (c *Client) InventoryAfter(ctx context.Context, gen uint64) (Inventory, error) {
+func (c *Client) InventoryAfter(ctx context.Context, gen InventoryGen) (Inventory, error) {
 	var v Inventory
 	return v, c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/inventory?after_gen=%d", gen), nil, &v)
 }

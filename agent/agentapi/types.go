@@ -6,13 +6,18 @@ import (
 	"tern/instance/apiv1"
 )
 
+// InventoryGen numbers the versions of a host's inventory the agent
+// publishes: a publish counter, not a fencing generation
+// (ids.Generation) nor an instance view's (apiv1.ViewGen).
+type InventoryGen uint64
+
 // Inventory is what a host offers and runs.
 type Inventory struct {
 	HostID  string `json:"host_id"`
 	Address string `json:"address"`
 	// Gen counts the inventory's changes since the agent started (GET
 	// /v1/inventory?after_gen=N waits for a newer one).
-	Gen uint64 `json:"gen"`
+	Gen InventoryGen `json:"gen"`
 	// Registered is set once the control plane took the host's
 	// registration.
 	Registered bool `json:"registered"`

@@ -196,7 +196,7 @@ func copyUpConsole(ctx context.Context, url string, offset uint64, out io.Writer
 // until the control plane took its registration.
 func waitRegistered(ctx context.Context, url string) error {
 	a := agentapi.NewClient(url, nil)
-	var gen uint64
+	var gen agentapi.InventoryGen
 	for {
 		inv, err := a.InventoryAfter(ctx, gen)
 		if err != nil {
