@@ -204,7 +204,7 @@ func watchAgents(t testing.TB, c *cluster) *agentWatch {
 
 // follow long-polls host id's agent (whichever process it is now).
 func (w *agentWatch) follow(ctx context.Context, c *cluster, id string) {
-	var gen uint64
+	var gen agentapi.InventoryGen
 	var from *proctest.Proc
 	for ctx.Err() == nil {
 		p := c.agent(id)
