@@ -6,33 +6,13 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/spf13/cobra"
-
 	"tern/cmd/internal/serve"
 )
 
 var logLevel string
 
 func main() {
-	root := &cobra.Command{
-		Use:           "tern",
-		Short:         "tern's host agent (run as tern agent)",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log level: debug, info, warn or error (default "+serve.ServerLogLevel+" for servers)")
+	root := serve.NewRoot("tern's host agent (run as tern agent)", serve.ServerLogLevel, &logLevel)
 	root.AddCommand(newAgentCmd())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := root.ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tern: %v\n", err)
-		os.Exit(1)
-	}
+	serve.Main(root, "tern")
 }

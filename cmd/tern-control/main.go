@@ -7,14 +7,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -25,15 +22,7 @@ import (
 
 var logLevel string
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newControlCmd().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "tern control: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { serve.Main(newControlCmd(), "tern control") }
 
 // controlCrashEnv, for fault-injection tests, makes tern control SIGKILL
 // itself at a saga point ("before:STEP" or "after:STEP").
@@ -52,9 +41,7 @@ embedded single member in --data-dir by default, or the cluster at
 elected in etcd; the others forward writes to it). The leader resumes or
 unwinds every saga in flight. The first line on stdout is
 "listening on URL".`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := serve.Logger(logLevel, serve.ServerLogLevel)
 			if err != nil {
