@@ -15,9 +15,9 @@ import (
 
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/instance/runner"
 	"tern/internal/kvmhost"
 	"tern/internal/tlsconf"
-	"tern/migration/runner"
 	"tern/vmm/guests"
 	"tern/vmm/kvm"
 )

@@ -14,8 +14,8 @@ import (
 
 	"tern/agent/agentapi"
 	"tern/instance/apiv1"
+	"tern/instance/runner"
 	"tern/internal/httpjson"
-	"tern/migration/runner"
 )
 
 // Saga states.

@@ -12,7 +12,7 @@
 // VM's state as entries of kind, version and bytes, each device encoding
 // its own: devices.Stateful). This package carries those entries without
 // reading them. The runner that drives a
-// migration between two VMMs through their APIs is migration/runner; the
+// migration between two VMMs through their APIs is instance/runner; the
 // black-box tests of `tern migrate` are migration/migratetest.
 //
 // # Protocol

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"tern/migration/runner"
+	"tern/instance/runner"
 )
 
 func init() { rootCmd.AddCommand(newMigrateCmd()) }

@@ -8,8 +8,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"tern/instance/apiv1"
+	"tern/instance/runner"
 	"tern/internal/units"
-	"tern/migration/runner"
 )
 
 // migratePrinter shows a migration's events as tern migrate prints them: a

@@ -13,7 +13,7 @@
 //
 // Invariants:
 //   - It imports the standard library and tern/volume/ids only, so a
-//     client (instance/client, migration/runner, the agent, the control
+//     client (instance/client, instance/runner, the agent, the control
 //     plane) links the contract and not the VMM, the migration engines or
 //     the volume (internal/layering enforces this).
 //   - The JSON keys are the API's and are checked by outside tests: a

@@ -4,5 +4,5 @@
 // errors.As or IsCode instead of parsing messages.
 //
 // Driving a live migration between two servers with this client is
-// migration/runner's (what `tern migrate` and `tern bench migrate` run).
+// instance/runner's (what `tern migrate` and `tern bench migrate` run).
 package client

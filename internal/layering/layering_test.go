@@ -82,11 +82,11 @@ var rules = []rule{
 		why: "the undoable fixes are a table of flags the decision cores read; it imports nothing of tern",
 	},
 	{
-		from: []string{"migration"}, mayNot: []string{"instance", "instance/api", "instance/client", "migration/runner", "bench/...", "cmd/..."},
+		from: []string{"migration"}, mayNot: []string{"instance", "instance/api", "instance/client", "instance/runner", "bench/...", "cmd/..."},
 		why: "the migration protocol and engines sit under the instance controller that drives them; they see the VM through vmm's migration.go",
 	},
 	{
-		from: []string{"vmm/..."}, mayNot: []string{"migration/runner"}, tests: true,
+		from: []string{"vmm/..."}, mayNot: []string{"instance/runner"}, tests: true,
 		why: "the runner drives two VMMs through their APIs; the VMM does not know it",
 	},
 	{
@@ -94,7 +94,7 @@ var rules = []rule{
 		why: "the instance API's contract is plain types: it imports nothing of tern but the volume's id types, so whoever speaks the API links no controller, engine, VMM or volume",
 	},
 	{
-		from:   []string{"instance/client", "migration/runner"},
+		from:   []string{"instance/client", "instance/runner"},
 		mayNot: []string{"..."}, except: []string{"instance/apiv1", "instance/client", "volume/ids"},
 		why: "a client of the instance API links its contract (instance/apiv1), never the controller, the API server, the migration engines, the VMM or the volume",
 	},
@@ -106,7 +106,7 @@ var rules = []rule{
 	{
 		from:   []string{"control", "control/quorum"},
 		mayNot: []string{"vmm/...", "migration", "instance", "instance/api", "volume/...", "dataplane/...", "agent"}, except: []string{"volume/ids"},
-		why: "the control plane speaks to agents and vmms through their contracts (agent/agentapi, instance/apiv1, instance/client, migration/runner); it links no VMM, migration engine, volume or data plane",
+		why: "the control plane speaks to agents and vmms through their contracts (agent/agentapi, instance/apiv1, instance/client, instance/runner); it links no VMM, migration engine, volume or data plane",
 	},
 	{
 		from: []string{"..."}, exceptFrom: []string{"control/...", "cmd/tern-control"}, mayNot: []string{"control/..."}, except: []string{"control/controlapi"},
