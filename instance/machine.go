@@ -112,6 +112,8 @@ func guestParamsFor(s apiv1.Spec) (*guests.Params, uint64) {
 		// the pattern of seed + K.
 		p.Seed, p.Sectors, p.Passes = g.Params["seed"], g.Params["sectors"], g.Params["passes"]
 		p.VirtioBase = vmm.VirtioBlkAddr(int(g.Params["device"]))
+	case "hello":
+		p.HelloFault = g.Params["hello_fault"]
 	}
 	return p, rate
 }

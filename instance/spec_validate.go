@@ -51,6 +51,9 @@ const dirtyMemStartMiB = 4
 var guestParams = map[string][]string{
 	"dirty": {"mem_mib", "working_set_mib", "dirty_mib_per_sec", "verify_every_sec", "idle"},
 	"disk":  {"seed", "sectors", "device", "passes"},
+	// hello_fault makes hello fault on purpose (vmm/guests.HelloFault*):
+	// how a crash's report is seen through the API.
+	"hello": {"hello_fault"},
 }
 
 // idPattern is compiled at its first use: its 128 repeats make a program

@@ -80,7 +80,8 @@ func TestValidateReportsEachProblem(t *testing.T) {
 		{"missing guest file", func(s *apiv1.Spec) { s.Guest.Path = "/no/such.elf" }, nil, []string{"no such file"}},
 		{"params on a file", func(s *apiv1.Spec) { s.Guest.Path = file; s.Guest.Params = map[string]uint64{"seed": 1} }, nil,
 			[]string{"only built-in guests"}},
-		{"hello takes none", func(s *apiv1.Spec) { s.Guest.Params = map[string]uint64{"x": 1} }, nil, []string{"takes no parameters"}},
+		{"echo takes none", func(s *apiv1.Spec) { s.Guest.Path = "echo"; s.Guest.Params = map[string]uint64{"x": 1} }, nil, []string{"takes no parameters"}},
+		{"hello takes hello_fault only", func(s *apiv1.Spec) { s.Guest.Params = map[string]uint64{"x": 1} }, nil, []string{"it takes hello_fault"}},
 		{"dirty too big", func(s *apiv1.Spec) {
 			s.Guest.Path = "dirty"
 			s.Guest.Params = map[string]uint64{"mem_mib": 100, "working_set_mib": 200}

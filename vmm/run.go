@@ -41,6 +41,7 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 		}
 	}
 	vm.mu.Unlock()
+	vm.note("running")
 	vm.log.Debug("VM running", "vcpus", len(running))
 
 	ended := make(chan *vcpu.VCPU, len(running))
@@ -75,6 +76,10 @@ func (vm *VM) Run(ctx context.Context) (status uint32, err error) {
 		}
 	}
 	watchers.Wait()
+	if isCrash(cause) {
+		cause = &CrashError{Err: cause, Report: vm.crashReport(running)}
+		vm.log.Error("VM crashed", "err", cause)
+	}
 	if s, ok := vm.debugExit.Status(); ok {
 		vm.log.Debug("guest exited", "status", s)
 		return s, nil
@@ -114,6 +119,7 @@ func (vm *VM) Pause() error {
 			return fmt.Errorf("pausing VM: %w", err)
 		}
 	}
+	vm.note("paused")
 	return nil
 }
 
@@ -137,6 +143,7 @@ func (vm *VM) Resume() error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("resuming VM: %w", err)
 	}
+	vm.note("resumed")
 	return nil
 }
 

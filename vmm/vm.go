@@ -86,6 +86,13 @@ type VM struct {
 	// paused is set by Pause and cleared by Resume (before Run too, with
 	// startPaused).
 	paused bool
+
+	// histMu guards history: what was done to the VM, for a crash report
+	// (crash_report.go); historyDropped counts the events between its
+	// first and last ones that it no longer holds.
+	histMu         sync.Mutex
+	history        []HistoryEvent
+	historyDropped int
 }
 
 // New validates cfg, reporting every problem at once, then builds the VM:
@@ -155,6 +162,11 @@ func newVM(cfg Config, opts buildOptions) (_ *VM, err error) {
 	}
 	if err := vm.build(cfg, img); err != nil {
 		return nil, err
+	}
+	if opts.loadImage {
+		vm.note(fmt.Sprintf("booted (%d vCPUs)", max(cfg.VCPUs, 1)))
+	} else {
+		vm.note(fmt.Sprintf("built as a migration target (%d vCPUs)", max(cfg.VCPUs, 1)))
 	}
 	return vm, nil
 }

@@ -179,6 +179,7 @@ func (vm *VM) RestoreState(list []DeviceState) error {
 	if err := vm.restoreState(list); err != nil {
 		return fmt.Errorf("restoring the VM's state: %w", err)
 	}
+	vm.note("restored from a migration")
 	return nil
 }
 

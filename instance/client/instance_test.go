@@ -13,6 +13,7 @@ import (
 
 	"tern/instance/apiv1"
 	"tern/instance/client"
+	"tern/vmm/guests"
 )
 
 func echoSpec(id string) apiv1.Spec {
@@ -383,5 +384,35 @@ func TestBadInputIsRejectedAndNothingRuns(t *testing.T) {
 	}
 	if _, err := c.Get(ctx); !client.IsCode(err, apiv1.CodeNoInstance) {
 		t.Fatalf("after the bad ensures: %v; want still no instance", err)
+	}
+}
+
+// TestATripleFaultFailsTheInstanceWithItsCrashReport runs hello with
+// hello_fault 6 (a triple fault at CPL0) through the API: the instance
+// fails, and its error, as GET /v1/instance returns it, carries the
+// crash report after the cause.
+func TestATripleFaultFailsTheInstanceWithItsCrashReport(t *testing.T) {
+	p := startVMM(t, "")
+	c, ctx := p.client, ctx(t)
+	spec := apiv1.Spec{ID: "crash", Name: "hello", VCPUs: 1, MemoryMiB: 64,
+		Guest: apiv1.GuestSpec{Kind: apiv1.GuestELF, Path: "hello", Params: map[string]uint64{"hello_fault": guests.HelloFaultTriple}},
+		Init:  apiv1.InitSpec{Method: apiv1.InitSpecMethod}}
+	if _, err := c.Ensure(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RequestState(ctx, apiv1.Run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFor(ctx, 0, func(s apiv1.View) bool { return s.State == apiv1.Failed }); err != nil {
+		t.Fatalf("waiting for the instance to fail: %v", err)
+	}
+	v, err := c.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"triple-faulted (KVM_EXIT_SHUTDOWN)", "crash report:", "history:", "booted", "vCPU 0: mp=", "idt=0x0/0x0", "last exits:"} {
+		if !strings.Contains(v.Error, want) {
+			t.Errorf("the instance's error lacks %q:\n%s", want, v.Error)
+		}
 	}
 }

@@ -76,6 +76,10 @@ const (
 	HelloFaultNonCanonical = 3 // #GP: a load from a non-canonical address
 	HelloFaultPage         = 4 // #PF: a load from unmapped 0x100000000
 	HelloFaultPort         = 5 // #GP: a port the TSS's IO bitmap denies
+	// HelloFaultTriple is a triple fault: the handler of a ud2 loads an
+	// empty IDT and faults again at CPL0, and the CPU shuts down
+	// (KVM_EXIT_SHUTDOWN) with nothing printed.
+	HelloFaultTriple = 6
 )
 
 // ExceptionStatus is the exit status of a guest that took the exception

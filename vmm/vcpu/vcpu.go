@@ -83,6 +83,10 @@ type VCPU struct {
 	// exited is set, and err recorded, just before the goroutine ends.
 	exited bool
 	err    error
+
+	// exits are the last exits from KVM_RUN, for a crash report; only the
+	// goroutine touches them until it has ended (LastExits).
+	exits exitHistory
 }
 
 // Start starts the vCPU's goroutine, which creates the vCPU (cfg.Create)
@@ -152,6 +156,9 @@ func (v *VCPU) run() error {
 		exit, err := v.cpu.Run()
 		if err != nil {
 			return err
+		}
+		if exit != kvm.ExitIO && exit != kvm.ExitMMIO {
+			v.exits.record(Exit{Reason: exit})
 		}
 		switch exit {
 		case kvm.ExitIntr: // kicked: the checkpoint says why
@@ -254,6 +261,7 @@ func (v *VCPU) handleIO() error {
 	if err != nil {
 		return err
 	}
+	v.exits.record(Exit{Reason: kvm.ExitIO, Write: io.Out, Addr: uint64(io.Port)})
 	size := uint32(io.Size)
 	for i := range io.Count {
 		d := io.Data[i*size : (i+1)*size]
@@ -271,6 +279,7 @@ func (v *VCPU) handleMMIO() error {
 	if err != nil {
 		return err
 	}
+	v.exits.record(Exit{Reason: kvm.ExitMMIO, Write: m.Write, Addr: m.Addr})
 	if m.Write {
 		v.cfg.MMIO.Write(m.Addr, m.Data)
 	} else {

@@ -105,6 +105,12 @@ func TestVMMRunReportsATripleFault(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "triple-faulted") {
 		t.Fatalf("exit status %d, stderr %q; want non-zero and a triple fault named", code, stderr)
 	}
+	// The crash report follows, compactly: the vCPU's state and exits.
+	for _, want := range []string{"crash report:", "vCPU 0: mp=", "idt=0x0/0x0", "last exits: SHUTDOWN"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
 }
 
 func TestVMMRunTimeoutStopsASpinningGuest(t *testing.T) {

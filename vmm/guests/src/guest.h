@@ -77,6 +77,9 @@ struct params {
  */
 #define DEFAULT_TSC_KHZ 2000000ULL
 
+/* trap_triple_fault makes the exception handler triple-fault (trap.c). */
+extern volatile u8 trap_triple_fault;
+
 /* param returns field v of the parameter block, or def when absent. */
 u64 param(unsigned offset, u64 def);
 

@@ -8,7 +8,8 @@
  * With the hello_fault parameter it then raises an exception on purpose,
  * to prove the exception handler: 1 #DE (divide by zero), 2 #UD (ud2),
  * 3 #GP (a non-canonical address), 4 #PF (a read of unmapped
- * 0x100000000), 5 #GP (a port the IO bitmap does not allow).
+ * 0x100000000), 5 #GP (a port the IO bitmap does not allow), 6 a triple
+ * fault (a ud2 whose handler loads an empty IDT and faults again: trap.c).
  */
 #include "guest.h"
 
@@ -32,6 +33,10 @@ static void fault(u64 which)
 		break;
 	case 5:
 		outb(0x80, 0);
+		break;
+	case 6:
+		trap_triple_fault = 1;
+		__asm__ volatile("ud2");
 		break;
 	}
 	(void)sink;

@@ -6,6 +6,12 @@
  * The one exception that is not an error is exit()'s hlt at CPL3 (a #GP on
  * a hlt instruction): the exit port did not end the VM, so the guest halts
  * here for good.
+ *
+ * With trap_triple_fault set (hello's hello_fault 6), the handler instead
+ * loads an empty IDT and faults again at CPL0: the #UD finds no gate, nor
+ * does the #GP that follows, nor the #DF after it, and the CPU shuts down
+ * (a triple fault, KVM_EXIT_SHUTDOWN), which is what the VMM's crash report
+ * is tested with.
  */
 #include "guest.h"
 
@@ -18,6 +24,20 @@ struct trap_frame {
 };
 
 void trap(struct trap_frame *f) __attribute__((noreturn));
+
+volatile u8 trap_triple_fault;
+
+static __attribute__((noreturn)) void triple_fault(void)
+{
+	static const struct {
+		u16 limit;
+		u64 base;
+	} __attribute__((packed)) no_idt = { 0, 0 };
+
+	__asm__ volatile("lidt %0; ud2" : : "m"(no_idt));
+	for (;;)
+		;
+}
 
 static const char *const names[32] = {
 	"#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM",
@@ -34,6 +54,8 @@ static __attribute__((noreturn)) void halt(void)
 
 void trap(struct trap_frame *f)
 {
+	if (trap_triple_fault)
+		triple_fault();
 	if (f->vector == 13 && (f->cs & 3) == 3 && *(const volatile u8 *)f->rip == 0xf4)
 		halt();	/* exit()'s hlt */
 	puts("guest: exception ");
