@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"tern/internal/blockio"
+	"tern/internal/testwait"
 	"tern/vmm/kvm"
 )
 
@@ -251,7 +251,7 @@ func TestQuiesceWaitsForTheFlushInFlightAndHoldsTheNextRequest(t *testing.T) {
 }
 
 func TestResetAndCloseStopTheWorkers(t *testing.T) {
-	before := runtime.NumGoroutine()
+	before := testwait.Running()
 	a := newAsyncDriver(t, nil)
 	a.setUp(FeatureVersion1)
 	a.setReg(mmioStatus, 0) // reset
@@ -277,15 +277,10 @@ func TestResetAndCloseStopTheWorkers(t *testing.T) {
 	if opened, closed := a.notifiers.counts(); opened != 3 || closed != 3 {
 		t.Fatalf("after Close: notifiers opened %d, closed %d; want 3, 3", opened, closed)
 	}
-	// Close waited for each worker to signal its end; give the runtime
-	// the moment a goroutine needs to return after that.
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Fatalf("%d goroutines after Close, %d before the transport", n, before)
-	}
+	// Close waited for each worker to signal its end; each goroutine
+	// returns a moment after that: wait for every one the transport
+	// started to be gone.
+	before.Returned(t, 10*time.Second)
 	// No worker starts after Close.
 	a.setUp(FeatureVersion1)
 	if opened, _ := a.notifiers.counts(); opened != 3 {
