@@ -3,11 +3,13 @@ package vmm_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"tern/internal/kvmhost"
 	"tern/vmm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxtest"
@@ -80,6 +82,7 @@ func TestLinuxBootsToInit(t *testing.T) {
 				}
 				t.Logf("STALL: no %q within %v (Run: %d, %v); the console's last lines:\n%s\nbooting once more (open finding, docs/reliability.md)",
 					linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
+				kvmhost.NoteRetry(os.Stdout, "%s: no %q within %v (Run: %d, %v); booting once more", t.Name(), linuxtest.InitLine, linuxBootAttempt(), r.status, r.err)
 			}
 			checkMachine(t, con.seen, c.wantCPUs)
 			if n := vm.Serial().Input([]byte(c.line + "\n")); n != len(c.line)+1 {

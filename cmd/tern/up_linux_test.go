@@ -105,6 +105,7 @@ func TestUpGuestLinuxGivesAShellOnTheVolume(t *testing.T) {
 		err := <-r.exited
 		if emulated && attempt == 1 && strings.Contains(r.stderr.String(), "triple-faulted") {
 			t.Logf("tern up ended before the guest's ready line (%v), its guest lost in the emulated host:\n%s\nbooting once more", err, r.stderr.String())
+			kvmhost.NoteRetry(os.Stdout, "%s: tern up ended before the guest's ready line (%v); booting once more", t.Name(), err)
 			continue
 		}
 		t.Fatalf("tern up ended before the guest's ready line: %v; it printed:\n%s\nand on stderr:\n%s", err, strings.Join(r.lines.all, "\n"), r.stderr.String())

@@ -203,7 +203,7 @@ func Exec(ctx context.Context, o Options) (int, error) {
 	// the binary's (docs/reliability.md: seen only inside TCG's nested
 	// SVM): one more boot, with a time limit of its own; a second is the
 	// caller's to see.
-	fmt.Fprintf(o.Log, "kvmhost: STALL: %v; booting the emulated host again to run it once more\n", err)
+	NoteRetry(o.Log, "kvmhost: %v; booting the emulated host again to run %s once more", err, filepath.Base(o.Binary))
 	ctx, cancel = context.WithTimeout(machineCtx, o.Timeout)
 	defer cancel()
 	return runQEMU(ctx, qemu, kernel, initrd, o)

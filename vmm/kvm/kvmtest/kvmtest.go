@@ -247,6 +247,7 @@ func execRetryingStalls(o kvmhost.Options) int {
 		var out strings.Builder
 		run.Stdout = io.MultiWriter(stdout, &out)
 		st := execOnce(run)
+		kvmhost.CopyRetries(out.String())
 		if st == 0 || retry == stallRetries {
 			return st
 		}
@@ -259,7 +260,7 @@ func execRetryingStalls(o kvmhost.Options) int {
 		}
 		run = o
 		run.Args = withFlag(o.Args, "test.run", "^("+strings.Join(stalled, "|")+")$")
-		fmt.Fprintf(stdout, "STALL: kvmtest: %s failed with a guest console that stopped in the emulated host; running them again (%d of %d)\n",
+		kvmhost.NoteRetry(stdout, "kvmtest: %s failed with a guest console that stopped in the emulated host; running them again (%d of %d)",
 			strings.Join(stalled, ", "), retry+1, stallRetries)
 	}
 }
