@@ -6,5 +6,8 @@ func init() {
 		"Run the control plane: records in etcd, placement, migration sagas, drain",
 		`Serve the control-plane API on --listen (tern control --help lists the
 flags).`,
-		"tern-control", "TERN_CONTROL_BIN", func(args []string) []string { return args }))
+		"tern-control", controlBinaryEnv, func(args []string) []string { return args }))
 }
+
+// controlBinaryEnv names the tern-control binary tern control runs.
+const controlBinaryEnv = "TERN_CONTROL_BIN"

@@ -88,10 +88,8 @@ func isExecutable(path string) bool {
 // binary alone, so later starts only check.
 func buildSibling(name, envVar string, progress io.Writer) (string, error) {
 	hint := "build it beside tern (go build -o DIR/ ./cmd/...) or set " + envVar
-	_, file, _, ok := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if !ok || !filepath.IsAbs(file) || err != nil || !strings.HasPrefix(string(mod), "module tern\n") {
+	root := sourceTree()
+	if root == "" {
 		return "", errors.New("this command needs the " + name + " binary, and tern's source tree is not here to build it: " + hint)
 	}
 	if _, err := exec.LookPath("go"); err != nil {
@@ -124,4 +122,39 @@ func buildSibling(name, envVar string, progress io.Writer) (string, error) {
 		return "", fmt.Errorf("building %s from %s: %v\n%s", name, root, err, msg)
 	}
 	return out, nil
+}
+
+// sourceTree is the root of tern's source tree to build a sibling from:
+// the one this binary was built from (its file paths, unless built with
+// -trimpath), else the working directory or one above it; "" when
+// neither holds tern's go.mod.
+func sourceTree() string {
+	_, file, _, _ := runtime.Caller(0)
+	wd, _ := os.Getwd()
+	return findSourceTree(file, wd)
+}
+
+// findSourceTree is sourceTree given this file's recorded path and the
+// working directory.
+func findSourceTree(file, wd string) string {
+	isTern := func(dir string) bool {
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		return err == nil && strings.HasPrefix(string(mod), "module tern\n")
+	}
+	if filepath.IsAbs(file) {
+		if root := filepath.Dir(filepath.Dir(filepath.Dir(file))); isTern(root) {
+			return root
+		}
+	}
+	for dir := wd; dir != "" && filepath.IsAbs(dir); {
+		if isTern(dir) {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return ""
 }

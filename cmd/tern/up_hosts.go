@@ -87,6 +87,17 @@ func runUpHosts(ctx context.Context, dataDir string, n int, out io.Writer) error
 		return fmt.Errorf("creating certificates: %w", err)
 	}
 
+	// The control plane and the agents run sibling binaries: find them,
+	// or build them (which may take a minute the first time), before
+	// their start is timed, and let the children exec those.
+	for _, s := range []struct{ name, env string }{{"tern-control", controlBinaryEnv}, {"tern-agent", agentBinaryEnv}} {
+		bin, err := siblingBinary(s.name, s.env, out)
+		if err != nil {
+			return err
+		}
+		os.Setenv(s.env, bin)
+	}
+
 	u := &upCluster{}
 	defer u.stop()
 	u.control, u.controlURL, err = startUpListener(self, "control", filepath.Join(dataDir, "control.log"), upStartWait, out,
