@@ -26,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kvmtest.Main(m, kvmtest.WithTern())
+	kvmtest.Main(m, kvmtest.WithTern("tern-control", "tern-agent"))
 }
 
 // generous bounds every wait; nothing asserts on time.

@@ -17,8 +17,7 @@ var ternBin string
 
 // TestMain runs one etcd member when memberEnv says so (the tests start
 // members as processes of their own, to SIGKILL them), else builds tern
-// and its sibling binaries beside it (tern-control, tern-agent and
-// tern-bench, which tern control, agent and bench run),
+// and tern-control beside it (what tern control runs),
 // and runs the tests. Nothing here needs KVM, so unlike control/multihost
 // these tests never move into the emulated test host.
 func TestMain(m *testing.M) {
@@ -31,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ternBin = filepath.Join(dir, "tern")
-	if out, err := exec.Command("go", "build", "-o", dir+"/", "tern/cmd/tern", "tern/cmd/tern-control", "tern/cmd/tern-agent", "tern/cmd/tern-bench").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", dir+"/", "tern/cmd/tern", "tern/cmd/tern-control").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building tern and tern-control: %v: %s\n", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)

@@ -31,9 +31,11 @@ const InsideBanner = "kvmhost: running inside the emulated test host"
 type Option func(*config)
 
 type config struct {
-	tern    bool
-	prepare []func() ([]kvmhost.File, func(), error)
-	cpus    int
+	tern bool
+	// siblings are the sibling binaries built beside tern (WithTern).
+	siblings []string
+	prepare  []func() ([]kvmhost.File, func(), error)
+	cpus     int
 	// ownRun and ownCPUs are WithEmulatedCPUsFor's.
 	ownRun  string
 	ownCPUs int
@@ -95,8 +97,12 @@ func (c config) runPrepare() ([]kvmhost.File, func(), error) {
 }
 
 // WithTern builds tern on the host before the tests run and carries it
-// into the emulated host; Tern returns its path.
-func WithTern() Option { return func(c *config) { c.tern = true } }
+// into the emulated host; Tern returns its path. siblings are the sibling
+// binaries the tests run through tern ("tern-control" for tern control,
+// "tern-agent" for tern agent), built beside it.
+func WithTern(siblings ...string) Option {
+	return func(c *config) { c.tern, c.siblings = true, siblings }
+}
 
 // state is set once by Main, before any test runs, and only read after.
 var state struct {
@@ -158,7 +164,7 @@ func runHere(m *testing.M, c config) int {
 	}
 	defer cleanup()
 	if c.tern {
-		dir, path, err := buildTern()
+		dir, path, err := buildTern(c.siblings)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "kvmtest: %v\n", err)
 			return 1
@@ -185,13 +191,16 @@ func reexec(c config) int {
 	defer cleanup()
 	o := kvmhost.Options{Binary: self, Args: os.Args[1:], Timeout: testTimeout(os.Args[1:]), Files: files, RetryStall: true, CPUs: c.cpus}
 	if c.tern {
-		dir, path, err := buildTern()
+		dir, path, err := buildTern(c.siblings)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "kvmtest: %v\n", err)
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		o.Files = append(o.Files, kvmhost.File{Host: path}, kvmhost.File{Host: filepath.Join(dir, "tern-control")}, kvmhost.File{Host: filepath.Join(dir, "tern-agent")}, kvmhost.File{Host: filepath.Join(dir, "tern-bench")})
+		o.Files = append(o.Files, kvmhost.File{Host: path})
+		for _, s := range c.siblings {
+			o.Files = append(o.Files, kvmhost.File{Host: filepath.Join(dir, s)})
+		}
 		o.Env = append(os.Environ(), TernEnv+"="+path)
 	}
 	var runs []kvmhost.Options
@@ -377,15 +386,19 @@ func testTimeout(args []string) time.Duration {
 }
 
 // buildTern builds tern/cmd/tern into a new temporary directory, with
-// its sibling binaries beside it (tern-control, tern-agent, tern-bench:
-// what tern control, agent and bench run).
-func buildTern() (dir, path string, err error) {
+// the sibling binaries named (tern-control, tern-agent: what tern control
+// and tern agent run) beside it.
+func buildTern(siblings []string) (dir, path string, err error) {
 	dir, err = os.MkdirTemp("", "kvmtest-tern-")
 	if err != nil {
 		return "", "", fmt.Errorf("building tern: %w", err)
 	}
 	path = filepath.Join(dir, "tern")
-	out, err := exec.Command("go", "build", "-o", dir+"/", "tern/cmd/tern", "tern/cmd/tern-control", "tern/cmd/tern-agent", "tern/cmd/tern-bench").CombinedOutput()
+	pkgs := []string{"tern/cmd/tern"}
+	for _, s := range siblings {
+		pkgs = append(pkgs, "tern/cmd/"+s)
+	}
+	out, err := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...).CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", "", fmt.Errorf("building tern: %v\n%s", err, out)
