@@ -30,6 +30,10 @@ type eventfdNotifiers struct {
 	// opened are the eventfds opened, in order; closed counts Closes.
 	opened []*kvm.EventFD
 	closed int
+	// waiting has, per notifier opened, a channel closed at its first
+	// Read: its worker has made its first pass over the queue and waits
+	// to be kicked.
+	waiting []chan struct{}
 }
 
 func (n *eventfdNotifiers) Notifier(q int) (Notifier, error) {
@@ -44,13 +48,35 @@ func (n *eventfdNotifiers) Notifier(q int) (Notifier, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.opened = append(n.opened, e)
-	return closeCounter{e, n}, nil
+	waiting := make(chan struct{})
+	n.waiting = append(n.waiting, waiting)
+	return closeCounter{EventFD: e, n: n, waiting: waiting, once: &sync.Once{}}, nil
 }
 
-// closeCounter counts its eventfd's Close.
+// closeCounter counts its eventfd's Close and says when its worker first
+// waits on it.
 type closeCounter struct {
 	*kvm.EventFD
-	n *eventfdNotifiers
+	n       *eventfdNotifiers
+	waiting chan struct{}
+	once    *sync.Once
+}
+
+func (c closeCounter) Read() (uint64, error) {
+	c.once.Do(func() { close(c.waiting) })
+	return c.EventFD.Read()
+}
+
+// awaitWorkerWaiting waits until the newest notifier's worker has made
+// its first pass over the queue (which serves whatever is already
+// available) and waits to be kicked: only then does a request published
+// afterwards wait for a kick, whatever the scheduler did.
+func (n *eventfdNotifiers) awaitWorkerWaiting() {
+	n.t.Helper()
+	n.mu.Lock()
+	w := n.waiting[len(n.waiting)-1]
+	n.mu.Unlock()
+	awaitDone(n.t, "the queue's worker to wait on its notifier", w)
 }
 
 func (c closeCounter) Close() error {
@@ -162,6 +188,7 @@ func TestAsyncQueueIsServedOnItsWorkerWokenByItsNotifier(t *testing.T) {
 	if opened, closed := a.notifiers.counts(); opened != 1 || closed != 0 {
 		t.Fatalf("notifiers opened %d, closed %d after set-up; want 1, 0", opened, closed)
 	}
+	a.notifiers.awaitWorkerWaiting()
 	want := pattern(4096, 5)
 	a.mem.Write(tdData, want)
 	before := a.publish([]rawDesc{a.header(BlkTypeOut, 8), {addr: tdData, len: 4096}, a.status()}, true)
@@ -266,6 +293,7 @@ func TestResetAndCloseStopTheWorkers(t *testing.T) {
 		t.Fatalf("after QueueReady 0: notifiers opened %d, closed %d; want 2, 2", opened, closed)
 	}
 	a.setUp(FeatureVersion1)
+	a.notifiers.awaitWorkerWaiting()
 	if st := a.write(0, pattern(512, 1)); st != 0xff {
 		t.Fatalf("status %#x right after the write: served synchronously", st)
 	}
