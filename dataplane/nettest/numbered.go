@@ -10,17 +10,20 @@ import (
 )
 
 // NumberedRate is how many numbered datagrams a Numbered sender sends a
-// second: the rate of the data-plane issue's migration test.
+// second unless told otherwise: the rate of the data-plane issue's
+// migration test.
 const NumberedRate = 1000
 
 // Numbered sends datagrams numbered 0, 1, 2, … (the payload is the
-// number, 4 bytes big-endian) at NumberedRate: datagram n is due n
-// milliseconds after the start, and a late tick sends all that are due,
-// so the rate holds on a busy machine. It records when it sent each.
+// number, 4 bytes big-endian) at a fixed rate: at NumberedRate datagram n
+// is due n milliseconds after the start, and a late tick sends all that
+// are due, so the rate holds on a busy machine. It records when it sent
+// each.
 type Numbered struct {
 	conn  *net.UDPConn
 	dst   netip.AddrPort
 	limit uint32
+	rate  int
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -33,14 +36,19 @@ type Numbered struct {
 // SendNumbered starts sending from conn to dst until limit datagrams
 // were sent or Stop is called.
 func SendNumbered(conn *net.UDPConn, dst netip.AddrPort, limit uint32) *Numbered {
-	n := &Numbered{conn: conn, dst: dst, limit: limit, stop: make(chan struct{}), done: make(chan struct{})}
+	return SendNumberedAt(conn, dst, limit, NumberedRate)
+}
+
+// SendNumberedAt is SendNumbered at rate datagrams a second (at least 1).
+func SendNumberedAt(conn *net.UDPConn, dst netip.AddrPort, limit uint32, rate int) *Numbered {
+	n := &Numbered{conn: conn, dst: dst, limit: limit, rate: max(rate, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go n.run()
 	return n
 }
 
 func (n *Numbered) run() {
 	defer close(n.done)
-	tick := time.NewTicker(time.Second / NumberedRate)
+	tick := time.NewTicker(time.Second / time.Duration(n.rate))
 	defer tick.Stop()
 	start := time.Now()
 	var msg [4]byte
@@ -50,7 +58,7 @@ func (n *Numbered) run() {
 		case <-n.stop:
 			return
 		}
-		due := uint64(time.Since(start) * NumberedRate / time.Second)
+		due := uint64(time.Since(start) * time.Duration(n.rate) / time.Second)
 		for ; seq < n.limit && uint64(seq) <= due; seq++ {
 			binary.BigEndian.PutUint32(msg[:], seq)
 			at := time.Now()
