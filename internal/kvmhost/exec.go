@@ -66,13 +66,33 @@ const DefaultTimeout = 20 * time.Minute
 // killed.
 var ErrTimeout = errors.New("did not finish within the time limit")
 
-// ErrStalled reports a machine that stopped: init's heartbeat did not come
-// for stallLimit; QEMU was killed.
+// ErrStalled reports a machine that stopped while the binary ran: init's
+// heartbeat did not come for stallLimit; QEMU was killed. It is not
+// retried: a guest of the binary's may have caused it.
 var ErrStalled = errors.New("the emulated host stalled")
+
+// ErrBootStalled reports a machine that went silent before the binary
+// started: init did not say it started the binary within bootLimit of
+// QEMU's start; QEMU was killed. Nothing of the binary's ran.
+var ErrBootStalled = errors.New("the emulated host did not start the binary")
 
 // ErrPanicked reports a machine whose kernel panicked (its console said
 // "Kernel panic - not syncing") before the binary's status came.
 var ErrPanicked = errors.New("the emulated host's kernel panicked")
+
+// ErrHostExited reports a QEMU that exited on its own (crashed, or reset
+// its machine, which -no-reboot turns into an exit) without the binary's
+// status and without a kernel panic on the console.
+var ErrHostExited = errors.New("QEMU exited without the binary's exit status")
+
+// hostFault reports whether err proves the emulated host failed on its
+// own, so that running the binary again hides nothing of the binary's:
+// its kernel panicked, QEMU exited on its own, or the machine went silent
+// before the binary started. A stall while the binary ran is not one (a
+// guest it ran may be the cause), nor is a time limit.
+func hostFault(err error) bool {
+	return errors.Is(err, ErrPanicked) || errors.Is(err, ErrHostExited) || errors.Is(err, ErrBootStalled)
+}
 
 // heartbeatEvery is how often init prints its heartbeat, and how often
 // the host looks for it.
@@ -82,6 +102,11 @@ const heartbeatEvery = 5 * time.Second
 // counts as stalled: eighteen beats missed, far beyond a busy machine's
 // delays.
 const stallLimit = 90 * time.Second
+
+// bootLimit is how long after QEMU's start init has to say it started the
+// binary: a boot takes 5-8 s on two busy cores (kernel and modules), so
+// a machine silent for this long never will.
+const bootLimit = 4 * time.Minute
 
 // File is a host file or directory carried into the emulated host.
 type File struct {
@@ -124,9 +149,10 @@ type Options struct {
 	// one.
 	CPUs int
 	// RetryStall boots the machine once more, with a Timeout of its own,
-	// when the first stalls (ErrStalled) or its kernel panics
-	// (ErrPanicked): for a binary that may run twice, as a test binary
-	// may.
+	// when the first failed on its own (hostFault: its kernel panicked,
+	// QEMU exited, or it went silent before the binary started), saying
+	// so with NoteRetry: for a binary that may run twice, as a test
+	// binary may.
 	RetryStall bool
 	// Stdout and Stderr receive the binary's output as it is written;
 	// nil means this process's.
@@ -196,13 +222,12 @@ func Exec(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	status, err := runQEMU(ctx, qemu, kernel, initrd, o)
-	if !errors.Is(err, ErrStalled) && !errors.Is(err, ErrPanicked) || !o.RetryStall {
+	if !hostFault(err) || !o.RetryStall {
 		return status, err
 	}
-	// A stall or a panic of the emulated kernel is the emulator's, not
-	// the binary's (docs/reliability.md: seen only inside TCG's nested
-	// SVM): one more boot, with a time limit of its own; a second is the
-	// caller's to see.
+	// The emulated host failed on its own, not the binary: one more
+	// boot, with a time limit of its own; a second is the caller's to
+	// see.
 	NoteRetry(o.Log, "kvmhost: %v; booting the emulated host again to run %s once more", err, filepath.Base(o.Binary))
 	ctx, cancel = context.WithTimeout(machineCtx, o.Timeout)
 	defer cancel()

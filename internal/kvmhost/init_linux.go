@@ -84,6 +84,7 @@ func initAndRun(console io.Writer) (int, error) {
 			return 0, err
 		}
 	}
+	fmt.Fprintf(console, "\n%s\n", startedLine)
 	go heartbeat(console)
 	return runBinary(spec)
 }

@@ -96,18 +96,25 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 	go func() { defer copies.Done(); console.read(pipes[2].r) }()
 
 	var waitErr, stopErr error
+	booted := time.Now()
 	check := time.NewTicker(heartbeatEvery)
 	defer check.Stop()
 	for running := true; running; {
 		select {
 		case <-check.C:
 			quiet, ok := console.silentFor(time.Now())
-			if !ok || quiet <= stallLimit {
+			switch {
+			case !ok && time.Since(booted) > bootLimit:
+				cmd.Process.Kill()
+				waitErr = <-exited
+				stopErr = fmt.Errorf("%s: %w within %v of QEMU's start: QEMU was killed", o.Binary, ErrBootStalled, bootLimit)
+			case ok && quiet > stallLimit:
+				cmd.Process.Kill()
+				waitErr = <-exited
+				stopErr = fmt.Errorf("%s: %w: no heartbeat for %v: QEMU was killed", o.Binary, ErrStalled, quiet.Round(time.Second))
+			default:
 				continue
 			}
-			cmd.Process.Kill()
-			waitErr = <-exited
-			stopErr = fmt.Errorf("%s: %w: no heartbeat for %v: QEMU was killed", o.Binary, ErrStalled, quiet.Round(time.Second))
 		case waitErr = <-exited:
 		case <-ctx.Done():
 			cmd.Process.Kill()
@@ -145,7 +152,10 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 	if console.panicked() {
 		return 0, fmt.Errorf("%w before reporting the exit status of %s (QEMU: %v)", ErrPanicked, o.Binary, waitErr)
 	}
-	return 0, fmt.Errorf("emulated host stopped without reporting the exit status of %s (QEMU: %v)", o.Binary, waitErr)
+	if console.started() {
+		return 0, fmt.Errorf("%w of %s (QEMU: %v)", ErrHostExited, o.Binary, waitErr)
+	}
+	return 0, fmt.Errorf("emulated host stopped before it started %s (QEMU: %v)", o.Binary, waitErr)
 }
 
 // consoleLog keeps the guest console's last lines and init's reports.
@@ -176,7 +186,7 @@ func (c *consoleLog) read(r io.Reader) {
 			}
 		} else if msg, ok := strings.CutPrefix(line, errorPrefix); ok {
 			c.errMsg = msg
-		} else if strings.HasPrefix(line, heartbeatPrefix) {
+		} else if strings.HasPrefix(line, heartbeatPrefix) || line == startedLine {
 			c.lastBeat = time.Now()
 			c.mu.Unlock()
 			continue // kept out of the tail, which is for what went wrong
@@ -190,8 +200,15 @@ func (c *consoleLog) read(r io.Reader) {
 	io.Copy(io.Discard, r)
 }
 
-// silentFor returns how long before now init's last heartbeat came, and
-// false before the first (a boot still loading its modules).
+// started reports whether init said it started the binary.
+func (c *consoleLog) started() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.lastBeat.IsZero()
+}
+
+// silentFor returns how long before now init's last heartbeat came (its
+// start line counts as one), and false before init started the binary.
 func (c *consoleLog) silentFor(now time.Time) (time.Duration, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -31,6 +31,9 @@ const (
 	// heartbeatEvery while the binary runs: a machine that stops printing
 	// it has stopped (see stallLimit).
 	heartbeatPrefix = "kvmhost-init: heartbeat "
+	// startedLine is init's console line right before it starts the
+	// binary: a machine silent until then failed on its own.
+	startedLine = "kvmhost-init: starting the binary"
 )
 
 // runSpec is what init runs, written by Exec as JSON at runSpecPath.

@@ -215,8 +215,9 @@ func UnderNestedPVM() bool {
 
 // RunInEmulatedHost runs t's test again, alone, from this test binary with
 // TERN_KVMHOST=always, and fails t unless it ran inside the emulated host
-// and passed; a run whose guest console stopped answering runs again
-// there, up to twice (kvmtest.ConsoleStall). t must be a top-level test.
+// and passed. A failed test is never run again; only an emulated host that
+// failed on its own is booted once more (kvmhost.Options.RetryStall). t
+// must be a top-level test.
 func RunInEmulatedHost(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
@@ -238,9 +239,9 @@ func RunInEmulatedHost(t *testing.T) {
 // with every goroutine's stack (a test stuck in there says where); the
 // emulated host is killed 3 minutes after that (kvmtest's boot allowance,
 // the console's last lines printed: a machine that hung says why), and
-// this process 2 minutes later still, or twice that in all when kvmtest
-// runs a stalled test again (a quick stall leaves room for its second
-// retry; the package's own timeout bounds the whole).
+// this process 2 minutes later still, or twice that in all when the
+// emulated host failed on its own and was booted once more (the
+// package's own timeout bounds the whole).
 func runInEmulatedHost(t *testing.T, self string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*22*time.Minute)

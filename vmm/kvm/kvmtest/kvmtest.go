@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -220,7 +219,7 @@ func reexec(c config) int {
 	}
 	status := 0
 	for _, r := range runs {
-		if st := execRetryingStalls(r); status == 0 {
+		if st := execOnce(r); status == 0 {
 			status = st
 		}
 	}
@@ -230,89 +229,28 @@ func reexec(c config) int {
 // ConsoleStall is in the error of a Linux test whose guest's console
 // stopped answering: a command's end never came (linuxtest's Shell.Run),
 // or a line it waited for, such as the userland's ready line, never came
-// (Shell.WaitFor). Inside the emulated host a Linux guest has stopped
-// whole, or its boot printed nothing, now and then (docs/reliability.md:
-// open, QEMU's nested SVM; never seen on /dev/kvm).
+// (Shell.WaitFor). Such a test fails and is never run again: a guest that
+// stopped may be tern's bug. Its error carries the instance's error (a
+// crash report when the guest faulted).
 const ConsoleStall = "the guest's console stopped answering"
 
-// stallRetries is how many more runs a test whose guest console stalled
-// gets: two, since one was seen lost to two different failures of the
-// nested SVM in a row (docs/reliability.md).
-const stallRetries = 2
-
-// execRetryingStalls runs o in the emulated host and returns the test
-// binary's exit status. When it fails and every top-level test that
-// failed says ConsoleStall, those tests run again, alone, in a new
-// emulated host, as kvmhost boots a stalled emulated host once more
-// (RetryStall), up to stallRetries times; the last run's status is the
-// result.
-func execRetryingStalls(o kvmhost.Options) int {
+// execOnce runs o in the emulated host and returns the binary's status.
+// The emulated host is booted once more only when it failed on its own
+// (kvmhost.Options.RetryStall); a test that failed is never run again.
+func execOnce(o kvmhost.Options) int {
 	stdout := o.Stdout
 	if stdout == nil {
 		stdout = os.Stdout
 	}
-	run := o
-	for retry := 0; ; retry++ {
-		var out strings.Builder
-		run.Stdout = io.MultiWriter(stdout, &out)
-		st := execOnce(run)
-		kvmhost.CopyRetries(out.String())
-		if st == 0 || retry == stallRetries {
-			return st
-		}
-		stalled := stalledTests(out.String())
-		if len(stalled) == 0 {
-			return st
-		}
-		for i, name := range stalled {
-			stalled[i] = regexp.QuoteMeta(name)
-		}
-		run = o
-		run.Args = withFlag(o.Args, "test.run", "^("+strings.Join(stalled, "|")+")$")
-		kvmhost.NoteRetry(stdout, "kvmtest: %s failed with a guest console that stopped in the emulated host; running them again (%d of %d)",
-			strings.Join(stalled, ", "), retry+1, stallRetries)
-	}
-}
-
-// execOnce runs o in the emulated host and returns the binary's status.
-func execOnce(o kvmhost.Options) int {
+	var out strings.Builder
+	o.Stdout = io.MultiWriter(stdout, &out)
+	defer func() { kvmhost.CopyRetries(out.String()) }()
 	st, err := kvmhost.Exec(context.Background(), o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kvmtest: running the tests in the emulated test host: %v\n", err)
 		return 1
 	}
 	return st
-}
-
-// stalledTests returns the top-level tests that failed in a test binary's
-// output, when there are some and each one's output says ConsoleStall;
-// otherwise nil. A test's output is what came after the previous
-// top-level result line up to the end of the indented lines under its
-// own "--- FAIL:" line, which holds its log with or without -test.v.
-func stalledTests(out string) []string {
-	lines := strings.Split(out, "\n")
-	var stalled []string
-	from := 0
-	for i := 0; i < len(lines); i++ {
-		rest, ok := strings.CutPrefix(lines[i], "--- FAIL: ")
-		if !ok {
-			if strings.HasPrefix(lines[i], "--- ") {
-				from = i + 1
-			}
-			continue
-		}
-		name, _, _ := strings.Cut(rest, " ")
-		end := i + 1
-		for end < len(lines) && (strings.HasPrefix(lines[end], " ") || strings.HasPrefix(lines[end], "\t")) {
-			end++
-		}
-		if !strings.Contains(strings.Join(lines[from:end], "\n"), ConsoleStall) {
-			return nil // a failure of another kind: running again changes nothing
-		}
-		stalled = append(stalled, name)
-		from, i = end, end-1
-	}
-	return stalled
 }
 
 // flagValue returns the value of -name=V or -name V in args.

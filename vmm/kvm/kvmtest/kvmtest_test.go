@@ -176,25 +176,3 @@ func TestTheOwnHostsArgumentsSplitThePackage(t *testing.T) {
 		t.Errorf("joinPatterns with no skip = %q", got)
 	}
 }
-
-func TestOnlyTestsThatAllStalledRunAgain(t *testing.T) {
-	stall := "    linux_test.go:88: running \"sync\" " + ConsoleStall + " its end within 5m0s: context deadline exceeded"
-	for _, c := range []struct {
-		name string
-		out  string
-		want []string
-	}{
-		{"passed", "ok\nPASS\n", nil},
-		{"one stalled", "--- PASS: TestA (1.00s)\n--- FAIL: TestLinuxVolume (300.00s)\n" + stall + "\nFAIL\n", []string{"TestLinuxVolume"}},
-		{"stalled under -v", "=== RUN   TestLinuxVolume\n" + stall + "\n--- FAIL: TestLinuxVolume (300.00s)\n=== RUN   TestB\n--- PASS: TestB (0.10s)\nFAIL\n", []string{"TestLinuxVolume"}},
-		{"two stalled", "--- FAIL: TestL1 (3.00s)\n" + stall + "\n--- FAIL: TestL2 (3.00s)\n    --- FAIL: TestL2/sub (1.00s)\n    " + stall + "\nFAIL\n", []string{"TestL1", "TestL2"}},
-		{"one stalled, one broken", "--- FAIL: TestL1 (3.00s)\n" + stall + "\n--- FAIL: TestL2 (3.00s)\n    x_test.go:9: checksum differs\nFAIL\n", nil},
-		{"the stall of another test's log", "--- FAIL: TestL1 (3.00s)\n    x_test.go:9: checksum differs\n--- PASS: TestL2 (3.00s)\n" + stall + "\nFAIL\n", nil},
-		{"a timeout panic", stall + "\npanic: test timed out after 17m0s\n", nil},
-	} {
-		got := stalledTests(c.out)
-		if fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("%s: stalledTests = %q, want %q", c.name, got, c.want)
-		}
-	}
-}
