@@ -3,13 +3,11 @@ package vmm_test
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"tern/internal/kvmhost"
 	"tern/vmm"
 	"tern/vmm/kvm/kvmtest"
 	"tern/vmm/linuxtest"
@@ -50,39 +48,25 @@ func TestLinuxBootsToInit(t *testing.T) {
 			if c.kernel == "" {
 				t.Fatal("no kernel of this format prepared")
 			}
-			// quiet: with the emulated host's kernel on the TSC
-			// clocksource a full boot log stalled mid-line after about
-			// 5 s of guest time, twice in two runs (open, see
-			// docs/reliability.md); quiet, both kernels reach init in
-			// 30-50 s there. A quiet boot has stalled too, once, with
-			// instance/client's tests on the same cores (the bzImage, after
-			// its PCI line, for 8 minutes): a boot that prints no init
-			// line within linuxBootAttempt is stopped and booted once
-			// more, saying so; a second stall fails.
-			var vm *vmm.VM
-			var con *console
-			var done <-chan runResult
-			for attempt := 1; ; attempt++ {
-				vm = newVM(t, vmm.Config{
-					Linux:       &vmm.LinuxGuest{Kernel: c.kernel, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"},
-					MemoryBytes: 256 << 20,
-					VCPUs:       c.vcpus,
-				})
-				con = newConsole(t, vm)
-				con.wait = linuxBoot()
-				done = startWithin(t, vm, 2*linuxBoot())
-				if reachedInit(con, linuxBootAttempt()) {
-					break
-				}
+			// quiet: a full boot log on the emulated host's TSC
+			// clocksource once stalled mid-line (docs/reliability.md).
+			// A boot that prints no init line within linuxBoot fails
+			// with its Run result (a crash report when the guest
+			// faulted) and the console's last lines: it is never
+			// booted again, since a guest that stops may be tern's bug.
+			vm := newVM(t, vmm.Config{
+				Linux:       &vmm.LinuxGuest{Kernel: c.kernel, Initrd: g.Initrd, Cmdline: linuxtest.Cmdline + " quiet"},
+				MemoryBytes: 256 << 20,
+				VCPUs:       c.vcpus,
+			})
+			con := newConsole(t, vm)
+			con.wait = linuxBoot()
+			run := watchRun(startWithin(t, vm, 2*linuxBoot()))
+			if !reachedInit(con, linuxBoot(), run.ended) {
 				vm.Stop()
-				r := wait(t, done)
-				if attempt == 2 {
-					t.Fatalf("no %q on the serial console within %v, twice (the second Run: %d, %v); it printed:\n%s",
-						linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
-				}
-				t.Logf("STALL: no %q within %v (Run: %d, %v); the console's last lines:\n%s\nbooting once more (open finding, docs/reliability.md)",
-					linuxtest.InitLine, linuxBootAttempt(), r.status, r.err, tail(con.seen, 20))
-				kvmhost.NoteRetry(os.Stdout, "%s: no %q within %v (Run: %d, %v); booting once more", t.Name(), linuxtest.InitLine, linuxBootAttempt(), r.status, r.err)
+				r := run.wait(t)
+				t.Fatalf("no %q on the serial console within %v (Run: %d, %v); it printed:\n%s",
+					linuxtest.InitLine, linuxBoot(), r.status, r.err, tail(con.seen, 20))
 			}
 			checkMachine(t, con.seen, c.wantCPUs)
 			if n := vm.Serial().Input([]byte(c.line + "\n")); n != len(c.line)+1 {
@@ -91,10 +75,11 @@ func TestLinuxBootsToInit(t *testing.T) {
 			con.waitFor("the init's echo", func(l string) bool { return strings.Contains(l, linuxtest.EchoPrefix+c.line) })
 			var r runResult
 			select {
-			case r = <-done:
+			case <-run.ended:
+				r = run.r
 			case <-time.After(linuxBoot()):
 				vm.Stop()
-				r = wait(t, done)
+				r = run.wait(t)
 				h := vm.Serial().Output()
 				start, end := h.Bounds()
 				from := start
@@ -191,14 +176,51 @@ func tail(lines []string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// linuxBootAttempt bounds one Linux boot to its init line: a quiet boot
-// took 30-50 s in the emulated host, and over 2 minutes with the rest of
-// the suite on the same cores.
-func linuxBootAttempt() time.Duration { return kvmtest.Sized(generous, 4*time.Minute) }
+// runWatch holds Run's result once ended is closed.
+type runWatch struct {
+	ended chan struct{}
+	r     runResult
+}
 
-// reachedInit reads con until the init's line, or false after limit.
-func reachedInit(con *console, limit time.Duration) bool {
-	deadline := time.After(limit)
+// watchRun takes Run's result from done.
+func watchRun(done <-chan runResult) *runWatch {
+	w := &runWatch{ended: make(chan struct{})}
+	go func() {
+		w.r = <-done
+		close(w.ended)
+	}()
+	return w
+}
+
+// wait returns Run's result or fails the test after the generous bound.
+func (w *runWatch) wait(t *testing.T) runResult {
+	t.Helper()
+	select {
+	case <-w.ended:
+		return w.r
+	case <-time.After(generous + time.Minute):
+		t.Fatal("Run did not return")
+		return runResult{}
+	}
+}
+
+// reachedInit reads con until the init's line, or false after limit or
+// once Run has returned (ended closed) and every line it printed was read.
+func reachedInit(con *console, limit time.Duration, ended <-chan struct{}) bool {
+	deadline := make(chan time.Time)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		timer := time.NewTimer(limit)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-ended:
+		case <-stop:
+			return
+		}
+		close(deadline)
+	}()
 	for {
 		line, ok := con.next(deadline)
 		if !ok {

@@ -69,45 +69,30 @@ func TestUpGuestLinuxGivesAShellOnTheVolume(t *testing.T) {
 		}
 		env = append(env, linuxguest.CacheEnv+"="+filepath.Join(cache, "linuxguest"))
 	}
-	var (
-		r    *upRun
-		boot time.Time
-	)
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		// The URL comes after the guest's build (a first one fetches
-		// the kernel's and the userland's packages) and the emulated
-		// host's boot.
-		r = startUpWithin(t, env, 20*time.Minute, "--guest", "linux")
-		t.Logf("API up and the instance running after %.1fs", time.Since(start).Seconds())
+	start := time.Now()
+	// The URL comes after the guest's build (a first one fetches the
+	// kernel's and the userland's packages) and the emulated host's boot.
+	r := startUpWithin(t, env, 20*time.Minute, "--guest", "linux")
+	t.Logf("API up and the instance running after %.1fs", time.Since(start).Seconds())
 
-		// The console follows the intro, which names the ready line too.
-		r.lines.next(t, "the end of the intro", time.After(time.Minute), func(l string) bool { return strings.HasPrefix(l, "Logs: ") })
-		// A quiet boot in the emulated host takes 40-90 s alone, several
-		// minutes with the rest of the suite on the same cores. Input
-		// typed before the ready line may be lost (the kernel's serial
-		// driver starts late); after it, the console's tty keeps it for
-		// the shell.
-		boot = time.Now()
-		_, ready := r.lines.nextOrEnd(t, "the Linux guest's ready line", time.After(15*time.Minute), func(l string) bool {
-			if _, m, ok := strings.Cut(l, linuxguest.ModuleFailedPrefix); ok {
-				t.Errorf("the Linux guest could not load module %s", strings.TrimSpace(m))
-			}
-			return strings.Contains(l, linuxguest.ReadyLine)
-		})
-		if ready {
-			break
+	// The console follows the intro, which names the ready line too.
+	r.lines.next(t, "the end of the intro", time.After(time.Minute), func(l string) bool { return strings.HasPrefix(l, "Logs: ") })
+	// A quiet boot in the emulated host takes 40-90 s alone, several
+	// minutes with the rest of the suite on the same cores. Input typed
+	// before the ready line may be lost (the kernel's serial driver
+	// starts late); after it, the console's tty keeps it for the shell.
+	boot := time.Now()
+	_, ready := r.lines.nextOrEnd(t, "the Linux guest's ready line", time.After(15*time.Minute), func(l string) bool {
+		if _, m, ok := strings.Cut(l, linuxguest.ModuleFailedPrefix); ok {
+			t.Errorf("the Linux guest could not load module %s", strings.TrimSpace(m))
 		}
-		// tern up ends when its instance fails. Inside the emulated
-		// host a Linux guest's vCPU sometimes triple-faults in the
-		// nested SVM, not in tern (docs/reliability.md): such a boot
-		// gets one more try in a new tern up.
+		return strings.Contains(l, linuxguest.ReadyLine)
+	})
+	if !ready {
+		// tern up ends when its instance fails; its stderr holds the
+		// instance's error, with the crash report of a guest that
+		// faulted. Never booted again: that may be tern's bug.
 		err := <-r.exited
-		if emulated && attempt == 1 && strings.Contains(r.stderr.String(), "triple-faulted") {
-			t.Logf("tern up ended before the guest's ready line (%v), its guest lost in the emulated host:\n%s\nbooting once more", err, r.stderr.String())
-			kvmhost.NoteRetry(os.Stdout, "%s: tern up ended before the guest's ready line (%v); booting once more", t.Name(), err)
-			continue
-		}
 		t.Fatalf("tern up ended before the guest's ready line: %v; it printed:\n%s\nand on stderr:\n%s", err, strings.Join(r.lines.all, "\n"), r.stderr.String())
 	}
 	t.Logf("ready %.1fs after the instance ran", time.Since(boot).Seconds())
