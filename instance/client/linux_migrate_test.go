@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,15 +91,17 @@ func waitCopied(t *testing.T, sh *consoleShell, n int) {
 }
 
 // TestLinuxGuestMigratesMidCopy boots Debian's kernel with tern's
-// userland, two vCPUs (one in the emulated test host: linuxVCPUs) and a file disk on one vmm process, then, while the
-// guest copies 50 MiB of random data onto its disk, migrates it over QUIC
-// to a second process, and, during a second copy, on the same host to a
-// third (the memory handed over). Each time the source ends destroyed,
-// its console watcher is sent to the target, whose console continues the
+// userland, two vCPUs (linuxVCPUs), each kept busy by a counting loop
+// pinned to it, and a file disk on one vmm process, then, while the guest
+// copies 50 MiB of random data onto its disk, migrates it over QUIC to a
+// second process, and, during a second copy, on the same host to a third
+// (the memory handed over). Each time the source ends destroyed, its
+// console watcher is sent to the target, whose console continues the
 // source's, and the guest goes on where it was: the copy completes, the
 // data read back from the disk (past the page cache) has the checksum
-// written, the guest still has its CPUs and its clock moved on. One Linux
-// boot; under nested PVM it runs in the emulated test host.
+// written, both CPUs are online and each one's loop counted on after the
+// migration, and the clock moved on. One Linux boot; under nested PVM it
+// runs in the emulated test host.
 func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	kvmtest.Require(t)
 	u := linuxtest.Userland(t)
@@ -116,7 +119,7 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	if err := os.Truncate(disk, 2*linuxCopyMiB<<20); err != nil {
 		t.Fatal(err)
 	}
-	vcpus := linuxVCPUs()
+	vcpus := linuxVCPUs
 	spec := apiv1.Spec{ID: "linux-mig", VCPUs: vcpus, MemoryMiB: 384,
 		Guest: apiv1.GuestSpec{Kind: apiv1.GuestLinux, Kernel: u.Kernel, Initrd: u.Initrd, Cmdline: linuxguest.Cmdline},
 		Disks: []apiv1.DiskSpec{{Name: "vda", Backend: apiv1.BackendSpec{Kind: apiv1.BackendFile, Path: disk}}},
@@ -138,6 +141,7 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	if cpus := sh.MustRun(t, "grep -c ^processor /proc/cpuinfo"); cpus != fmt.Sprint(vcpus) {
 		t.Fatalf("the guest sees %s CPUs, want %d", cpus, vcpus)
 	}
+	startBusyLoops(t, sh, vcpus)
 	sum := sh.MustRun(t, fmt.Sprintf("dd if=/dev/urandom of=/tmp/r bs=1M count=%d 2>/dev/null && sha256sum </tmp/r", linuxCopyMiB))
 	checkOnDisk := func(sh *consoleShell, seekMiB int) {
 		t.Helper()
@@ -151,6 +155,7 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 		startCopy(t, sh, n, seekMiB)
 		// The copy runs; say how far it is as the migration starts.
 		t.Logf("copy %d: %s MiB written when %s starts", n, sh.MustRun(t, fmt.Sprintf("cat /tmp/copied.%d 2>/dev/null | wc -l", n)), id)
+		before := busyCounts(t, sh, vcpus)
 		target := targetSpec(spec.ID, migrationAddr(t, src), id)
 		target.Init.SameHost = sameHost
 		sh.w.conn.CloseNow() // migrateAndCheck watches the source's console itself
@@ -158,7 +163,8 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 			sh = newConsoleShell(w)
 			waitCopied(t, sh, n)
 			checkOnDisk(sh, seekMiB)
-			return fmt.Sprintf("copy %d of %d MiB completed on the target with the checksum written", n, linuxCopyMiB)
+			waitBusyPast(t, sh, before)
+			return fmt.Sprintf("copy %d of %d MiB completed on the target with the checksum written; every CPU's loop counted on", n, linuxCopyMiB)
 		})
 	}
 	migrateMidCopy(a, b, "linux-quic", false, 1, 0)
@@ -170,6 +176,63 @@ func TestLinuxGuestMigratesMidCopy(t *testing.T) {
 	}
 	if up := sh.MustRun(t, "cut -d. -f1 /proc/uptime"); up == "0" || strings.HasPrefix(up, "-") {
 		t.Errorf("uptime %q after two migrations", up)
+	}
+}
+
+// startBusyLoops starts, in the background, a loop pinned to each of the
+// guest's n CPUs, reniced to 19 so the shell and the copies still run
+// (busybox has renice, not nice): loop i counts, and puts its count in
+// /tmp/busy.i every 20,000 rounds (written beside it and renamed over it,
+// so a reader never sees it half written).
+func startBusyLoops(t *testing.T, sh *consoleShell, n int) {
+	t.Helper()
+	for i := range n {
+		sh.MustRun(t, fmt.Sprintf(`taskset -c %d sh -c 'renice -n 19 -p $$ >/dev/null 2>&1; i=0; while :; do i=$((i+1)); [ $((i %% 20000)) -eq 0 ] && { echo $i >/tmp/busy.%d.t && mv /tmp/busy.%d.t /tmp/busy.%d; }; done' </dev/null >/dev/null 2>&1 &`, i, i, i, i))
+	}
+	// Each loop has written its file once: every CPU runs its loop.
+	sh.MustRun(t, waitInGuest(busyFilesCond(n)))
+	if out := sh.MustRun(t, busyFilesCond(n)+" && echo all"); out != "all" {
+		t.Fatalf("the busy loops wrote no count within the wait: %q; the guest's state:\n%s", out, guestState(t, sh))
+	}
+}
+
+// busyFilesCond is a shell condition: every loop's count file exists.
+func busyFilesCond(n int) string {
+	var c []string
+	for i := range n {
+		c = append(c, fmt.Sprintf("[ -s /tmp/busy.%d ]", i))
+	}
+	return strings.Join(c, " && ")
+}
+
+// busyCounts returns each busy loop's last written count.
+func busyCounts(t *testing.T, sh *consoleShell, n int) []int {
+	t.Helper()
+	var counts []int
+	for i := range n {
+		out := sh.MustRun(t, fmt.Sprintf("cat /tmp/busy.%d", i))
+		v, err := strconv.Atoi(out)
+		if err != nil {
+			t.Fatalf("busy loop %d's count %q: %v", i, out, err)
+		}
+		counts = append(counts, v)
+	}
+	return counts
+}
+
+// waitBusyPast waits, in the guest, until every busy loop's count has
+// passed before's, and fails t if one did not: that CPU stopped running
+// its loop.
+func waitBusyPast(t *testing.T, sh *consoleShell, before []int) {
+	t.Helper()
+	var c []string
+	for i, v := range before {
+		c = append(c, fmt.Sprintf("[ $(cat /tmp/busy.%d) -gt %d ]", i, v))
+	}
+	cond := strings.Join(c, " && ")
+	sh.MustRun(t, waitInGuest(cond))
+	if out := sh.MustRun(t, cond+" && echo past || cat /tmp/busy.*"); out != "past" {
+		t.Fatalf("a CPU's busy loop did not count on after the migration: counts %v before, %q now; the guest's state:\n%s", before, out, guestState(t, sh))
 	}
 }
 
