@@ -58,6 +58,9 @@ func TestSMPGuestStartsItsAPsAndEveryCPUKeepsCounting(t *testing.T) {
 		}
 		last = p
 	}
+	if err := guests.CheckSMPTimerRate(last); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("pass %d: %+v", last.N, last.CPUs)
 	vm.Stop()
 	if r := wait(t, done); !errors.Is(r.err, vmm.ErrStopped) {

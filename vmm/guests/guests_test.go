@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"tern/vmm/guests/internal/build"
 )
@@ -170,6 +171,27 @@ func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
 	} {
 		if !bytes.Contains(h, []byte(want)) {
 			t.Errorf("src/guest.h lacks %q", want)
+		}
+	}
+}
+
+func TestSMPConstantsAgreeWithItsSource(t *testing.T) {
+	for file, wants := range map[string][]string{
+		"smp.c": {
+			fmt.Sprintf("#define TIMER_MS %d\n", SMPTimerPeriod/time.Millisecond),
+			fmt.Sprintf("#define PASS_MS %d\n", SMPPassPeriod/time.Millisecond),
+			fmt.Sprintf("#define STALL_PASSES %d\n", SMPStallPasses),
+		},
+		"smp.h": {fmt.Sprintf("#define SMP_MAX_CPUS %d\n", SMPMaxCPUs)},
+	} {
+		src, err := os.ReadFile(filepath.Join("src", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !bytes.Contains(src, []byte(want)) {
+				t.Errorf("src/%s lacks %q", file, want)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The smp guest's lines besides its passes (ParseSMPPass).
@@ -18,12 +19,24 @@ const (
 	SMPSIPISent = "smp: SIPI sent"
 )
 
+// The smp guest's timings (src/smp.c).
+const (
+	// SMPTimerPeriod is its local APIC timer's period (TIMER_MS).
+	SMPTimerPeriod = 10 * time.Millisecond
+	// SMPPassPeriod is the guest time between its passes (PASS_MS).
+	SMPPassPeriod = 250 * time.Millisecond
+	// SMPStallPasses is how many passes a started CPU's work or timer
+	// count may stand still, or an IPI stay in flight, before the guest
+	// fails (STALL_PASSES).
+	SMPStallPasses = 20
+)
+
 // SMPAllStarted is the line the smp guest prints once all n CPUs run.
 func SMPAllStarted(n int) string { return fmt.Sprintf("smp: all %d cpus started", n) }
 
 // SMPPass is one of the smp guest's pass lines:
 //
-//	smp: pass 12 aps started cpu0 work 81920000 sweeps 40 timer 200 ipi-in 300 ipi-out 300 cpu1 waiting ...
+//	smp: pass 12 aps started cpu0 up 2000 work 81920000 sweeps 40 timer 200 ipi-in 300 ipi-out 300 cpu1 waiting ...
 type SMPPass struct {
 	// N is the pass's number, from 1.
 	N uint64
@@ -39,6 +52,9 @@ type SMPCPU struct {
 	// Started is false for an application processor not started yet
 	// ("cpuN waiting"), whose counters are then zero.
 	Started bool
+	// UpMs is the milliseconds since it started, by the guest's TSC
+	// (which moves on with the host's clock across a migration).
+	UpMs uint64
 	// Work is the steps it wrote into its memory region; Sweeps the
 	// times it verified the whole region.
 	Work, Sweeps uint64
@@ -69,14 +85,14 @@ func ParseSMPPass(line string) (p SMPPass, ok bool) {
 			f = f[2:]
 			continue
 		}
-		if len(f) < 11 {
+		if len(f) < 13 {
 			return SMPPass{}, false
 		}
 		c := SMPCPU{Started: true}
 		for i, field := range []struct {
 			name string
 			v    *uint64
-		}{{"work", &c.Work}, {"sweeps", &c.Sweeps}, {"timer", &c.Timer}, {"ipi-in", &c.IPIsIn}, {"ipi-out", &c.IPIsOut}} {
+		}{{"up", &c.UpMs}, {"work", &c.Work}, {"sweeps", &c.Sweeps}, {"timer", &c.Timer}, {"ipi-in", &c.IPIsIn}, {"ipi-out", &c.IPIsOut}} {
 			if f[1+2*i] != field.name {
 				return SMPPass{}, false
 			}
@@ -85,7 +101,7 @@ func ParseSMPPass(line string) (p SMPPass, ok bool) {
 			}
 		}
 		p.CPUs = append(p.CPUs, c)
-		f = f[11:]
+		f = f[13:]
 	}
 	return p, true
 }
@@ -154,4 +170,26 @@ func ParseSMPStart(line string) (cpus int, regions, size uint64, ok bool) {
 		return 0, 0, 0, false
 	}
 	return cpus, regions, size, true
+}
+
+// CheckSMPTimerRate returns an error naming each started CPU of p whose
+// timer interrupts are not those of its periodic timer over its UpMs: at
+// most one more than the periods (the first fires one period after the
+// start; more would be a period restored shorter) and at least half of
+// them (a periodic timer's ticks coalesce while its vCPU does not run, a
+// migration's downtime among it, but a timer restored with a longer
+// period or stopped for long falls below). nil means every timer kept its
+// rate.
+func CheckSMPTimerRate(p SMPPass) error {
+	var errs []string
+	for i, c := range p.CPUs {
+		periods := c.UpMs / uint64(SMPTimerPeriod/time.Millisecond)
+		if c.Started && (c.Timer > periods+1 || c.Timer < periods/2) {
+			errs = append(errs, fmt.Sprintf("cpu%d took %d timer interrupts in %d ms, %d periods", i, c.Timer, c.UpMs, periods))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("smp pass %d: %s", p.N, strings.Join(errs, "; "))
+	}
+	return nil
 }

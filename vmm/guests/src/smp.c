@@ -34,10 +34,11 @@
  * Every PASS_MS the BSP reads every CPU's counters (the IPIs taken before
  * the IPIs sent) and prints one line:
  *
- *	smp: pass 12 aps started cpu0 work 81920000 sweeps 40 timer 200 ipi-in 300 ipi-out 300 cpu1 ...
+ *	smp: pass 12 aps started cpu0 up 2000 work 81920000 sweeps 40 timer 200 ipi-in 300 ipi-out 300 cpu1 ...
  *
- * (a CPU not started yet: "cpu2 waiting"; aps is held, init-sent,
- * starting or started). It fails, with "smp: FAIL ..." and exit status 1,
+ * (up: the milliseconds since the CPU started, by the TSC; a CPU not
+ * started yet: "cpu2 waiting"; aps is held, init-sent, starting or
+ * started). It fails, with "smp: FAIL ..." and exit status 1,
  * when a CPU found its memory wrong, a started CPU's work or timer count
  * did not grow for STALL_PASSES passes, a CPU took more IPIs from another
  * than that one sent, an IPI stayed in flight for STALL_PASSES passes
@@ -71,7 +72,7 @@ struct cpu {
 	volatile u64 timer;
 	volatile u64 ipi_in[SMP_MAX_CPUS];
 	/* Written by this CPU at CPL3. */
-	volatile u64 started;
+	volatile u64 started, started_tsc;
 	volatile u64 work;
 	volatile u64 sweeps;
 	volatile u64 ipi_out[SMP_MAX_CPUS];
@@ -276,6 +277,8 @@ static void report_pass(void)
 		u64 sin = 0, sout = 0;
 		for (u64 o = 0; o < ncpus; o++)
 			sin += in[k][o], sout += out[k][o];
+		puts(" up ");
+		putdec((rdtsc() - cpus[k].started_tsc) / ms_ticks);
 		puts(" work ");
 		putdec(cpus[k].work);
 		puts(" sweeps ");
@@ -388,6 +391,7 @@ static __attribute__((noreturn)) void cpu_loop(u64 me)
 void ap_start(u64 id)
 {
 	lapic_setup();
+	cpus[id].started_tsc = rdtsc();
 	cpus[id].started = 1;
 	cpu_loop(id);
 }
@@ -413,6 +417,7 @@ int main(void)
 	puts(" bytes\n");
 	memcpy((void *)AP_TRAMPOLINE_ADDR, ap_trampoline, (unsigned long)(ap_trampoline_end - ap_trampoline));
 	lapic_setup();
+	cpus[0].started_tsc = rdtsc();
 	cpus[0].started = 1;
 	aps = ncpus > 1 ? APS_HELD : APS_STARTED;
 	next_pass = rdtsc() + PASS_MS * ms_ticks;
