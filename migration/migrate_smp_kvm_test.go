@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,21 @@ func TestSMPGuestSurvivesTwentyMigrationsWithEveryCPUCounting(t *testing.T) {
 	hops := kvmtest.Sized(20, 4)
 	src, spec, w := smpSource(t, cpus, nil)
 	w.until(t, "all CPUs started", func(l string) bool { return l == guests.SMPAllStarted(cpus) })
+	// Both timer modes cross: the odd CPUs' re-armed TSC deadlines
+	// (IA32_TSC_DEADLINE, restored after the LAPIC), the others' TMICT.
+	var modes []string
+	w.until(t, "the timers line", func(l string) bool {
+		var ok bool
+		modes, ok = guests.ParseSMPTimers(l)
+		return ok
+	})
+	has, err := src.vm.KVM().CheckExtension(kvm.CapTSCDeadlineTimer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := guests.SMPWantTimers(cpus, has > 0); !slices.Equal(modes, want) {
+		t.Fatalf("timers %q, want %q (KVM_CAP_TSC_DEADLINE_TIMER %d)", modes, want, has)
+	}
 	w.pass(t, "a pass with every CPU started", func(p guests.SMPPass) bool { return p.APs == "started" })
 	vm, run := src.vm, func() error { return src.wait(t) }
 	start := time.Now()

@@ -195,12 +195,22 @@ func (vm *VM) createLinuxPlatform() error {
 // linuxCPUID returns entries with the hypervisor bit, and the
 // TSC-deadline bit when tscDeadline, set in leaf 1.
 func linuxCPUID(entries []kvm.CPUIDEntry2, tscDeadline bool) []kvm.CPUIDEntry2 {
+	if tscDeadline {
+		entries = withTSCDeadline(entries)
+	}
 	for i := range entries {
 		if entries[i].Function == 1 {
 			entries[i].ECX |= cpuidHypervisor
-			if tscDeadline {
-				entries[i].ECX |= cpuidTSCDeadline
-			}
+		}
+	}
+	return entries
+}
+
+// withTSCDeadline returns entries with the TSC-deadline bit set in leaf 1.
+func withTSCDeadline(entries []kvm.CPUIDEntry2) []kvm.CPUIDEntry2 {
+	for i := range entries {
+		if entries[i].Function == 1 {
+			entries[i].ECX |= cpuidTSCDeadline
 		}
 	}
 	return entries

@@ -2,6 +2,7 @@ package vmm_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,6 +47,7 @@ func TestSMPGuestStartsItsAPsAndEveryCPUKeepsCounting(t *testing.T) {
 	con := newConsole(t, vm)
 	done := start(t, vm)
 	con.waitLine(guests.SMPAllStarted(cpus))
+	checkSMPTimers(t, vm, con.waitFor("the timers line", func(l string) bool { _, ok := guests.ParseSMPTimers(l); return ok }), cpus)
 	first := con.smpPass("a pass with every CPU started", func(p guests.SMPPass) bool { return p.APs == "started" })
 	if len(first.CPUs) != cpus {
 		t.Fatalf("pass of %d CPUs, want %d", len(first.CPUs), cpus)
@@ -65,6 +67,20 @@ func TestSMPGuestStartsItsAPsAndEveryCPUKeepsCounting(t *testing.T) {
 	vm.Stop()
 	if r := wait(t, done); !errors.Is(r.err, vmm.ErrStopped) {
 		t.Fatalf("Run = %d, %v; want ErrStopped", r.status, r.err)
+	}
+}
+
+// checkSMPTimers checks the smp guest's timers line: the odd CPUs' timers
+// in TSC-deadline mode where KVM has it, the others periodic.
+func checkSMPTimers(t *testing.T, vm *vmm.VM, line string, cpus int) {
+	t.Helper()
+	has, err := vm.KVM().CheckExtension(kvm.CapTSCDeadlineTimer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes, _ := guests.ParseSMPTimers(line)
+	if want := guests.SMPWantTimers(cpus, has > 0); !slices.Equal(modes, want) {
+		t.Fatalf("timers %q, want %q (KVM_CAP_TSC_DEADLINE_TIMER %d)", modes, want, has)
 	}
 }
 

@@ -287,7 +287,7 @@ func (vm *VM) startVCPUs(n int, bootCPU *boot.CPUState) (tscKHz uint32, tscErr, 
 		return 0, nil, err
 	}
 	tscDeadline := false
-	if vm.linux {
+	if vm.irqchip {
 		v, err := vm.kvm.CheckExtension(kvm.CapTSCDeadlineTimer)
 		if err != nil {
 			return 0, nil, err
@@ -315,8 +315,13 @@ func (vm *VM) startVCPUs(n int, bootCPU *boot.CPUState) (tscKHz uint32, tscErr, 
 				return nil, err
 			}
 			cpuid := cpuidFor(supported, id)
-			if vm.linux {
+			switch {
+			case vm.linux:
 				cpuid = linuxCPUID(cpuid, tscDeadline)
+			case vm.irqchip && tscDeadline:
+				// The local APICs' TSC-deadline mode, which KVM
+				// offers a guest only where its CPUID says so.
+				cpuid = withTSCDeadline(cpuid)
 			}
 			if err := cpu.SetCPUID2(cpuid); err != nil {
 				return nil, err

@@ -19,8 +19,11 @@
  *     and keeps the region's sum. Every VERIFY_MS it checks every slot
  *     against the value only n determines and the sum against the
  *     region's: a page lost or stale after a migration fails the check.
- *   - its local APIC timer, periodic every TIMER_MS (vector VEC_TIMER);
- *     the handler counts it.
+ *   - its local APIC timer every TIMER_MS (vector VEC_TIMER), periodic on
+ *     the even CPUs, in TSC-deadline mode re-armed by the handler on the
+ *     odd ones (where the local APIC has it: lapic_setup); the handler
+ *     counts it. Once all CPUs run the BSP prints "smp: timers periodic
+ *     tsc-deadline ...", each CPU's mode.
  *   - every IPI_MS a fixed IPI (vector VEC_IPI + sender) to each started
  *     CPU whose previous IPI from this one has arrived: the sender counts
  *     what it sent before it writes the ICR, the receiver's handler what
@@ -71,18 +74,23 @@ struct cpu {
 	/* At rsp0, written by this CPU's interrupt handlers (smp_cpu.S). */
 	volatile u64 timer;
 	volatile u64 ipi_in[SMP_MAX_CPUS];
+	/* The timer's handler's: see lapic_setup and smp_cpu.S. */
+	volatile u64 deadline_ticks, deadline_next;
 	/* Written by this CPU at CPL3. */
 	volatile u64 started, started_tsc;
 	volatile u64 work;
 	volatile u64 sweeps;
 	volatile u64 ipi_out[SMP_MAX_CPUS];
 	u64 sum;
+	const char *timer_mode;	/* "periodic" or "tsc-deadline" */
 	volatile u64 fail, fail_slot, fail_want, fail_found;
 } __attribute__((aligned(4096)));
 
 _Static_assert(sizeof(struct cpu) == CPU_SIZE, "struct cpu is CPU_SIZE bytes");
 _Static_assert(__builtin_offsetof(struct cpu, timer) == CPU_RSP0 + IRQ_TIMER, "timer at rsp0");
 _Static_assert(__builtin_offsetof(struct cpu, ipi_in) == CPU_RSP0 + IRQ_IPI, "ipi_in after it");
+_Static_assert(__builtin_offsetof(struct cpu, deadline_ticks) == CPU_RSP0 + IRQ_DEADLINE, "then deadline_ticks");
+_Static_assert(__builtin_offsetof(struct cpu, deadline_next) == CPU_RSP0 + IRQ_DEADLINE_NEXT, "and deadline_next");
 
 /* cpus is named by entry.S's TSSs and smp_cpu.S. */
 struct cpu cpus[SMP_MAX_CPUS];
@@ -94,6 +102,11 @@ void ap_start(u64 id) __attribute__((noreturn));
 static u64 ncpus, ms_ticks;
 
 static void lapic_write(u32 reg, u32 v) { mmio_write32(LAPIC_BASE + reg, v); }
+static u32 lapic_read(u32 reg) { return mmio_read32(LAPIC_BASE + reg); }
+
+#define ICR_FIXED 0x4000	/* delivery mode fixed, level assert */
+#define ICR_INIT 0x4500
+#define ICR_SIPI 0x4600
 
 static void send_ipi(u64 dest, u32 icr)
 {
@@ -101,20 +114,42 @@ static void send_ipi(u64 dest, u32 icr)
 	lapic_write(LAPIC_ICR_LO, icr);
 }
 
-#define ICR_FIXED 0x4000	/* delivery mode fixed, level assert */
-#define ICR_INIT 0x4500
-#define ICR_SIPI 0x4600
 
-/* lapic_setup enables this CPU's local APIC and its periodic timer. */
-static void lapic_setup(void)
+#define LVT_PERIODIC (1 << 17)
+#define LVT_TSC_DEADLINE (2 << 17)
+#define LVT_MODE (3 << 17)
+
+/*
+ * lapic_setup enables CPU id's local APIC and its timer, every TIMER_MS:
+ * on an odd CPU in TSC-deadline mode (one-shot, re-armed by the handler
+ * through IA32_TSC_DEADLINE) where the local APIC has it, otherwise
+ * periodic (TMICT). A local APIC without TSC-deadline mode (its CPUID
+ * lacks it) keeps the mode field at one-shot: read back, that says so.
+ */
+static void lapic_setup(u64 id)
 {
 	lapic_write(LAPIC_SVR, 0x100 | VEC_SPURIOUS);
 	lapic_write(LAPIC_LVT_LINT0, 1 << 16);	/* masked: no PIC */
 	lapic_write(LAPIC_LVT_LINT1, 1 << 16);
 	lapic_write(LAPIC_LVT_ERROR, 1 << 16);
+	if (id & 1) {
+		lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
+		if ((lapic_read(LAPIC_LVT_TIMER) & LVT_MODE) == LVT_TSC_DEADLINE) {
+			/*
+			 * The handler re-arms it at each interrupt; the
+			 * first is a self-IPI on the timer's vector (CPL3
+			 * writes no MSR), which counts as a tick.
+			 */
+			cpus[id].deadline_ticks = TIMER_MS * ms_ticks;
+			cpus[id].timer_mode = "tsc-deadline";
+			send_ipi(id, ICR_FIXED | VEC_TIMER);
+			return;
+		}
+	}
 	lapic_write(LAPIC_TDCR, 0x3);		/* divide by 16 */
-	lapic_write(LAPIC_LVT_TIMER, 1 << 17 | VEC_TIMER);	/* periodic */
+	lapic_write(LAPIC_LVT_TIMER, LVT_PERIODIC | VEC_TIMER);
 	lapic_write(LAPIC_TMICT, TIMER_MS * TIMER_COUNT_PER_MS);
+	cpus[id].timer_mode = "periodic";
 }
 
 static u64 *slot_word(u64 *region, u64 slot)
@@ -231,7 +266,12 @@ static void start_aps(u64 now)
 		}
 		puts("smp: all ");
 		putdec(ncpus);
-		puts(" cpus started\n");
+		puts(" cpus started\nsmp: timers");
+		for (u64 k = 0; k < ncpus; k++) {
+			puts(" ");
+			puts(cpus[k].timer_mode);
+		}
+		puts("\n");
 		aps = APS_STARTED;
 		return;
 	}
@@ -390,7 +430,7 @@ static __attribute__((noreturn)) void cpu_loop(u64 me)
 
 void ap_start(u64 id)
 {
-	lapic_setup();
+	lapic_setup(id);
 	cpus[id].started_tsc = rdtsc();
 	cpus[id].started = 1;
 	cpu_loop(id);
@@ -416,7 +456,7 @@ int main(void)
 	putdec(sizeof regions[0]);
 	puts(" bytes\n");
 	memcpy((void *)AP_TRAMPOLINE_ADDR, ap_trampoline, (unsigned long)(ap_trampoline_end - ap_trampoline));
-	lapic_setup();
+	lapic_setup(0);
 	cpus[0].started_tsc = rdtsc();
 	cpus[0].started = 1;
 	aps = ncpus > 1 ? APS_HELD : APS_STARTED;

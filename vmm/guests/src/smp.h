@@ -22,9 +22,16 @@
 #define CPU_RSP0 (CPU_DF_STACK_TOP + CPU_KERNEL_STACK)
 #define CPU_SIZE (CPU_RSP0 + 4096)
 
-/* Offsets from rsp0 of the counters the CPL0 handlers increment. */
+/*
+ * Offsets from rsp0 of the counters the CPL0 handlers increment, and of
+ * what the timer's handler reads.
+ */
 #define IRQ_TIMER 0		/* u64: LAPIC timer interrupts taken */
 #define IRQ_IPI 8		/* u64[SMP_MAX_CPUS]: IPIs taken, by sender */
+#define IRQ_DEADLINE 40		/* u64: a TSC-deadline timer's period in TSC ticks; 0 periodic */
+#define IRQ_DEADLINE_NEXT 48	/* u64: the deadline the handler armed last */
+
+#define MSR_TSC_DEADLINE 0x6e0
 
 /* Vectors: the LAPIC timer, one per IPI sender, the spurious vector. */
 #define VEC_TIMER 0x40

@@ -102,8 +102,42 @@ ap_entry64:
 	iretq
 	.endm
 
+/*
+ * The timer's handler counts too; on a CPU whose timer is in TSC-deadline
+ * mode (one-shot) it re-arms it first, a period (IRQ_DEADLINE ticks) after
+ * the deadline it armed last, as a periodic timer keeps its schedule
+ * however late its interrupt is taken; when that is past already (the
+ * first interrupt, a vCPU that did not run for a period, a migration's
+ * downtime) a period from now. Three words pushed: the CPU's block is 64
+ * bytes above %rsp.
+ */
 timer_isr:
-	count_irq IRQ_TIMER
+	push	%rax
+	push	%rcx
+	push	%rdx
+	incq	(64 + IRQ_TIMER)(%rsp)
+	mov	(64 + IRQ_DEADLINE)(%rsp), %rcx
+	test	%rcx, %rcx
+	jz	2f
+	rdtsc
+	shl	$32, %rdx
+	or	%rdx, %rax		/* now */
+	mov	(64 + IRQ_DEADLINE_NEXT)(%rsp), %rdx
+	add	%rcx, %rdx		/* the next on schedule */
+	cmp	%rax, %rdx
+	ja	1f
+	lea	(%rax, %rcx), %rdx	/* past: a period from now */
+1:	mov	%rdx, (64 + IRQ_DEADLINE_NEXT)(%rsp)
+	mov	%edx, %eax
+	shr	$32, %rdx
+	mov	$MSR_TSC_DEADLINE, %ecx
+	wrmsr
+2:	mov	$(LAPIC_BASE + LAPIC_EOI), %eax
+	movl	$0, (%rax)
+	pop	%rdx
+	pop	%rcx
+	pop	%rax
+	iretq
 ipi_isr0:
 	count_irq (IRQ_IPI+0*8)
 ipi_isr1:
