@@ -122,7 +122,8 @@
 //     image's GDT, enters protected mode, loads the PVH path's page
 //     tables, enters long mode, loads the IDT and its own TSS (selector
 //     0x28 + 16 * its APIC ID) and drops to CPL3 with IF set on its own
-//     stacks (src/smp_cpu.S: about 40 instructions at CPL0 per AP). With
+//     stacks (src/smp_cpu.S: about 45 instructions at CPL0 per AP, a
+//     CPUID among them: at CPL3 nested PVM answers with the host's). With
 //     ap_hold ([Params.APHold]) the BSP holds before the INIT or before
 //     the SIPIs until the host sets the word at [APGoOffset], so a VM can
 //     be migrated while its APs wait. Every CPU then loops at CPL3:
@@ -130,7 +131,8 @@
 //     turn) and verifies the whole region every 50 ms against what the
 //     counter alone determines; takes its LAPIC timer every 10 ms
 //     (periodic on the even CPUs, TSC-deadline re-armed on schedule by the
-//     handler on the odd ones, where KVM offers it); and every 10 ms
+//     handler on the odd ones where their CPUID offers it: tern does where
+//     KVM has it, QEMU's default CPU does not); and every 10 ms
 //     sends each started CPU a fixed IPI (vector 0x50 + sender) when that
 //     CPU took its previous one, so at most one per pair is in flight.
 //     The interrupt handlers (CPL0, 6 to 20 instructions) count, by

@@ -76,6 +76,8 @@ struct cpu {
 	volatile u64 ipi_in[SMP_MAX_CPUS];
 	/* The timer's handler's: see lapic_setup and smp_cpu.S. */
 	volatile u64 deadline_ticks, deadline_next;
+	/* CPUID leaf 1's ECX, read at CPL0 (an AP's only: smp_cpu.S). */
+	u32 cpuid1_ecx;
 	/* Written by this CPU at CPL3. */
 	volatile u64 started, started_tsc;
 	volatile u64 work;
@@ -91,6 +93,7 @@ _Static_assert(__builtin_offsetof(struct cpu, timer) == CPU_RSP0 + IRQ_TIMER, "t
 _Static_assert(__builtin_offsetof(struct cpu, ipi_in) == CPU_RSP0 + IRQ_IPI, "ipi_in after it");
 _Static_assert(__builtin_offsetof(struct cpu, deadline_ticks) == CPU_RSP0 + IRQ_DEADLINE, "then deadline_ticks");
 _Static_assert(__builtin_offsetof(struct cpu, deadline_next) == CPU_RSP0 + IRQ_DEADLINE_NEXT, "and deadline_next");
+_Static_assert(__builtin_offsetof(struct cpu, cpuid1_ecx) == CPU_RSP0 + CPU_CPUID1_ECX, "and cpuid1_ecx");
 
 /* cpus is named by entry.S's TSSs and smp_cpu.S. */
 struct cpu cpus[SMP_MAX_CPUS];
@@ -119,12 +122,15 @@ static void send_ipi(u64 dest, u32 icr)
 #define LVT_TSC_DEADLINE (2 << 17)
 #define LVT_MODE (3 << 17)
 
+#define CPUID1_TSC_DEADLINE (1u << 24)
+
 /*
  * lapic_setup enables CPU id's local APIC and its timer, every TIMER_MS:
  * on an odd CPU in TSC-deadline mode (one-shot, re-armed by the handler
- * through IA32_TSC_DEADLINE) where the local APIC has it, otherwise
- * periodic (TMICT). A local APIC without TSC-deadline mode (its CPUID
- * lacks it) keeps the mode field at one-shot: read back, that says so.
+ * through IA32_TSC_DEADLINE) where its CPUID says the local APIC has it
+ * and the mode reads back as written, otherwise periodic (TMICT). KVM
+ * keeps the mode field at one-shot for a vCPU whose CPUID lacks the bit;
+ * QEMU's own local APIC (TCG) keeps what is written and never fires.
  */
 static void lapic_setup(u64 id)
 {
@@ -132,7 +138,7 @@ static void lapic_setup(u64 id)
 	lapic_write(LAPIC_LVT_LINT0, 1 << 16);	/* masked: no PIC */
 	lapic_write(LAPIC_LVT_LINT1, 1 << 16);
 	lapic_write(LAPIC_LVT_ERROR, 1 << 16);
-	if (id & 1) {
+	if (id & 1 && cpus[id].cpuid1_ecx & CPUID1_TSC_DEADLINE) {
 		lapic_write(LAPIC_LVT_TIMER, LVT_TSC_DEADLINE | VEC_TIMER);
 		if ((lapic_read(LAPIC_LVT_TIMER) & LVT_MODE) == LVT_TSC_DEADLINE) {
 			/*

@@ -30,6 +30,7 @@
 #define IRQ_IPI 8		/* u64[SMP_MAX_CPUS]: IPIs taken, by sender */
 #define IRQ_DEADLINE 40		/* u64: a TSC-deadline timer's period in TSC ticks; 0 periodic */
 #define IRQ_DEADLINE_NEXT 48	/* u64: the deadline the handler armed last */
+#define CPU_CPUID1_ECX 56	/* u32: CPUID leaf 1's ECX, as an AP read it at CPL0 */
 
 #define MSR_TSC_DEADLINE 0x6e0
 

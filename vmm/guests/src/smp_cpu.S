@@ -11,7 +11,7 @@
  * which loads the PVH path's static page tables and enters long mode, as
  * pvh_entry32 does. ap_entry64 then loads the IDT, reads its local APIC ID
  * (its CPU number), loads its own TSS (TSS_SEL + 16 * number) and enters
- * ap_start(number) at CPL3 on its own user stack, with IF set. About 40
+ * ap_start(number) at CPL3 on its own user stack, with IF set. About 45
  * instructions at CPL0 in all.
  *
  * The interrupt handlers count and acknowledge (EOI) and return: each
@@ -78,8 +78,16 @@ ap_entry64:
 	shl	$4, %eax
 	add	$TSS_SEL, %eax
 	ltr	%ax
-	imul	$CPU_SIZE, %edi, %eax
-	add	$cpus, %rax		/* &cpus[number] */
+	imul	$CPU_SIZE, %edi, %esi
+	add	$cpus, %rsi		/* &cpus[number] */
+	/*
+	 * CPUID leaf 1 here, at CPL0: under nested PVM a CPUID at CPL3 runs
+	 * natively and returns the host's, not what the VMM gave the vCPU.
+	 */
+	mov	$1, %eax
+	cpuid
+	mov	%ecx, (CPU_RSP0 + CPU_CPUID1_ECX)(%rsi)
+	mov	%rsi, %rax
 	lea	CPU_RSP0(%rax), %rsp
 	lea	CPU_USER_STACK(%rax), %rcx
 	push	$USER_DS		/* SS */
