@@ -160,7 +160,7 @@ func (vm *VM) SetPlatformState(st *PlatformState) error {
 		return errors.New("loading the platform: this VM has no irqchip")
 	}
 	if (st.PIT != nil) != vm.linux {
-		return fmt.Errorf("loading the platform: a PIT given %v for a VM with one %v (a Linux guest's)", st.PIT != nil, vm.linux)
+		return fmt.Errorf("loading the platform: PIT state given %v, but the VM has a PIT %v (only a Linux guest's has)", st.PIT != nil, vm.linux)
 	}
 	for i, chip := range platformChips {
 		if st.IRQChips[i].ChipID != chip {
