@@ -121,7 +121,7 @@ func (vm *VM) crashReport(vcpus []*vcpu.VCPU) CrashReport {
 		}
 		r.VCPUs = append(r.VCPUs, c)
 	}
-	if vm.linux {
+	if vm.irqchip {
 		st, err := vm.kvm.IRQChip(kvm.IRQChipIOAPIC)
 		if err != nil {
 			missing("IOAPIC", err)

@@ -47,16 +47,20 @@
 //     (linux_platform.go); its disks interrupt through an irqfd on their
 //     slot's GSI and are notified through an ioeventfd per queue, each
 //     queue served on its own goroutine, not the vCPU's (virtio_irq.go).
+//   - A guest ELF with tern's local-APIC note (boot.ELFImage.LocalAPICs:
+//     the smp guest) gets the in-kernel irqchip without a PIT, and CPUID
+//     with the TSC-deadline bit where KVM has it; a migration target
+//     built for it gets the same, from the same image.
 //   - New starts one vmm/vcpu goroutine per vCPU, which creates its vCPU
 //     on its own locked thread and parks before the first instruction;
 //     Run lets them go. vCPU 0 starts at the guest's entry. For tern's
-//     own guests, which are uniprocessor, further vCPUs start at a HLT
-//     tern writes at APParkAddr and wait there until Stop; a Linux
-//     guest's stay in KVM's reset state until the kernel starts them with
-//     INIT and a start-up IPI.
+//     own uniprocessor guests, further vCPUs start at a HLT tern writes
+//     at APParkAddr and wait there until Stop; with the irqchip (a Linux
+//     guest, the smp guest) they stay in KVM's reset state until the
+//     guest starts them with INIT and a start-up IPI.
 //   - Built-in guests (vmm/guests) get a parameter block at
-//     guests.ParamsAddr with the TSC frequency KVM reports and the
-//     virtio-mmio base filled in.
+//     guests.ParamsAddr with the TSC frequency KVM reports, the vCPU
+//     count and the virtio-mmio base filled in.
 //   - Pause returns once every vCPU is parked at an instruction boundary;
 //     then VCPUs()[i].KVM() and KVM() may be used to inspect or capture
 //     state, until Resume.
@@ -65,7 +69,8 @@
 //     image (guest, boot vCPU state, application processors' HLT,
 //     parameter block), every vCPU parked in KVM's reset state.
 //   - A VM's state is a list of DeviceState entries (vm_state.go): the
-//     vCPUs', the clock's and a Linux guest's irqchips' and PIT's, which
+//     vCPUs' (each with its local APIC, pending events and MP state), the
+//     clock's, the irqchips' and a Linux guest's PIT's, which
 //     the VM encodes, and each devices.Stateful device's, which the
 //     device encodes. SaveState captures them from a paused VM;
 //     RestoreState checks that they describe this VM before it loads

@@ -106,14 +106,16 @@ var resetStub = []byte{
 	0xeb, 0xfd, // jmp back to the hlt
 }
 
-// PlatformState is a Linux guest's in-kernel platform devices, what a
-// live migration carries besides the vCPUs (whose local APICs are in
-// their own state): the PIC pair and the IOAPIC, and the PIT.
+// PlatformState is a VM's in-kernel platform devices, what a live
+// migration carries besides the vCPUs (whose local APICs are in their own
+// state): the PIC pair and the IOAPIC, and a Linux guest's PIT.
 type PlatformState struct {
 	// IRQChips are the PIC master, the PIC slave and the IOAPIC, in that
 	// order.
 	IRQChips [3]kvm.IRQChipState
-	PIT      kvm.PITState
+	// PIT is a Linux guest's i8254; nil for a VM without one (the smp
+	// guest's).
+	PIT *kvm.PITState
 }
 
 // platformChips are the chip IDs of PlatformState.IRQChips, in order.
@@ -123,10 +125,11 @@ var platformChips = [3]uint32{kvm.IRQChipPICMaster, kvm.IRQChipPICSlave, kvm.IRQ
 // the in-kernel irqchip and PIT, asynchronous virtio and ACPI power.
 func (vm *VM) IsLinux() bool { return vm.linux }
 
-// PlatformState captures the irqchip and PIT of a Linux guest's VM; nil
-// for tern's own guests, which have neither. Call it with the VM paused.
+// PlatformState captures the irqchip and a Linux guest's PIT; nil for a
+// VM without the irqchip (tern's own guests but smp). Call it with the VM
+// paused.
 func (vm *VM) PlatformState() (*PlatformState, error) {
-	if !vm.linux {
+	if !vm.irqchip {
 		return nil, nil
 	}
 	st := &PlatformState{}
@@ -137,20 +140,27 @@ func (vm *VM) PlatformState() (*PlatformState, error) {
 		}
 		st.IRQChips[i] = c
 	}
+	if !vm.linux {
+		return st, nil
+	}
 	pit, err := vm.kvm.PIT()
 	if err != nil {
 		return nil, fmt.Errorf("capturing the platform: %w", err)
 	}
-	st.PIT = pit
+	st.PIT = &pit
 	return st, nil
 }
 
-// SetPlatformState loads st into a Linux guest's VM (before its vCPUs'
-// state, whose local APICs take interrupts from these). A chip whose ID
-// is not the one its place names is an error.
+// SetPlatformState loads st into a VM with the irqchip (before its
+// vCPUs' state, whose local APICs take interrupts from these). A chip
+// whose ID is not the one its place names is an error, and so is a PIT
+// for a VM without one or none for a VM with one.
 func (vm *VM) SetPlatformState(st *PlatformState) error {
-	if !vm.linux {
-		return errors.New("loading the platform: this VM runs no Linux guest, so has no irqchip or PIT")
+	if !vm.irqchip {
+		return errors.New("loading the platform: this VM has no irqchip")
+	}
+	if (st.PIT != nil) != vm.linux {
+		return fmt.Errorf("loading the platform: PIT state given %v, but the VM has a PIT %v (only a Linux guest's has)", st.PIT != nil, vm.linux)
 	}
 	for i, chip := range platformChips {
 		if st.IRQChips[i].ChipID != chip {
@@ -160,7 +170,10 @@ func (vm *VM) SetPlatformState(st *PlatformState) error {
 			return fmt.Errorf("loading the platform: %w", err)
 		}
 	}
-	if err := vm.kvm.SetPIT(st.PIT); err != nil {
+	if st.PIT == nil {
+		return nil
+	}
+	if err := vm.kvm.SetPIT(*st.PIT); err != nil {
 		return fmt.Errorf("loading the platform: %w", err)
 	}
 	return nil
@@ -182,12 +195,22 @@ func (vm *VM) createLinuxPlatform() error {
 // linuxCPUID returns entries with the hypervisor bit, and the
 // TSC-deadline bit when tscDeadline, set in leaf 1.
 func linuxCPUID(entries []kvm.CPUIDEntry2, tscDeadline bool) []kvm.CPUIDEntry2 {
+	if tscDeadline {
+		entries = withTSCDeadline(entries)
+	}
 	for i := range entries {
 		if entries[i].Function == 1 {
 			entries[i].ECX |= cpuidHypervisor
-			if tscDeadline {
-				entries[i].ECX |= cpuidTSCDeadline
-			}
+		}
+	}
+	return entries
+}
+
+// withTSCDeadline returns entries with the TSC-deadline bit set in leaf 1.
+func withTSCDeadline(entries []kvm.CPUIDEntry2) []kvm.CPUIDEntry2 {
+	for i := range entries {
+		if entries[i].Function == 1 {
+			entries[i].ECX |= cpuidTSCDeadline
 		}
 	}
 	return entries

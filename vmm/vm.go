@@ -53,6 +53,12 @@ type VM struct {
 	// linux is set for a Linux guest's VM (Config.Linux), with its
 	// irqchip and PIT; set once while building.
 	linux bool
+	// irqchip is set for a VM with KVM's in-kernel irqchip (PIC pair,
+	// IOAPIC, a local APIC per vCPU): a Linux guest's, or a guest whose
+	// ELF note asks for its local APICs (boot.ELFImage.LocalAPICs); its
+	// application processors start in KVM's reset state and wait for
+	// INIT and SIPI. Set once while building.
+	irqchip bool
 	// power is a Linux guest's ACPI power registers; nil for tern's own.
 	power     *devices.Power
 	bootTimer *devices.BootTimer
@@ -157,6 +163,9 @@ func newVM(cfg Config, opts buildOptions) (_ *VM, err error) {
 			vm.Close()
 		}
 	}()
+	// A migration target builds without the image but with the
+	// platform the image asks for.
+	vm.irqchip = cfg.Linux != nil || img != nil && img.elf != nil && img.elf.LocalAPICs
 	if !opts.loadImage {
 		img = nil
 	}
@@ -215,11 +224,17 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 		}
 	}
 	linux := cfg.Linux != nil
-	if linux {
+	switch {
+	case linux:
 		// Before the devices (their irqfds need the irqchip) and the
 		// vCPUs (each gets its local APIC).
 		if err := vm.createLinuxPlatform(); err != nil {
 			return err
+		}
+	case vm.irqchip:
+		// Before the vCPUs, each of which gets its local APIC.
+		if err := vm.kvm.CreateIRQChip(); err != nil {
+			return fmt.Errorf("creating the guest's local APICs: %w", err)
 		}
 	}
 	var bootCPU *boot.CPUState
@@ -228,7 +243,7 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 		if err != nil {
 			return err
 		}
-		if max(cfg.VCPUs, 1) > 1 && !linux {
+		if max(cfg.VCPUs, 1) > 1 && !vm.irqchip {
 			if err := vm.mem.Write(APParkAddr, []byte{hlt}); err != nil {
 				return fmt.Errorf("placing the application processors' HLT: %w", err)
 			}
@@ -262,16 +277,17 @@ func (vm *VM) build(cfg Config, img *guestImage) error {
 // startVCPUs starts n vCPU goroutines, each parked before its first
 // instruction until Run, and returns the boot vCPU's TSC frequency (or
 // why it is unknown). With bootCPU set the boot vCPU starts in that state
-// and, for tern's own guests, the application processors in long mode at
-// their HLT; a Linux guest's application processors, and every vCPU
-// without bootCPU (a migration restores them), stay in KVM's reset state.
+// and, for tern's own guests without the irqchip, the application
+// processors in long mode at their HLT; with the irqchip (a Linux guest,
+// the smp guest) the application processors, and without bootCPU every
+// vCPU (a migration restores them), stay in KVM's reset state.
 func (vm *VM) startVCPUs(n int, bootCPU *boot.CPUState) (tscKHz uint32, tscErr, err error) {
 	supported, err := vm.sys.SupportedCPUID()
 	if err != nil {
 		return 0, nil, err
 	}
 	tscDeadline := false
-	if vm.linux {
+	if vm.irqchip {
 		v, err := vm.kvm.CheckExtension(kvm.CapTSCDeadlineTimer)
 		if err != nil {
 			return 0, nil, err
@@ -280,11 +296,11 @@ func (vm *VM) startVCPUs(n int, bootCPU *boot.CPUState) (tscKHz uint32, tscErr, 
 	}
 	for id := range n {
 		// tern's own guests start every vCPU in long mode, the
-		// application processors parked on a HLT; a Linux guest's stay
-		// in KVM's reset state until the kernel sends them INIT and a
-		// start-up IPI (linux_platform.go).
+		// application processors parked on a HLT; with the irqchip they
+		// stay in KVM's reset state until the guest sends them INIT and
+		// a start-up IPI (linux_platform.go).
 		var st *boot.CPUState
-		if bootCPU != nil && (id == 0 || !vm.linux) {
+		if bootCPU != nil && (id == 0 || !vm.irqchip) {
 			s := *bootCPU
 			if id > 0 {
 				s.RIP = uint64(APParkAddr)
@@ -299,8 +315,13 @@ func (vm *VM) startVCPUs(n int, bootCPU *boot.CPUState) (tscKHz uint32, tscErr, 
 				return nil, err
 			}
 			cpuid := cpuidFor(supported, id)
-			if vm.linux {
+			switch {
+			case vm.linux:
 				cpuid = linuxCPUID(cpuid, tscDeadline)
+			case vm.irqchip && tscDeadline:
+				// The local APICs' TSC-deadline mode, which KVM
+				// offers a guest only where its CPUID says so.
+				cpuid = withTSCDeadline(cpuid)
 			}
 			if err := cpu.SetCPUID2(cpuid); err != nil {
 				return nil, err
@@ -369,6 +390,9 @@ func (vm *VM) writeParams(cfg Config, tscKHz uint32) error {
 	}
 	if p.TSCkHz == 0 {
 		p.TSCkHz = uint64(tscKHz)
+	}
+	if p.VCPUs == 0 {
+		p.VCPUs = uint64(max(cfg.VCPUs, 1))
 	}
 	if len(cfg.disks()) > 0 && p.VirtioBase == 0 {
 		p.VirtioBase = VirtioBlkBase

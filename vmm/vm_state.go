@@ -27,9 +27,9 @@ type DeviceState struct {
 //   - clock: the host's realtime at capture in nanoseconds (int64),
 //     whether KVM keeps a kvmclock (one byte), and its data: clock
 //     (uint64), flags (uint32), realtime and host TSC (uint64).
-//   - irqchip: a Linux guest's interrupt controller, its chip ID
-//     (uint32) then the kernel's 512 bytes (KVM's ABI, the same on every
-//     x86-64 host); one per chip.
+//   - irqchip: the in-kernel interrupt controller of a Linux guest or
+//     the smp guest, its chip ID (uint32) then the kernel's 512 bytes
+//     (KVM's ABI, the same on every x86-64 host); one per chip.
 //   - pit: a Linux guest's i8254, struct kvm_pit_state2's 112 bytes.
 //
 // A disk's or a network card's transport (devices.VirtioBlkStateKind,
@@ -94,7 +94,8 @@ func (vm *VM) statefulDevices() []statefulSet {
 }
 
 // SaveState captures the paused VM (Pause, and for a Linux guest
-// QuiesceVirtio): every vCPU, a Linux guest's irqchips and PIT, the
+// QuiesceVirtio): every vCPU (its local APIC, pending events and MP state
+// among it), the irqchips and a Linux guest's PIT, the
 // clock, and every Stateful device. A vCPU parked at HLT (an application
 // processor) is saved at its HLT, so the VM it is restored into parks it
 // again.
@@ -142,7 +143,9 @@ func (vm *VM) saveState() ([]DeviceState, error) {
 			p := binary.LittleEndian.AppendUint32(nil, c.ChipID)
 			out = append(out, DeviceState{Kind: irqChipStateKind, Version: vmStateVersion, Payload: append(p, c.Chip[:]...)})
 		}
-		out = append(out, DeviceState{Kind: pitStateKind, Version: vmStateVersion, Payload: append([]byte(nil), plat.PIT.State[:]...)})
+		if plat.PIT != nil {
+			out = append(out, DeviceState{Kind: pitStateKind, Version: vmStateVersion, Payload: append([]byte(nil), plat.PIT.State[:]...)})
+		}
 	}
 	out = append(out, DeviceState{Kind: clockStateKind, Version: vmStateVersion, Payload: clk.encode()})
 	for _, set := range vm.statefulDevices() {
@@ -165,8 +168,8 @@ func (vm *VM) saveState() ([]DeviceState, error) {
 // Run. It reads every entry and checks that together they describe this
 // VM before it loads anything, then loads them in the order they depend
 // on: the clock (guest time moves on by the host time since the capture,
-// never back), a Linux guest's irqchips and PIT before the local APICs
-// they feed, the vCPUs, then the devices. A Linux guest's transports stay
+// never back), the irqchips and a Linux guest's PIT before the local
+// APICs they feed, the vCPUs, then the devices. A Linux guest's transports stay
 // quiesced until ResumeVirtio, so what the source was notified of is
 // served only once the guest runs here.
 //
@@ -215,10 +218,12 @@ func (vm *VM) restoreState(list []DeviceState) error {
 			return fmt.Errorf("loading the clock: %w", err)
 		}
 	}
-	if vm.linux {
+	if vm.irqchip {
 		if err := vm.SetPlatformState(&s.platform); err != nil {
 			return err
 		}
+	}
+	if vm.linux {
 		if err := vm.QuiesceVirtio(context.Background()); err != nil { // fresh transports: nothing to wait for
 			return err
 		}
@@ -275,9 +280,16 @@ func (vm *VM) readState(list []DeviceState) (*savedVM, error) {
 			nChips++
 		}
 	}
-	if vm.linux && (nChips != len(s.chips) || s.pits != 1) || !vm.linux && nChips+s.pits > 0 {
-		return nil, fmt.Errorf("%w: %d irqchips and %d PITs for a VM that runs a Linux guest: %v (it has 3 and 1, tern's own guests none)",
-			devices.ErrStateMismatch, nChips, s.pits, vm.linux)
+	wantChips, wantPITs := 0, 0
+	if vm.irqchip {
+		wantChips = len(s.chips)
+	}
+	if vm.linux {
+		wantPITs = 1
+	}
+	if nChips != wantChips || s.pits != wantPITs {
+		return nil, fmt.Errorf("%w: %d irqchips and %d PITs for a VM with %d and %d (a Linux guest has 3 and 1, the smp guest 3 and 0, tern's other guests none)",
+			devices.ErrStateMismatch, nChips, s.pits, wantChips, wantPITs)
 	}
 	for kind, set := range sets {
 		if set.slotted && len(seen[kind]) != len(set.devs) {
@@ -351,6 +363,7 @@ func (s *savedVM) readOwn(e DeviceState, nCPUs int) error {
 		if len(e.Payload) != pitStateSize {
 			return fmt.Errorf("%w: pit of %d bytes, want %d", devices.ErrMalformedState, len(e.Payload), pitStateSize)
 		}
+		s.platform.PIT = &kvm.PITState{}
 		copy(s.platform.PIT.State[:], e.Payload)
 		s.pits++
 	}

@@ -29,6 +29,11 @@ var (
 // xenElfnotePhys32Entry is the PVH note type: a 32-bit entry address.
 const xenElfnotePhys32Entry = 18
 
+// TernNoteLocalAPICs is the type of the note (name "tern", no
+// descriptor) by which a guest asks for the in-kernel local APICs and
+// starts its application processors itself: see ELFImage.LocalAPICs.
+const TernNoteLocalAPICs = 1
+
 const (
 	ptLoad = 1
 	ptNote = 4
@@ -56,6 +61,11 @@ type ELFImage struct {
 	// HasPVH reports whether the note exists.
 	PVHEntry uint32
 	HasPVH   bool
+	// LocalAPICs reports the TernNoteLocalAPICs note: the guest drives
+	// its local APICs (KVM's in-kernel irqchip) and starts its
+	// application processors with INIT and start-up IPIs, so the VMM
+	// leaves them in the reset state.
+	LocalAPICs bool
 	// Segments are the PT_LOAD segments in file order.
 	Segments []ELFSegment
 }
@@ -101,9 +111,7 @@ func ParseELF(b []byte) (*ELFImage, error) {
 				Addr: memory.GPA(paddr), Data: data, MemSize: memsz, Executable: flags&pfX != 0,
 			})
 		case ptNote:
-			if entry, ok := findPVHNote(data); ok {
-				img.PVHEntry, img.HasPVH = entry, true
-			}
+			readNotes(data, img)
 		}
 	}
 	if len(img.Segments) == 0 {
@@ -125,22 +133,27 @@ func (img *ELFImage) inExecutable(addr uint64) bool {
 	return false
 }
 
-// findPVHNote walks ELF notes (4-byte aligned) for the PVH entry note.
-func findPVHNote(b []byte) (uint32, bool) {
+// readNotes walks ELF notes (4-byte aligned) for the PVH entry note and
+// tern's own, recording what it finds in img; it stops at a note that
+// does not fit.
+func readNotes(b []byte, img *ELFImage) {
 	le := binary.LittleEndian
 	for len(b) >= 12 {
 		namesz, descsz, typ := uint64(le.Uint32(b[0:])), uint64(le.Uint32(b[4:])), le.Uint32(b[8:])
 		nameEnd := 12 + (namesz+3)&^3
 		descEnd := nameEnd + (descsz+3)&^3
 		if namesz > uint64(len(b)) || descsz > uint64(len(b)) || descEnd > uint64(len(b)) {
-			return 0, false
+			return
 		}
-		if namesz == 4 && string(b[12:16]) == "Xen\x00" && typ == xenElfnotePhys32Entry && descsz >= 4 {
-			return le.Uint32(b[nameEnd:]), true
+		name := string(b[12 : 12+namesz])
+		switch {
+		case name == "Xen\x00" && typ == xenElfnotePhys32Entry && descsz >= 4:
+			img.PVHEntry, img.HasPVH = le.Uint32(b[nameEnd:]), true
+		case name == "tern\x00" && typ == TernNoteLocalAPICs:
+			img.LocalAPICs = true
 		}
 		b = b[descEnd:]
 	}
-	return 0, false
 }
 
 // LoadELF copies the image's segments into guest memory, zero-filling

@@ -35,6 +35,10 @@ func TestLoadGuestPlacesEveryBuiltInGuest(t *testing.T) {
 			if st.RIP != img.Entry {
 				t.Errorf("RIP %#x, want the ELF entry %#x", st.RIP, img.Entry)
 			}
+			// Only smp starts its own application processors.
+			if want := name == "smp"; img.LocalAPICs != want {
+				t.Errorf("LocalAPICs %v (tern's note), want %v", img.LocalAPICs, want)
+			}
 			for _, s := range img.Segments {
 				got, err := m.Slice(s.Addr, s.MemSize)
 				if err != nil {

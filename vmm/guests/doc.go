@@ -52,7 +52,7 @@
 // port 0xf4: a guest writes its status there, 0 for success (QEMU's
 // isa-debug-exit then exits with (status<<1)|1). They are built with
 // -mgeneral-regs-only: no x87/SSE state is touched. They take no
-// interrupts.
+// interrupts, but smp.
 //
 // Optional parameters come from a parameter block the host writes at
 // guest-physical 0x8000 before start (layout in src/guest.h and
@@ -112,13 +112,53 @@
 //     as "demo: echo <line>", like echo; "quit" makes it print "demo: bye"
 //     and exit 0. [ParseDemoReady], [ParseDemoRound] and [ParseDemoEcho]
 //     read those lines. See src/demo.c.
+//   - smp runs on 1 to [SMPMaxCPUs] vCPUs (Params.VCPUs, which tern fills
+//     in) with their local APICs: its ELF note (name "tern", type 1,
+//     vmm/boot.TernNoteLocalAPICs) makes tern create the in-kernel
+//     irqchip and leave the application processors in KVM's reset
+//     state. The BSP starts each AP as firmware does, INIT, 10 ms, a
+//     start-up IPI (vector 0x70), 200 us, a second one; an AP starts in
+//     real mode in the trampoline the BSP copied to 0x70000, loads the
+//     image's GDT, enters protected mode, loads the PVH path's page
+//     tables, enters long mode, loads the IDT and its own TSS (selector
+//     0x28 + 16 * its APIC ID) and drops to CPL3 with IF set on its own
+//     stacks (src/smp_cpu.S: about 45 instructions at CPL0 per AP, a
+//     CPUID among them: at CPL3 nested PVM answers with the host's). With
+//     ap_hold ([Params.APHold]) the BSP holds before the INIT or before
+//     the SIPIs until the host sets the word at [APGoOffset], so a VM can
+//     be migrated while its APs wait. Every CPU then loops at CPL3:
+//     writes a counter into its own 256 KiB region (one word per page in
+//     turn) and verifies the whole region every 50 ms against what the
+//     counter alone determines; takes its LAPIC timer every 10 ms
+//     (periodic on the even CPUs, TSC-deadline re-armed on schedule by the
+//     handler on the odd ones where their CPUID offers it: tern does where
+//     KVM has it, QEMU's default CPU does not); and every 10 ms
+//     sends each started CPU a fixed IPI (vector 0x50 + sender) when that
+//     CPU took its previous one, so at most one per pair is in flight.
+//     The interrupt handlers (CPL0, 6 to 20 instructions) count, by
+//     sender for IPIs, in the CPU's block at its TSS's rsp0, and EOI.
+//     The BSP prints "smp: cpu0 up, N cpus, regions at ADDR of SIZE
+//     bytes", "smp: INIT sent", "smp: SIPI sent", "smp: all N cpus
+//     started", "smp: timers periodic tsc-deadline ..." and every 250 ms
+//     a pass, "smp: pass P aps started cpu0 up MS work W sweeps S timer T
+//     ipi-in I ipi-out O cpu1 ..." ("cpuK waiting" before it starts). It
+//     fails, with "smp: FAIL ..." and exit status 1, on a region found
+//     wrong, a started CPU's work or timer standing still for
+//     [SMPStallPasses] passes, more IPIs taken from a CPU than it sent,
+//     an IPI in flight for [SMPStallPasses] passes (lost), or an AP not
+//     started 20 s after its SIPIs. [ParseSMPPass], [CheckSMPProgress],
+//     [CheckSMPTimerRate], [ParseSMPStart] and [ParseSMPTimers] read its
+//     lines for a host. See src/smp.c.
 //
 // disk and demo share the virtio-blk driver (src/virtio_blk.c: one
 // 8-entry split virtqueue, one request at a time, the used ring polled, no
 // interrupts), echo and demo the UART line reader (src/line.c: between
 // polls of an empty UART it waits 50 µs on the TSC, not an exit per
 // spin). The build links a shared source only into the guests that use
-// it.
+// it. smp assembles src/smp_entry.S instead of entry.S: entry.S with
+// SMP_GUEST defined, which adds the APs' TSSs, a 32-bit code segment, the
+// interrupt gates and src/smp_cpu.S, and sets the BSP's rsp0 and IF; the
+// other guests assemble to the same bytes as without it.
 //
 // Under QEMU with KVM on a nested-PVM machine, dirty fills 256 MiB in
 // about 0.6 s (first touch of each page dominates), rewrites its working

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"tern/vmm/guests/internal/build"
 )
@@ -49,7 +50,7 @@ func pvhEntry(f *elf.File) (uint32, bool) {
 
 func TestEveryGuestIsALoadableELF64WithBothEntries(t *testing.T) {
 	names := Names()
-	if want := []string{"demo", "dirty", "disk", "echo", "hello", "udp"}; !slices.Equal(names, want) {
+	if want := []string{"demo", "dirty", "disk", "echo", "hello", "smp", "udp"}; !slices.Equal(names, want) {
 		t.Fatalf("Names() = %v, want %v", names, want)
 	}
 	for _, name := range names {
@@ -139,12 +140,14 @@ func TestGenerateReproducesCommittedELFs(t *testing.T) {
 
 func TestParamsEncodeLayout(t *testing.T) {
 	b := Params{MemBytes: 4 << 20, Passes: 3, VirtioBase: 0xd0000000,
-		TSCkHz: 2596120, VerifyEverySec: 5, HelloFault: HelloFaultPage, Idle: true}.Encode()
+		TSCkHz: 2596120, VerifyEverySec: 5, HelloFault: HelloFaultPage, Idle: true,
+		VCPUs: 3, APHold: SMPHoldBeforeSIPI}.Encode()
 	if len(b) != ParamsSize || string(b[:8]) != "TERNPARM" {
 		t.Fatalf("block %q..., len %d", b[:8], len(b))
 	}
 	for off, want := range map[int]uint64{0x08: 1, 0x18: 4 << 20, 0x28: 3, 0x48: 0xd0000000, 0x10: 0,
-		0x50: 2596120, VerifyRequestOffset: 0, VerifyAckOffset: 0, 0x68: 5, 0x70: 4, 0x78: 1} {
+		0x50: 2596120, VerifyRequestOffset: 0, VerifyAckOffset: 0, 0x68: 5, 0x70: 4, 0x78: 1,
+		0x88: 3, 0x90: 2, APGoOffset: 0} {
 		if got := binary.LittleEndian.Uint64(b[off:]); got != want {
 			t.Errorf("offset %#x = %#x, want %#x", off, got, want)
 		}
@@ -164,9 +167,31 @@ func TestDefaultsAgreeWithGuestHeader(t *testing.T) {
 		fmt.Sprintf("#define P_MARK %#x\n", MarkOffset),
 		// The offsets TestParamsEncodeLayout pins on the Go side.
 		"#define P_TSC_KHZ 0x50\n", "#define P_VERIFY_EVERY_SEC 0x68\n", "#define P_HELLO_FAULT 0x70\n", "#define P_IDLE 0x78\n",
+		"#define P_VCPUS 0x88\n", "#define P_AP_HOLD 0x90\n", fmt.Sprintf("#define P_AP_GO %#x\n", APGoOffset),
 	} {
 		if !bytes.Contains(h, []byte(want)) {
 			t.Errorf("src/guest.h lacks %q", want)
+		}
+	}
+}
+
+func TestSMPConstantsAgreeWithItsSource(t *testing.T) {
+	for file, wants := range map[string][]string{
+		"smp.c": {
+			fmt.Sprintf("#define TIMER_MS %d\n", SMPTimerPeriod/time.Millisecond),
+			fmt.Sprintf("#define PASS_MS %d\n", SMPPassPeriod/time.Millisecond),
+			fmt.Sprintf("#define STALL_PASSES %d\n", SMPStallPasses),
+		},
+		"smp.h": {fmt.Sprintf("#define SMP_MAX_CPUS %d\n", SMPMaxCPUs)},
+	} {
+		src, err := os.ReadFile(filepath.Join("src", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range wants {
+			if !bytes.Contains(src, []byte(want)) {
+				t.Errorf("src/%s lacks %q", file, want)
+			}
 		}
 	}
 }

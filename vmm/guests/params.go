@@ -17,7 +17,7 @@ const paramsVersion = 1
 // end), each zero meaning the default, so the version stays 1 and a host
 // that writes a shorter block still works: guest RAM it leaves alone is
 // zero.
-const ParamsSize = 0x88
+const ParamsSize = 0xa0
 
 // Params is the host's side of the parameter block (src/guest.h). A zero
 // field means the guest's default.
@@ -63,7 +63,32 @@ type Params struct {
 	// verifies every VerifyEverySec (after "dirty: rate 0 MiB/s") and on
 	// request, and a bounded run ends after Passes such intervals.
 	Idle bool
+	// VCPUs is the smp guest's number of CPUs, the VM's vCPUs (default
+	// 1, at most SMPMaxCPUs); tern fills it in when 0.
+	VCPUs uint64
+	// APHold makes the smp guest hold its application processors' start
+	// until the host sets the word at APGoOffset (SMPHoldBeforeINIT,
+	// SMPHoldBeforeSIPI); zero starts them at once.
+	APHold uint64
 }
+
+// Values of Params.APHold: where the smp guest's BSP waits for the word at
+// APGoOffset before it goes on starting its application processors.
+const (
+	// SMPHoldBeforeINIT holds before the INIT: the APs wait in KVM's
+	// reset state (KVM_MP_STATE_UNINITIALIZED).
+	SMPHoldBeforeINIT = 1
+	// SMPHoldBeforeSIPI sends the INIT and holds before the start-up
+	// IPIs: the APs wait for them (KVM_MP_STATE_INIT_RECEIVED).
+	SMPHoldBeforeSIPI = 2
+)
+
+// SMPMaxCPUs is the most CPUs the smp guest runs on.
+const SMPMaxCPUs = 4
+
+// APGoOffset is the parameter block's word a host sets (non-zero) to
+// release the smp guest's hold (Params.APHold). Encode leaves it zero.
+const APGoOffset = 0x98
 
 // DefaultTSCkHz is the TSC frequency the guests assume when Params.TSCkHz
 // is 0.
@@ -123,6 +148,8 @@ func (p Params) Encode() []byte {
 	if p.Idle {
 		le.PutUint64(b[0x78:], 1)
 	}
+	le.PutUint64(b[0x88:], p.VCPUs)
+	le.PutUint64(b[0x90:], p.APHold)
 	return b
 }
 

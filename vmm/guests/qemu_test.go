@@ -583,3 +583,36 @@ func waitProcState(t *testing.T, pid int, state byte) {
 		runtime.Gosched()
 	}
 }
+
+// TestQEMUSMPStartsItsAPsAndEveryCPUKeepsCounting runs the smp guest on
+// four CPUs under QEMU's own local APIC (TCG) and KVM's: it starts its APs
+// from their wait-for-SIPI state, and every CPU keeps working, verifying
+// its memory and taking its timer and the others' IPIs. Under TCG the
+// local APIC has no TSC-deadline mode, so every timer is periodic there.
+func TestQEMUSMPStartsItsAPsAndEveryCPUKeepsCounting(t *testing.T) {
+	forEachAccel(t, func(t *testing.T, accel []string) {
+		const cpus = 4
+		g := startQEMU(t, accel, "smp", &Params{VCPUs: cpus}, "-smp", fmt.Sprint(cpus))
+		g.waitFor(func(l string) bool { return l == SMPAllStarted(cpus) })
+		modes, _ := ParseSMPTimers(g.waitFor(func(l string) bool { _, ok := ParseSMPTimers(l); return ok }))
+		t.Logf("timers: %q", modes)
+		pass := func(done func(SMPPass) bool) SMPPass {
+			var p SMPPass
+			g.waitFor(func(l string) bool {
+				if strings.HasPrefix(l, SMPFailPrefix) || strings.HasPrefix(l, ExceptionPrefix) {
+					t.Fatalf("smp guest: %s\nserial:\n%s", l, g.out.String())
+				}
+				var ok bool
+				p, ok = ParseSMPPass(l)
+				return ok && done(p)
+			})
+			return p
+		}
+		first := pass(func(p SMPPass) bool { return p.APs == "started" })
+		last := pass(func(p SMPPass) bool { return p.N >= first.N+4 })
+		if err := CheckSMPProgress(first, last); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("pass %d: %+v", last.N, last.CPUs)
+	})
+}

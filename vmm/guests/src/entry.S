@@ -42,6 +42,25 @@
 #define USER_CS 0x23
 #define TSS_SEL 0x28
 
+/*
+ * The smp guest (smp_entry.S defines SMP_GUEST and includes this file)
+ * takes interrupts at CPL3 and gives each CPU its own TSS and stacks
+ * (smp.h, smp_cpu.S): its BSP's TSS points into cpus[0], and CPL3 runs
+ * with IF set. Every other guest assembles to the same bytes as without
+ * it.
+ */
+#ifdef SMP_GUEST
+#include "smp.h"
+#define KERNEL_CS32 0x68
+#define USER_RFLAGS 0x202		/* IF=1, IOPL=0 */
+#define TSS_RSP0 (cpus + CPU_RSP0)
+#define TSS_IST1 (cpus + CPU_DF_STACK_TOP)
+#else
+#define USER_RFLAGS 2			/* IF=0, IOPL=0 */
+#define TSS_RSP0 kernel_stack_top
+#define TSS_IST1 double_fault_stack_top
+#endif
+
 	.section .note.Xen, "a", @note
 	.balign 4
 	.long 4				/* namesz: "Xen\0" */
@@ -87,7 +106,7 @@ cpl0_setup:
 	lea	kernel_stack_top(%rip), %rsp
 	push	$USER_DS		/* SS */
 	push	$user_stack_top		/* RSP */
-	push	$2			/* RFLAGS: IF=0, IOPL=0 */
+	push	$USER_RFLAGS		/* RFLAGS */
 	push	$USER_CS		/* CS */
 	push	$guest_start		/* RIP */
 	iretq
@@ -123,6 +142,10 @@ trap_common:
 	hlt
 	jmp	1b
 
+#ifdef SMP_GUEST
+#include "smp_cpu.S"
+#endif
+
 /*
  * The GDT: the selectors PVM needs for native user mode (user data 0x1b,
  * 64-bit user code 0x23) and a 64-bit TSS. Accessed bits are preset so
@@ -136,8 +159,17 @@ gdt:
 	.quad 0x00cff3000000ffff	/* 0x18: user data, DPL 3 */
 	.quad 0x00affb000000ffff	/* 0x20: user code, 64-bit, DPL 3 */
 	/* 0x28: 64-bit TSS, available (type 9), present */
-	.quad ((tss_end - tss - 1) & 0xffff) | ((ABS(tss) & 0xffffff) << 16) | (0x89 << 40) | (((tss_end - tss - 1) >> 16) << 48) | ((ABS(tss) >> 24) << 56)
+	.macro tss_desc base
+	.quad ((tss_end - tss - 1) & 0xffff) | ((ABS(\base) & 0xffffff) << 16) | (0x89 << 40) | (((tss_end - tss - 1) >> 16) << 48) | ((ABS(\base) >> 24) << 56)
 	.quad 0				/* TSS base bits 63:32 */
+	.endm
+	tss_desc tss
+#ifdef SMP_GUEST
+	tss_desc tss1			/* 0x38: CPU 1's */
+	tss_desc tss2			/* 0x48: CPU 2's */
+	tss_desc tss3			/* 0x58: CPU 3's */
+	.quad 0x00cf9b000000ffff	/* 0x68: kernel code, 32-bit */
+#endif
 gdt_end:
 
 	.balign 8
@@ -152,34 +184,49 @@ gdt_desc:
  * ports 0x3f8-0x3ff; every other port, and any above the bitmap, raises #GP
  * at CPL3. The bitmap ends with the 0xff byte the architecture wants.
  */
-	.balign 16
-tss:
-	.long 0
-	.quad kernel_stack_top		/* 0x04 rsp0 */
+	.macro tss_body rsp0, ist1
+0:	.long 0
+	.quad \rsp0			/* 0x04 rsp0 */
 	.quad 0, 0			/* 0x0c rsp1, rsp2 */
 	.quad 0				/* 0x1c reserved */
-	.quad double_fault_stack_top	/* 0x24 ist1 */
+	.quad \ist1			/* 0x24 ist1 */
 	.quad 0, 0, 0, 0, 0, 0		/* 0x2c ist2-ist7 */
 	.quad 0				/* 0x5c reserved */
 	.word 0				/* 0x64 reserved */
-	.word io_bitmap - tss		/* 0x66 IO-permission bitmap offset */
-io_bitmap:
-	.fill 0xf4 / 8, 1, 0xff
+	.word 1f - 0b			/* 0x66 IO-permission bitmap offset */
+1:	.fill 0xf4 / 8, 1, 0xff
 	.byte 0xff & ~(1 << (0xf4 % 8))	/* 0xf0-0xf7: allow 0xf4 */
 	.fill 0x3f8 / 8 - 0xf4 / 8 - 1, 1, 0xff
 	.byte 0x00			/* 0x3f8-0x3ff: the UART */
 	.byte 0xff			/* end of the bitmap */
+	.endm
+
+	.balign 16
+tss:
+	tss_body TSS_RSP0, TSS_IST1
 tss_end:
+#ifdef SMP_GUEST
+	/* The application processors' TSSs, each on its own struct cpu. */
+	.balign 16
+tss1:	tss_body (cpus+1*CPU_SIZE+CPU_RSP0), (cpus+1*CPU_SIZE+CPU_DF_STACK_TOP)
+	.balign 16
+tss2:	tss_body (cpus+2*CPU_SIZE+CPU_RSP0), (cpus+2*CPU_SIZE+CPU_DF_STACK_TOP)
+	.balign 16
+tss3:	tss_body (cpus+3*CPU_SIZE+CPU_RSP0), (cpus+3*CPU_SIZE+CPU_DF_STACK_TOP)
+#endif
 
 /* The IDT: interrupt gates for the 32 exception vectors, #DF on IST1. */
-	.macro gate vector, ist
-	.word ABS(isr\vector) & 0xffff
+	.macro gate_to handler, ist
+	.word ABS(\handler) & 0xffff
 	.word KERNEL_CS
 	.byte \ist
 	.byte 0x8e			/* present, DPL 0, 64-bit interrupt gate */
-	.word ABS(isr\vector) >> 16
+	.word ABS(\handler) >> 16
 	.long 0				/* handler bits 63:32 */
 	.long 0
+	.endm
+	.macro gate vector, ist
+	gate_to isr\vector, \ist
 	.endm
 
 	.balign 16
@@ -192,6 +239,15 @@ idt:
 	gate 20, 0; gate 21, 0; gate 22, 0; gate 23, 0
 	gate 24, 0; gate 25, 0; gate 26, 0; gate 27, 0
 	gate 28, 0; gate 29, 0; gate 30, 0; gate 31, 0
+#ifdef SMP_GUEST
+	/* Not present up to each handler: such a vector raises #NP. */
+	.fill (VEC_TIMER - 32) * 16, 1, 0
+	gate_to timer_isr, 0
+	.fill (VEC_IPI - VEC_TIMER - 1) * 16, 1, 0
+	gate_to ipi_isr0, 0; gate_to ipi_isr1, 0; gate_to ipi_isr2, 0; gate_to ipi_isr3, 0
+	.fill (VEC_SPURIOUS - VEC_IPI - SMP_MAX_CPUS) * 16, 1, 0
+	gate_to spurious_isr, 0
+#endif
 idt_end:
 
 	.balign 8

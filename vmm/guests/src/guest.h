@@ -51,6 +51,9 @@ struct params {
 	u64 hello_fault;	/* 0x70 hello: raise an exception on purpose */
 	u64 idle;		/* 0x78 dirty: 1 = fill once, then dirty nothing */
 	u64 mark;		/* 0x80 udp: 1<<16 | rx used index, set while paused */
+	u64 vcpus;		/* 0x88 smp: the VM's vCPUs (1) */
+	u64 ap_hold;		/* 0x90 smp: hold the APs' start until ap_go */
+	u64 ap_go;		/* 0x98 smp: the host sets it to release the hold */
 };
 
 /* Parameter offsets, as param() takes them. */
@@ -69,6 +72,9 @@ struct params {
 #define P_HELLO_FAULT 0x70
 #define P_IDLE 0x78
 #define P_MARK 0x80
+#define P_VCPUS 0x88
+#define P_AP_HOLD 0x90
+#define P_AP_GO 0x98
 
 /*
  * DEFAULT_TSC_KHZ is the TSC frequency assumed without a tsc_khz

@@ -15,7 +15,7 @@ import (
 )
 
 // Guests lists the guests built from src/<name>.c, in output order.
-var Guests = []string{"hello", "dirty", "disk", "echo", "demo", "udp"}
+var Guests = []string{"hello", "dirty", "disk", "echo", "demo", "udp", "smp"}
 
 // CompilerFile is the name, in the output directory, of the file that
 // records the first line of `cc --version` the ELF files were built with:
@@ -24,6 +24,10 @@ const CompilerFile = "COMPILER"
 
 // commonSources are linked into every guest.
 var commonSources = []string{"entry.S", "runtime.c", "trap.c"}
+
+// entrySources replaces commonSources' entry.S for the guests that
+// assemble it with more: smp_entry.S is entry.S with SMP_GUEST defined.
+var entrySources = map[string]string{"smp": "smp_entry.S"}
 
 // sharedSources are the shared drivers each guest links beside
 // commonSources and its own <name>.c: only the guests that use a driver
@@ -84,7 +88,12 @@ func Build(ctx context.Context, srcDir, outDir string) error {
 	for _, name := range Guests {
 		args := append([]string{}, Flags...)
 		args = append(args, "-ffile-prefix-map="+absSrc+"=vmm/guests/src")
-		args = append(args, commonSources...)
+		for _, src := range commonSources {
+			if e, ok := entrySources[name]; ok && src == "entry.S" {
+				src = e
+			}
+			args = append(args, src)
+		}
 		args = append(args, sharedSources[name]...)
 		args = append(args, name+".c", "-o", filepath.Join(absOut, name+".elf"))
 		cmd := exec.CommandContext(ctx, "cc", args...)
