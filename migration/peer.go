@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"tern/instance/apiv1"
 )
 
 // NextProto is the ALPN protocol of migration connections.
@@ -68,6 +70,16 @@ func expectEmpty(p *peer, t msgType) error {
 		err = fmt.Errorf("receiving message: %w: got %v, want %v", ErrMalformed, m.Type, t)
 	}
 	return err
+}
+
+// expectResumed receives the target's resumed: with its times from
+// versionTargetTimes on, without them before.
+func expectResumed(p *peer, v apiv1.MigrationVersion) (targetTimes, error) {
+	if v < versionTargetTimes {
+		return targetTimes{}, expectEmpty(p, msgResumed)
+	}
+	m, err := expect[resumedMsg](p)
+	return m.Times, err
 }
 
 // remote turns the peer closing the connection with an application error
