@@ -32,6 +32,24 @@ func (p *peer) send(m any) error {
 	return nil
 }
 
+// sendThen writes m as one frame, calling beforeLast once every byte but
+// the last is written: a time taken there comes before the peer can have
+// read the whole frame (so before anything it does on reading it).
+func (p *peer) sendThen(m any, beforeLast func()) error {
+	b, err := frame(m)
+	if err != nil {
+		return err
+	}
+	if _, err := p.s.Write(b[:len(b)-1]); err != nil {
+		return fmt.Errorf("sending %T: %w", m, remote(err))
+	}
+	beforeLast()
+	if _, err := p.s.Write(b[len(b)-1:]); err != nil {
+		return fmt.Errorf("sending %T: %w", m, remote(err))
+	}
+	return nil
+}
+
 // recv reads the next message; an error message from the peer is
 // returned as a *RemoteError.
 func (p *peer) recv() (any, error) {

@@ -304,10 +304,13 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err != nil {
 		return res, false, fmt.Errorf("capturing device state: %w", err)
 	}
-	if err := s.p.send(devicesMsg{devs}); err != nil {
+	// The part ends before the frame's last byte leaves: the target's
+	// restore, which starts once it has read that byte, must not overlap
+	// it (a lap after the whole write could come after the target began,
+	// when this goroutine is not scheduled at once).
+	if err := s.p.sendThen(devicesMsg{devs}, func() { s.pt.lap(&s.pt.b.DeviceStateUs) }); err != nil {
 		return res, false, err
 	}
-	s.pt.lap(&s.pt.b.DeviceStateUs)
 	// The target restores while this side waits: its part, not ours.
 	if err := expectEmpty(s.p, msgDevicesOK); err != nil {
 		return res, false, err
