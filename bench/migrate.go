@@ -47,7 +47,9 @@ type MigrateOptions struct {
 // (max-bandwidth, 128 MiB/s by default) set to the rate tern's QUIC
 // migration of that row reached (lifted, when tern went faster than the
 // default), so total and downtime compare at the same bandwidth; all
-// null without QEMU.
+// null without QEMU. pause_breakdown is where tern's pause went, as the
+// source measured it (apiv1.PauseBreakdown, microseconds; null when the
+// migration reported none).
 type MigrateScenario struct {
 	MemoryMiB       uint64   `json:"memory_mib"`
 	DirtyMiBPerSec  uint64   `json:"dirty_mib_per_sec"`
@@ -66,6 +68,8 @@ type MigrateScenario struct {
 	QEMUAtTernBWTotalMs         *float64 `json:"qemu_at_tern_bw_total_ms"`
 	QEMUAtTernBWDowntimeMs      *float64 `json:"qemu_at_tern_bw_downtime_ms"`
 	QEMUAtTernBWDowntimeGuestMs *float64 `json:"qemu_at_tern_bw_downtime_guest_ms"`
+
+	PauseBreakdown *apiv1.PauseBreakdown `json:"pause_breakdown"`
 }
 
 // MigrateReport is every scenario of one run, and why QEMU was skipped.
@@ -241,6 +245,7 @@ func runTernMigration(ctx context.Context, tern, certs, dir string, size, rate u
 		return row, 0, err
 	}
 	row.TotalMs, row.DowntimeVMMMs, row.BytesSent, row.Rounds = r.TotalMs, r.DowntimeMs, r.BytesSent, r.Rounds
+	row.PauseBreakdown = r.PauseBreakdown
 	// The console up to here was printed before or during the migration;
 	// the first verification after it must come later.
 	finished, err := consoleEnd(ctx, dst, offset)
@@ -381,6 +386,7 @@ func (r *MigrateReport) WriteTable(w io.Writer) {
 			opt(bwMiB, "%.0f"), opt(s.QEMUAtTernBWTotalMs, "%.1f"), opt(s.QEMUAtTernBWDowntimeMs, "%.1f"), opt(s.QEMUAtTernBWDowntimeGuestMs, "%.3f"))
 	}
 	fmt.Fprintln(w, "guest ms: the dirty guest's longest progress gap from the migration's start to its first verification after; qemu: QEMU at its defaults (query-migrate's total and downtime, and the guest's gap read the same way); bw: QEMU with max-bandwidth set to the rate tern's QUIC migration reached")
+	r.writeBreakdown(w)
 	if r.QEMUSkipped != "" {
 		fmt.Fprintf(w, "QEMU: %s\n", r.QEMUSkipped)
 	}
@@ -401,6 +407,43 @@ func (r *MigrateReport) WriteTable(w io.Writer) {
 			fmt.Fprintln(w, line)
 		}
 	}
+}
+
+// writeBreakdown prints each row's pause breakdown in milliseconds and
+// names its largest part.
+func (r *MigrateReport) writeBreakdown(w io.Writer) {
+	fmt.Fprintf(w, "\npause breakdown (ms, as the source measured it; restore and resume are the target's):\n")
+	fmt.Fprintf(w, "%-10s %6s %6s %8s %8s | %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s | %s\n", "path", "MiB", "MiB/s", "guest", "source",
+		"stop", "quiesce", "flush", "harvest", "pages", "device", "restore", "finish", "resume", "other", "largest")
+	for _, s := range r.Scenarios {
+		b := s.PauseBreakdown
+		if b == nil {
+			fmt.Fprintf(w, "%-10s %6d %6d %8.3f %8s | none reported\n", s.Scenario, s.MemoryMiB, s.DirtyMiBPerSec, s.DowntimeGuestMs, "-")
+			continue
+		}
+		name, us := largestPart(*b)
+		msOf := func(us int64) float64 { return float64(us) / 1000 }
+		fmt.Fprintf(w, "%-10s %6d %6d %8.3f %8.3f | %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f | %s %.0f%%\n",
+			s.Scenario, s.MemoryMiB, s.DirtyMiBPerSec, s.DowntimeGuestMs, msOf(b.TotalUs),
+			msOf(b.StopUs), msOf(b.QuiesceUs), msOf(b.FlushUs), msOf(b.HarvestUs), msOf(b.LastPagesUs), msOf(b.DeviceStateUs),
+			msOf(b.RestoreUs), msOf(b.FinishUs), msOf(b.ResumeUs), msOf(b.OtherUs), name, 100*float64(us)/float64(max(b.TotalUs, 1)))
+	}
+}
+
+// largestPart names the breakdown's largest part (other included).
+func largestPart(b apiv1.PauseBreakdown) (string, int64) {
+	parts := []struct {
+		name string
+		us   int64
+	}{{"stop", b.StopUs}, {"quiesce", b.QuiesceUs}, {"flush", b.FlushUs}, {"harvest", b.HarvestUs}, {"last pages", b.LastPagesUs},
+		{"device state", b.DeviceStateUs}, {"restore", b.RestoreUs}, {"finish", b.FinishUs}, {"resume", b.ResumeUs}, {"other", b.OtherUs}}
+	best := parts[0]
+	for _, p := range parts[1:] {
+		if p.us > best.us {
+			best = p
+		}
+	}
+	return best.name, best.us
 }
 
 // guestDowntimeRatio judges tern's guest-measured downtime against QEMU's,

@@ -62,6 +62,9 @@ func TestRunMigrateFillsEveryRow(t *testing.T) {
 		if s.MemoryMiB != size || s.TotalMs <= 0 || s.DowntimeGuestMs <= 0 || s.DowntimeVMMMs <= 0 || s.Scenario == "" {
 			t.Errorf("row %+v has an empty figure", s)
 		}
+		if b := s.PauseBreakdown; b == nil || b.TotalUs <= 0 || b.DeviceStateUs <= 0 || b.OtherUs != b.TotalUs-b.PartsUs() || b.OtherUs < 0 {
+			t.Errorf("%s %d MiB/s: pause breakdown %+v; want every part, summing to at most the total", s.Scenario, s.DirtyMiBPerSec, b)
+		}
 		// The same-host path hands the memory over as memfds: nothing is
 		// sent, in no rounds.
 		if !s.SameHost && (s.BytesSent == 0 || s.Rounds == 0) {
@@ -83,6 +86,9 @@ func TestRunMigrateFillsEveryRow(t *testing.T) {
 	var table strings.Builder
 	rep.WriteTable(&table)
 	t.Logf("\n%s", table.String())
+	if !strings.Contains(table.String(), "pause breakdown (ms") {
+		t.Errorf("the table has no pause breakdown:\n%s", table.String())
+	}
 	if !strings.Contains(table.String(), "largest guest gap: ") {
 		t.Errorf("the table does not name the largest guest gap:\n%s", table.String())
 	}

@@ -54,7 +54,10 @@
 //     ready; the source sends commit. The
 //     source's decision to send commit is the one point of no return:
 //     from then on it never resumes its guest; the target runs its guest
-//     iff it read commit, then acknowledges, which ends downtime.
+//     iff it read commit, then acknowledges (resumed; from protocol
+//     version 2 with its own parts of the pause: restore and resume),
+//     which ends downtime. The source publishes where the pause went
+//     (apiv1.PauseBreakdown, pause_timer.go).
 //
 // # Invariants
 //

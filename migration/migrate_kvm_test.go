@@ -69,8 +69,63 @@ func testMigrateDirtyGuest(t *testing.T, memBytes, workingSet uint64) {
 		t.Errorf("last progress %+v", last)
 	}
 	checkPhaseOrder(t, m.srcLog)
+	checkPauseBreakdown(t, m, false)
 	t.Logf("%d MiB dirty guest, %d MiB working set: total %v, downtime %v, %d pre-copy rounds, %d MiB sent, bandwidth %.0f MiB/s",
 		memBytes>>20, workingSet>>20, m.res.Total, m.res.Downtime, m.res.Rounds, m.res.BytesSent>>20, last.BandwidthBytesPerSec/(1<<20))
+}
+
+// checkPauseBreakdown checks that a successful migration says where its
+// pause went: the source's breakdown is in its Result and its last
+// progress, its total is the measured downtime, the target's parts are
+// the ones the target measured itself (carried by resumed), every part is
+// non-negative, and the parts sum to no more than the downtime. That
+// holds with no slack: the source's parts are disjoint stretches of its
+// pause, each truncated to whole microseconds (a sum of truncations never
+// exceeds the truncated sum); the target's happen while the source waits
+// for devices-ok and for resumed, stretches no source part covers; and
+// both sides read the same monotonic clock here. Parts that always do
+// work (parking a vCPU, saving and sending the state, restoring it, the
+// finish round trip; over QUIC the last harvest and the last pages' round
+// trip too) must have been measured, so are at least a microsecond.
+func checkPauseBreakdown(t *testing.T, m *migration, sameHost bool) {
+	t.Helper()
+	b := m.res.Pause
+	t.Logf("pause breakdown: %+v (parts %d us)", b, b.PartsUs())
+	if b.TotalUs != m.res.Downtime.Microseconds() {
+		t.Errorf("breakdown total %d us, downtime %v", b.TotalUs, m.res.Downtime)
+	}
+	if last := m.srcLog[len(m.srcLog)-1]; last.PauseBreakdown != b {
+		t.Errorf("the source's last progress carries %+v, its Result %+v", last.PauseBreakdown, b)
+	}
+	if b.RestoreUs != m.dstRes.Pause.RestoreUs || b.ResumeUs != m.dstRes.Pause.ResumeUs {
+		t.Errorf("the source has the target's parts as restore %d us, resume %d us; the target measured %d us, %d us",
+			b.RestoreUs, b.ResumeUs, m.dstRes.Pause.RestoreUs, m.dstRes.Pause.ResumeUs)
+	}
+	if last := m.dstLog[len(m.dstLog)-1]; last.PauseBreakdown != m.dstRes.Pause {
+		t.Errorf("the target's last progress carries %+v, its Result %+v", last.PauseBreakdown, m.dstRes.Pause)
+	}
+	parts := map[string]int64{"stop": b.StopUs, "quiesce": b.QuiesceUs, "flush": b.FlushUs, "harvest": b.HarvestUs,
+		"last_pages": b.LastPagesUs, "device_state": b.DeviceStateUs, "restore": b.RestoreUs, "finish": b.FinishUs,
+		"resume": b.ResumeUs, "other": b.OtherUs}
+	for name, us := range parts {
+		if us < 0 {
+			t.Errorf("part %s is %d us", name, us)
+		}
+	}
+	measured := []string{"stop", "device_state", "restore", "finish"}
+	if !sameHost {
+		measured = append(measured, "harvest", "last_pages")
+	} else if b.HarvestUs != 0 || b.LastPagesUs != 0 {
+		t.Errorf("same host: harvest %d us, last pages %d us; want none", b.HarvestUs, b.LastPagesUs)
+	}
+	for _, name := range measured {
+		if parts[name] == 0 {
+			t.Errorf("part %s was not measured", name)
+		}
+	}
+	if b.PartsUs() > b.TotalUs || b.OtherUs != b.TotalUs-b.PartsUs() {
+		t.Errorf("parts sum to %d us, other %d us, total %d us", b.PartsUs(), b.OtherUs, b.TotalUs)
+	}
 }
 
 // checkPhaseOrder checks the published phases follow the protocol order.
@@ -117,6 +172,7 @@ func TestSameHostMigrationHandsOverTheMemfds(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTargetRunsOn(t, m.dstVM)
+	checkPauseBreakdown(t, m, true)
 	t.Logf("same-host 128 MiB dirty guest: total %v, downtime %v", m.res.Total, m.res.Downtime)
 }
 
@@ -179,5 +235,26 @@ func TestMigrateAGuestWithAParkedApplicationProcessor(t *testing.T) {
 	}
 	if err := m.dstVM.Resume(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAVersion1TargetStillMigrates: a target that speaks only protocol
+// version 1 sends an empty resumed; the source reads it, and its breakdown
+// holds no target parts (their time is in OtherUs).
+func TestAVersion1TargetStillMigrates(t *testing.T) {
+	kvmtest.Require(t)
+	a, spec := dirtySource(t, 64<<20, 1<<20)
+	m := &migration{src: SourceConfig{VM: a.vm, Spec: mustJSON(t, spec)}, dst: TargetConfig{Versions: []apiv1.MigrationVersion{1}}}
+	m.run(t)
+	if m.err != nil || m.dstErr != nil {
+		t.Fatalf("Send: %v; Receive: %v", m.err, m.dstErr)
+	}
+	checkTargetRunsOn(t, m.dstVM)
+	b := m.res.Pause
+	if m.res.Version != 1 || b.RestoreUs != 0 || b.ResumeUs != 0 || b.DeviceStateUs == 0 || b.OtherUs != b.TotalUs-b.PartsUs() {
+		t.Errorf("version %d, breakdown %+v; want version 1 and no target parts", m.res.Version, b)
+	}
+	if m.dstRes.Pause.RestoreUs == 0 {
+		t.Errorf("the target measured no restore: %+v", m.dstRes.Pause)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"tern/instance/apiv1"
 )
 
 // NextProto is the ALPN protocol of migration connections.
@@ -25,6 +27,24 @@ func (p *peer) send(m any) error {
 		return err
 	}
 	if _, err := p.s.Write(b); err != nil {
+		return fmt.Errorf("sending %T: %w", m, remote(err))
+	}
+	return nil
+}
+
+// sendThen writes m as one frame, calling beforeLast once every byte but
+// the last is written: a time taken there comes before the peer can have
+// read the whole frame (so before anything it does on reading it).
+func (p *peer) sendThen(m any, beforeLast func()) error {
+	b, err := frame(m)
+	if err != nil {
+		return err
+	}
+	if _, err := p.s.Write(b[:len(b)-1]); err != nil {
+		return fmt.Errorf("sending %T: %w", m, remote(err))
+	}
+	beforeLast()
+	if _, err := p.s.Write(b[len(b)-1:]); err != nil {
 		return fmt.Errorf("sending %T: %w", m, remote(err))
 	}
 	return nil
@@ -68,6 +88,16 @@ func expectEmpty(p *peer, t msgType) error {
 		err = fmt.Errorf("receiving message: %w: got %v, want %v", ErrMalformed, m.Type, t)
 	}
 	return err
+}
+
+// expectResumed receives the target's resumed: with its times from
+// versionTargetTimes on, without them before.
+func expectResumed(p *peer, v apiv1.MigrationVersion) (targetTimes, error) {
+	if v < versionTargetTimes {
+		return targetTimes{}, expectEmpty(p, msgResumed)
+	}
+	m, err := expect[resumedMsg](p)
+	return m.Times, err
 }
 
 // remote turns the peer closing the connection with an application error

@@ -67,6 +67,10 @@ type Result struct {
 	// Total is from the start to the target's resume, Downtime from the
 	// source's pause to the target's resume.
 	Total, Downtime time.Duration
+	// Pause is where Downtime went (Send); Receive fills in only the
+	// target's parts, RestoreUs and ResumeUs. A version 1 peer sends no
+	// target times: Send's then holds them in OtherUs.
+	Pause apiv1.PauseBreakdown
 }
 
 // maxRun bounds the pages of one pages frame the source sends.
@@ -88,7 +92,9 @@ type source struct {
 	// quiesced: the VM's virtio transports are held (a Linux guest's).
 	quiesced bool
 	pauseAt  time.Time
-	lastPub  uint64
+	// pt splits the pause into its parts.
+	pt      pauseTimer
+	lastPub uint64
 	// bandwidth sums bytes and time of acknowledged rounds.
 	bwBytes uint64
 	bwTime  time.Duration
@@ -255,6 +261,8 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 		return res, false, err
 	}
 	s.paused, s.pauseAt = true, pauseAt
+	s.pt.begin(pauseAt)
+	s.pt.lap(&s.pt.b.StopUs)
 	if s.cfg.VM.IsLinux() {
 		// A Linux guest's virtio queues are served off the vCPUs: wait
 		// for the requests in flight, so memory and the transports stand
@@ -264,18 +272,22 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 			return res, false, err
 		}
 		s.quiesced = true
+		s.pt.lap(&s.pt.b.QuiesceUs)
 	}
 	if err := s.cfg.Injector.failExport(apiv1.PhasePause); err != nil {
 		return res, false, err
 	}
+	s.pt.skip()
 	if s.cfg.AfterPause != nil {
 		if err := s.cfg.AfterPause(); err != nil {
 			return res, false, fmt.Errorf("after pausing: %w", err)
 		}
+		s.pt.lap(&s.pt.b.FlushUs)
 	}
 	if err := s.enter(apiv1.PhaseRAMPushDirty); err != nil {
 		return res, false, err
 	}
+	s.pt.skip()
 	if fds == nil {
 		if err := s.round(uint32(res.Rounds+1), apiv1.PhaseRAMPushDirty); err != nil {
 			return res, false, err
@@ -287,22 +299,30 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.cfg.Injector.failExport(apiv1.PhaseDevice); err != nil {
 		return res, false, err
 	}
+	s.pt.skip()
 	devs, err := s.cfg.VM.SaveState()
 	if err != nil {
 		return res, false, fmt.Errorf("capturing device state: %w", err)
 	}
-	if err := s.p.send(devicesMsg{devs}); err != nil {
+	// The part ends before the frame's last byte leaves: the target's
+	// restore, which starts once it has read that byte, must not overlap
+	// it (a lap after the whole write could come after the target began,
+	// when this goroutine is not scheduled at once).
+	if err := s.p.sendThen(devicesMsg{devs}, func() { s.pt.lap(&s.pt.b.DeviceStateUs) }); err != nil {
 		return res, false, err
 	}
+	// The target restores while this side waits: its part, not ours.
 	if err := expectEmpty(s.p, msgDevicesOK); err != nil {
 		return res, false, err
 	}
+	s.pt.skip()
 	if err := s.enter(apiv1.PhaseFinish); err != nil {
 		return res, false, err
 	}
 	if err := expectEmpty(s.p, msgFinishReady); err != nil {
 		return res, false, err
 	}
+	s.pt.lap(&s.pt.b.FinishUs)
 	if err := s.cfg.Injector.failExport(apiv1.PhaseFinish); err != nil {
 		return res, false, err
 	}
@@ -311,10 +331,13 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	if err := s.p.send(empty{msgCommit}); err != nil {
 		return res, true, err
 	}
-	if err := expectEmpty(s.p, msgResumed); err != nil {
+	// The target resumes while this side waits: its part, not ours.
+	times, err := expectResumed(s.p, res.Version)
+	if err != nil {
 		return res, true, err
 	}
 	now := time.Now()
+	res.Pause, _ = s.pt.end(now, times)
 	s.cfg.VM.Stop()
 	if s.t != nil { // after the downtime: the VM is the target's now
 		if err := s.t.stop(false); err != nil {
@@ -323,9 +346,11 @@ func (s *source) run(ctx context.Context) (res Result, committed bool, err error
 	}
 	res.BytesSent, res.Total, res.Downtime = s.prog.BytesSent, now.Sub(s.start), now.Sub(s.pauseAt)
 	s.prog.TotalMs, s.prog.DowntimeMs = ms(res.Total), ms(res.Downtime)
+	s.prog.PauseBreakdown = res.Pause
 	s.prog.PagesRemaining, s.prog.EstimatedDowntimeMs = 0, 0
 	s.publish()
-	s.log.Info("migration out finished", "total", res.Total, "downtime", res.Downtime, "rounds", res.Rounds, "bytes", res.BytesSent)
+	s.log.Info("migration out finished", "total", res.Total, "downtime", res.Downtime, "rounds", res.Rounds, "bytes", res.BytesSent,
+		"pause_breakdown", res.Pause)
 	return res, true, nil
 }
 
@@ -388,10 +413,12 @@ func (s *source) bandwidth() float64 {
 // round sends the due pages (the paused copy harvests first) and waits
 // for the target's acknowledgement.
 func (s *source) round(n uint32, ph apiv1.Phase) error {
-	if ph == apiv1.PhaseRAMPushDirty {
+	paused := ph == apiv1.PhaseRAMPushDirty
+	if paused {
 		if _, err := s.t.harvest(); err != nil {
 			return err
 		}
+		s.pt.lap(&s.pt.b.HarvestUs)
 	}
 	t0, before := time.Now(), s.prog.BytesSent
 	pages, err := s.sendDue()
@@ -413,6 +440,9 @@ func (s *source) round(n uint32, ph apiv1.Phase) error {
 	}
 	s.bwBytes += s.prog.BytesSent - before
 	s.bwTime += time.Since(t0)
+	if paused {
+		s.pt.lap(&s.pt.b.LastPagesUs)
+	}
 	return nil
 }
 

@@ -57,6 +57,8 @@ type target struct {
 	roundPages uint64
 	// devicesDone and finishSent record the steps commit needs.
 	devicesDone, finishSent bool
+	// times are this side's parts of the pause, sent with resumed.
+	times targetTimes
 }
 
 // Receive dials nothing: conn is the connection the target dialed to the
@@ -241,9 +243,11 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 		if t.prog.Phase != apiv1.PhaseDevice || t.devicesDone {
 			return false, fmt.Errorf("receiving device state: %w: in phase %v", ErrMalformed, t.prog.Phase)
 		}
+		t0 := time.Now()
 		if err := t.vm.RestoreState(m.Devices); err != nil {
 			return false, fmt.Errorf("applying device state: %w", classifyStateError(err))
 		}
+		t.times.Restore = time.Since(t0)
 		t.devicesDone = true
 		return false, t.p.send(empty{msgDevicesOK})
 	case empty:
@@ -251,12 +255,20 @@ func (t *target) handle(ctx context.Context, m any, res *Result) (done bool, err
 			return false, fmt.Errorf("receiving message: %w: unexpected %v", ErrMalformed, m.Type)
 		}
 		// Committed: the guest is ours.
+		t0 := time.Now()
 		if err := t.vm.Resume(); err != nil {
 			return false, err
 		}
 		t.vm.ResumeVirtio() // no-op but for a Linux guest's, held since RestoreState
+		t.vm.WaitResumed()
+		t.times.Resume = time.Since(t0)
 		res.BytesSent = t.prog.BytesSent
-		return true, t.p.send(empty{msgResumed})
+		res.Pause.RestoreUs, res.Pause.ResumeUs = t.times.Restore.Microseconds(), t.times.Resume.Microseconds()
+		t.prog.PauseBreakdown = res.Pause
+		if res.Version < versionTargetTimes {
+			return true, t.p.send(empty{msgResumed})
+		}
+		return true, t.p.send(resumedMsg{t.times})
 	default:
 		return false, fmt.Errorf("receiving message: %w: unexpected %T", ErrMalformed, m)
 	}

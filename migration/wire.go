@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"tern/instance/apiv1"
@@ -13,8 +14,13 @@ import (
 )
 
 // SupportedVersions are the protocol versions this build of the engines
-// speaks, lowest first.
-var SupportedVersions = []apiv1.MigrationVersion{1}
+// speaks, lowest first. Version 2 differs from 1 in one message only: the
+// target's resumed carries its parts of the pause (resumedMsg).
+var SupportedVersions = []apiv1.MigrationVersion{1, versionTargetTimes}
+
+// versionTargetTimes is the first protocol version whose resumed message
+// carries the target's times.
+const versionTargetTimes apiv1.MigrationVersion = 2
 
 // ErrMalformed is wrapped by every error decoding a frame.
 var ErrMalformed = errors.New("malformed migration message")
@@ -160,6 +166,24 @@ type devicesMsg struct{ Devices []vmm.DeviceState }
 // commit, resumed).
 type empty struct{ Type msgType }
 
+// resumedMsg is the target's resumed from protocol version 2 on: its
+// own parts of the pause. Its payload is a block versioned on its own,
+// block version | fields (u64 nanoseconds each), so a later block version
+// may append fields, which this tern skips. Version 1's resumed has no
+// payload and reads as empty{msgResumed}.
+type resumedMsg struct{ Times targetTimes }
+
+// targetTimes are the target's parts of the pause, on its own clock.
+type targetTimes struct {
+	// Restore loads the device state (vmm.VM.RestoreState).
+	Restore time.Duration
+	// Resume runs from reading commit to every vCPU out of its pause.
+	Resume time.Duration
+}
+
+// timesBlockVersion is the layout of the resumed block this tern writes.
+const timesBlockVersion = 1
+
 // encoder appends little-endian fields.
 type encoder struct{ b []byte }
 
@@ -269,6 +293,14 @@ func frame(m any) ([]byte, error) {
 			e.u16(d.Version)
 			e.bytes32(d.Payload)
 		}
+	case resumedMsg:
+		t = msgResumed
+		if m.Times.Restore < 0 || m.Times.Resume < 0 {
+			return nil, fmt.Errorf("encoding resumed: negative times %+v", m.Times)
+		}
+		e.u8(timesBlockVersion)
+		e.u64(uint64(m.Times.Restore))
+		e.u64(uint64(m.Times.Resume))
 	case empty:
 		switch m.Type {
 		case msgReady, msgDevicesOK, msgFinishReady, msgCommit, msgResumed:
@@ -472,7 +504,15 @@ func decodeMessage(t msgType, p []byte) (any, error) {
 			dm.Devices = append(dm.Devices, ds)
 		}
 		m = dm
-	case msgReady, msgDevicesOK, msgFinishReady, msgCommit, msgResumed:
+	case msgResumed:
+		if len(d.b) == 0 {
+			m = empty{t}
+			break
+		}
+		var tt targetTimes
+		tt, d.err = decodeTargetTimes(d.take(len(d.b)))
+		m = resumedMsg{tt}
+	case msgReady, msgDevicesOK, msgFinishReady, msgCommit:
 		m = empty{t}
 	default:
 		return nil, fmt.Errorf("decoding message: %w: unknown type %d", ErrMalformed, uint8(t))
@@ -504,6 +544,25 @@ func decodeOffer(b []byte) (Offer, error) {
 		return Offer{}, fmt.Errorf("offer: %d trailing bytes", len(d.b))
 	}
 	return o, nil
+}
+
+// decodeTargetTimes reads a resumed block: version 1's fields, and
+// nothing of a later version's beyond them.
+func decodeTargetTimes(b []byte) (targetTimes, error) {
+	d := &decoder{b: b}
+	v := d.u8()
+	restore, resume := d.u64(), d.u64()
+	switch {
+	case d.err != nil:
+		return targetTimes{}, fmt.Errorf("target times: %w", d.err)
+	case v == 0:
+		return targetTimes{}, errors.New("target times: block version 0")
+	case restore > math.MaxInt64 || resume > math.MaxInt64:
+		return targetTimes{}, errors.New("target times: a time over the limit")
+	case v == timesBlockVersion && len(d.b) > 0:
+		return targetTimes{}, fmt.Errorf("target times: %d trailing bytes", len(d.b))
+	}
+	return targetTimes{Restore: time.Duration(restore), Resume: time.Duration(resume)}, nil
 }
 
 // checkPages reports whether h names pages inside the layout.

@@ -28,6 +28,7 @@ var sampleMessages = []any{
 	roundAck{Round: 4},
 	devicesMsg{Devices: []vmm.DeviceState{{Kind: "uart", Version: 1, Payload: []byte{1, 2}}, {Kind: "clock", Version: 1, Payload: []byte{}}}},
 	empty{msgReady}, empty{msgDevicesOK}, empty{msgFinishReady}, empty{msgCommit}, empty{msgResumed},
+	resumedMsg{targetTimes{Restore: 1234567 * time.Nanosecond, Resume: 89 * time.Microsecond}},
 }
 
 func TestEveryMessageRoundTrips(t *testing.T) {
@@ -139,6 +140,41 @@ func TestHelloOfferIsVersionedOnItsOwn(t *testing.T) {
 	}
 }
 
+// TestResumedTimesAreVersionedOnTheirOwn: version 1's empty resumed reads
+// as empty{msgResumed}; a later block version's extra fields are skipped
+// while version 1's are read; a version 1 block with trailing bytes, a
+// block version 0, a short block and a time past int64 are malformed.
+func TestResumedTimesAreVersionedOnTheirOwn(t *testing.T) {
+	if m, err := decodeMessage(msgResumed, nil); err != nil || m != (empty{msgResumed}) {
+		t.Fatalf("empty resumed: %#v, %v", m, err)
+	}
+	want := targetTimes{Restore: 3 * time.Millisecond, Resume: 40 * time.Microsecond}
+	b, err := frame(resumedMsg{want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := b[5:]
+	next := append([]byte{2}, payload[1:]...)
+	next = append(next, 0xaa, 0xbb)
+	if m, err := decodeMessage(msgResumed, next); err != nil || m != (resumedMsg{want}) {
+		t.Fatalf("block version 2: %#v, %v; want %+v", m, err, want)
+	}
+	bad := map[string][]byte{
+		"trailing":  append(append([]byte{}, payload...), 0),
+		"version 0": append([]byte{0}, payload[1:]...),
+		"short":     payload[:len(payload)-1],
+		"too long":  append([]byte{1}, binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, 1<<63), 0)...),
+	}
+	for name, p := range bad {
+		if _, err := decodeMessage(msgResumed, p); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+	if _, err := frame(resumedMsg{targetTimes{Restore: -1}}); err == nil {
+		t.Error("a negative time encoded")
+	}
+}
+
 func FuzzDecodeMessage(f *testing.F) {
 	for _, m := range sampleMessages {
 		b, err := frame(m)
@@ -147,6 +183,8 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// A resumed of a later block version, whose extra field is skipped.
+	f.Add([]byte{19, 0, 0, 0, byte(msgResumed), 2, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		for {
@@ -167,8 +205,12 @@ func FuzzDecodeMessage(f *testing.F) {
 			if err != nil || typ2 != typ {
 				t.Fatalf("re-read %v: %v", typ2, err)
 			}
-			if _, err := decodeMessage(typ2, p2); err != nil {
+			m2, err := decodeMessage(typ2, p2)
+			if err != nil {
 				t.Fatalf("re-decoding %#v: %v", m, err)
+			}
+			if r, ok := m.(resumedMsg); ok && m2 != any(r) {
+				t.Fatalf("resumed %#v re-decoded as %#v", r, m2)
 			}
 			if h, ok := m.(pagesHeader); ok {
 				_ = checkPages(h, []memory.RegionSpec{{Name: "ram", Size: 1 << 20}})

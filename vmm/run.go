@@ -147,6 +147,15 @@ func (vm *VM) Resume() error {
 	return nil
 }
 
+// WaitResumed waits until every vCPU a Resume let go has left its pause
+// (vcpu.VCPU.WaitUnparked): what a migration target counts as its guest
+// running again. Before Run it returns at once.
+func (vm *VM) WaitResumed() {
+	for _, v := range vm.VCPUs() {
+		v.WaitUnparked()
+	}
+}
+
 // setPaused records whether the vCPUs are (being) paused.
 func (vm *VM) setPaused(p bool) {
 	vm.mu.Lock()

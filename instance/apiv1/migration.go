@@ -85,8 +85,8 @@ func (p *Phase) UnmarshalText(b []byte) error {
 // The zero value means no migration in that direction and is JSON null;
 // otherwise it is {"id","phase","round","bytes_sent","pages_remaining",
 // "dirty_pages_per_sec","bandwidth_bytes_per_sec","estimated_downtime_ms"},
-// plus "total_ms" and "downtime_ms" at finish and "error" with phase
-// error.
+// plus "total_ms" and "downtime_ms" at finish, "pause_breakdown" at
+// finish (PauseBreakdown) and "error" with phase error.
 type Progress struct {
 	// ID is the migration's id (the target's Offer.MigrationID).
 	ID    string `json:"id"`
@@ -109,8 +109,52 @@ type Progress struct {
 	// the time from the source's pause to the target's resume.
 	TotalMs    float64 `json:"total_ms,omitempty"`
 	DowntimeMs float64 `json:"downtime_ms,omitempty"`
+	// PauseBreakdown is where the pause went, set at finish: every part
+	// on the source's, only the target's own parts on the target's.
+	PauseBreakdown PauseBreakdown `json:"pause_breakdown,omitzero"`
 	// Error is the reason, set with PhaseError.
 	Error string `json:"error,omitempty"`
+}
+
+// PauseBreakdown splits a migration's pause (the source's pause request
+// to the target's resumed message reaching the source) into its parts, in
+// whole microseconds. The source's parts are disjoint stretches of its own
+// clock; the target's (RestoreUs, ResumeUs) each happen while the source
+// waits for that step's answer, which no source part covers, so the parts
+// never sum to more than TotalUs. OtherUs is TotalUs less the parts: the
+// messages' transit and the phase announcements.
+type PauseBreakdown struct {
+	// StopUs is the source parking its vCPUs (vmm.VM.Pause).
+	StopUs int64 `json:"stop_us"`
+	// QuiesceUs waits for a Linux guest's virtio requests in flight.
+	QuiesceUs int64 `json:"quiesce_us"`
+	// FlushUs flushes the disks (the source's AfterPause).
+	FlushUs int64 `json:"flush_us"`
+	// HarvestUs is the last dirty harvest (KVM's log and the VMM's
+	// bitmaps); zero on the same-host path.
+	HarvestUs int64 `json:"harvest_us"`
+	// LastPagesUs sends the last dirty pages until the target
+	// acknowledges them; zero on the same-host path.
+	LastPagesUs int64 `json:"last_pages_us"`
+	// DeviceStateUs saves the device state and sends it.
+	DeviceStateUs int64 `json:"device_state_us"`
+	// RestoreUs is the target loading the device state.
+	RestoreUs int64 `json:"restore_us"`
+	// FinishUs is the source's wait for the target's finish-ready (its
+	// volumes activated), from announcing phase finish.
+	FinishUs int64 `json:"finish_us"`
+	// ResumeUs is the target from reading commit to every vCPU out of
+	// its pause.
+	ResumeUs int64 `json:"resume_us"`
+	// OtherUs is TotalUs less every part above.
+	OtherUs int64 `json:"other_us"`
+	// TotalUs is the pause as the source measures it.
+	TotalUs int64 `json:"total_us"`
+}
+
+// PartsUs sums the measured parts (OtherUs and TotalUs excluded).
+func (b PauseBreakdown) PartsUs() int64 {
+	return b.StopUs + b.QuiesceUs + b.FlushUs + b.HarvestUs + b.LastPagesUs + b.DeviceStateUs + b.RestoreUs + b.FinishUs + b.ResumeUs
 }
 
 // progressFields is Progress without its JSON methods, so they can

@@ -117,13 +117,16 @@ type MigrationEvent struct {
 
 // MigrationResult is a finished migration's figures: bytes and rounds
 // from the source's migration.out, total and downtime from the source's
-// too, the target's migration.in standing in for what it lacks.
+// too, the target's migration.in standing in for what it lacks. The
+// pause breakdown is the source's (every part), or the target's (its own
+// parts) when the source's final view was not seen.
 type MigrationResult struct {
-	ID         string  `json:"migration_id"`
-	TotalMs    float64 `json:"total_ms"`
-	DowntimeMs float64 `json:"downtime_ms"`
-	BytesSent  uint64  `json:"bytes_sent"`
-	Rounds     uint64  `json:"rounds"`
+	ID             string                `json:"migration_id"`
+	TotalMs        float64               `json:"total_ms"`
+	DowntimeMs     float64               `json:"downtime_ms"`
+	BytesSent      uint64                `json:"bytes_sent"`
+	Rounds         uint64                `json:"rounds"`
+	PauseBreakdown *apiv1.PauseBreakdown `json:"pause_breakdown,omitempty"`
 }
 
 // MigrationError is a failed migration: the side that reported it, the
@@ -314,6 +317,10 @@ func (w *migrationWatch) result() MigrationResult {
 		}
 		if p.DowntimeMs != 0 {
 			r.DowntimeMs = p.DowntimeMs
+		}
+		if p.PauseBreakdown != (apiv1.PauseBreakdown{}) {
+			b := p.PauseBreakdown
+			r.PauseBreakdown = &b
 		}
 	}
 	return r

@@ -242,6 +242,7 @@ func (v *VCPU) checkpoint(pending *bool) (stop bool, err error) {
 			v.cond.Wait()
 		}
 		v.parked = false
+		v.cond.Broadcast()
 	}
 }
 
@@ -331,6 +332,18 @@ func (v *VCPU) Resume() error {
 	v.want = stateRunning
 	v.cond.Broadcast()
 	return nil
+}
+
+// WaitUnparked waits until the goroutine has left a pause that Resume
+// ended: the vCPU is on its way back into KVM_RUN (or has ended, or was
+// paused or stopped again meanwhile). It returns at once when the vCPU is
+// not parked.
+func (v *VCPU) WaitUnparked() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for v.parked && v.want == stateRunning && !v.exited {
+		v.cond.Wait()
+	}
 }
 
 func (v *VCPU) notRunningLocked() error {
