@@ -95,12 +95,30 @@ func vmOf(m Machine) *vmm.VM {
 	return nil
 }
 
+// machineEnded reports whether one of vm's vCPUs has ended: the guest
+// crashed, or its run is over.
+func machineEnded(vm *vmm.VM) bool {
+	if vm == nil {
+		return false
+	}
+	for _, v := range vm.VCPUs() {
+		select {
+		case <-v.Done():
+			return true
+		default:
+		}
+	}
+	return false
+}
+
 // migrateOut runs one migration out over the connection AcceptMigration
 // took, on the owner goroutine; it reports whether the guest is the
 // target's now (the instance then halts). Published: migrating with
 // migration.out from the sync phase on; on failure, once the guest runs
 // again, state running with out.phase error in one generation, which is
-// also when migrate_out completes, so the next one is accepted from then.
+// also when migrate_out completes, so the next one is accepted from then;
+// if the guest crashed meanwhile, migrating with out.phase error, and then
+// failed with the crash report.
 func (d *driver) migrateOut() (migrated bool) {
 	c := d.c
 	c.mu.Lock()
@@ -112,11 +130,18 @@ func (d *driver) migrateOut() (migrated bool) {
 		id, apiURL string
 		settled    bool // migrate_out completed by a published error
 	)
+	vm := vmOf(d.machine)
 	fail := func(st apiv1.Progress) {
 		settled = true
-		c.publishWith(apiv1.Running, func(s *apiv1.View) { s.Migration.Out = st }, apiv1.MigrateOut)
+		// A guest that crashed meanwhile (a vCPU ended: the source could
+		// not resume it) is never published running: the instance stays
+		// migrating with the error until Run's end fails it.
+		state := apiv1.Running
+		if machineEnded(vm) {
+			state = apiv1.Migrating
+		}
+		c.publishWith(state, func(s *apiv1.View) { s.Migration.Out = st }, apiv1.MigrateOut)
 	}
-	vm := vmOf(d.machine)
 	specJSON, err := json.Marshal(spec)
 	switch {
 	case err == nil && conn == nil:
