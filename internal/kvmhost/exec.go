@@ -80,6 +80,13 @@ var ErrBootStalled = errors.New("the emulated host did not start the binary")
 // "Kernel panic - not syncing") before the binary's status came.
 var ErrPanicked = errors.New("the emulated host's kernel panicked")
 
+// ErrLockedUp reports a machine that stalled while the binary ran (see
+// ErrStalled) after its own kernel reported a lockup on its console ("BUG:
+// soft lockup"): the control experiment of 2026-12-07 saw exactly that
+// with QEMU as the VMM inside (docs/reliability.md), so it is the
+// emulated host's own failure whatever the binary ran.
+var ErrLockedUp = errors.New("the emulated host's kernel locked up")
+
 // ErrHostExited reports a QEMU that exited on its own (crashed, or reset
 // its machine, which -no-reboot turns into an exit) without the binary's
 // status and without a kernel panic on the console.
@@ -87,11 +94,12 @@ var ErrHostExited = errors.New("QEMU exited without the binary's exit status")
 
 // hostFault reports whether err proves the emulated host failed on its
 // own, so that running the binary again hides nothing of the binary's:
-// its kernel panicked, QEMU exited on its own, or the machine went silent
-// before the binary started. A stall while the binary ran is not one (a
-// guest it ran may be the cause), nor is a time limit.
+// its kernel panicked or reported a lockup, QEMU exited on its own, or the
+// machine went silent before the binary started. A stall while the binary
+// ran without the kernel's word for it is not one (a guest it ran may be
+// the cause), nor is a time limit.
 func hostFault(err error) bool {
-	return errors.Is(err, ErrPanicked) || errors.Is(err, ErrHostExited) || errors.Is(err, ErrBootStalled)
+	return errors.Is(err, ErrPanicked) || errors.Is(err, ErrHostExited) || errors.Is(err, ErrBootStalled) || errors.Is(err, ErrLockedUp)
 }
 
 // heartbeatEvery is how often init prints its heartbeat, and how often

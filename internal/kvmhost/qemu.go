@@ -112,6 +112,9 @@ func runQEMU(ctx context.Context, qemu string, k *Kernel, initrd string, o Optio
 				cmd.Process.Kill()
 				waitErr = <-exited
 				stopErr = fmt.Errorf("%s: %w: no heartbeat for %v: QEMU was killed", o.Binary, ErrStalled, quiet.Round(time.Second))
+				if console.lockedUp() {
+					stopErr = fmt.Errorf("%w (%w)", stopErr, ErrLockedUp)
+				}
 			default:
 				continue
 			}
@@ -216,6 +219,19 @@ func (c *consoleLog) silentFor(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return now.Sub(c.lastBeat), true
+}
+
+// lockedUp reports whether the emulated kernel reported a soft lockup, in
+// the lines kept.
+func (c *consoleLog) lockedUp() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		if strings.Contains(l, "BUG: soft lockup") {
+			return true
+		}
+	}
+	return false
 }
 
 // panicked reports whether the emulated kernel said it panicked, in the

@@ -453,3 +453,45 @@ func TestConsoleLogSeesAKernelPanic(t *testing.T) {
 		t.Fatal("the panic line was not seen")
 	}
 }
+
+func TestOnlyTheEmulatedHostsOwnFailuresAreRetried(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("x: %w", ErrPanicked), true},
+		{fmt.Errorf("x: %w", ErrHostExited), true},
+		{fmt.Errorf("x: %w", ErrBootStalled), true},
+		{fmt.Errorf("%w (%w)", fmt.Errorf("x: %w", ErrStalled), ErrLockedUp), true},
+		{fmt.Errorf("x: %w", ErrStalled), false},
+		{fmt.Errorf("x %w", ErrTimeout), false},
+		{errors.New("the binary failed"), false},
+		{nil, false},
+	} {
+		if got := hostFault(c.err); got != c.want {
+			t.Errorf("hostFault(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestTheConsoleTellsStartAndLockupApart(t *testing.T) {
+	c := newConsoleLog()
+	c.read(strings.NewReader("[    1.0] booting\nwatchdog: BUG: soft lockup - CPU#1 stuck for 22s! [qemu-system-x86:162]\n"))
+	if c.started() {
+		t.Error("started before init's start line")
+	}
+	if _, ok := c.silentFor(time.Now()); ok {
+		t.Error("silentFor counts before init's start line")
+	}
+	if !c.lockedUp() {
+		t.Error("the kernel's soft lockup line was not seen")
+	}
+	c = newConsoleLog()
+	c.read(strings.NewReader(startedLine + "\r\n"))
+	if !c.started() {
+		t.Error("init's start line was not seen")
+	}
+	if c.lockedUp() || c.panicked() {
+		t.Error("a lockup or a panic seen on a clean console")
+	}
+}
