@@ -176,3 +176,28 @@ func TestTheOwnHostsArgumentsSplitThePackage(t *testing.T) {
 		t.Errorf("joinPatterns with no skip = %q", got)
 	}
 }
+
+func TestOnlyTestsThatAllTripleFaultedAtTheResetVectorRunAgain(t *testing.T) {
+	fault := "    serve_test.go:151: running VM: vCPU 1 " + EmulatorTripleFault
+	other := "    x_test.go:9: running VM: vCPU 0 at rip 0x1008c3: guest triple-faulted (KVM_EXIT_SHUTDOWN)"
+	for _, c := range []struct {
+		name string
+		out  string
+		want []string
+	}{
+		{"passed", "ok\nPASS\n", nil},
+		{"one faulted", "--- PASS: TestA (1.00s)\n--- FAIL: TestLinuxVolume (300.00s)\n" + fault + "\nFAIL\n", []string{"TestLinuxVolume"}},
+		{"faulted under -v", "=== RUN   TestLinuxVolume\n" + fault + "\n--- FAIL: TestLinuxVolume (300.00s)\n=== RUN   TestB\n--- PASS: TestB (0.10s)\nFAIL\n", []string{"TestLinuxVolume"}},
+		{"two faulted", "--- FAIL: TestL1 (3.00s)\n" + fault + "\n--- FAIL: TestL2 (3.00s)\n    --- FAIL: TestL2/sub (1.00s)\n    " + fault + "\nFAIL\n", []string{"TestL1", "TestL2"}},
+		{"one faulted, one broken", "--- FAIL: TestL1 (3.00s)\n" + fault + "\n--- FAIL: TestL2 (3.00s)\n    x_test.go:9: checksum differs\nFAIL\n", nil},
+		{"a triple fault elsewhere", "--- FAIL: TestL1 (3.00s)\n" + other + "\nFAIL\n", nil},
+		{"a console that stopped", "--- FAIL: TestL1 (3.00s)\n    x_test.go:9: " + ConsoleStall + "\nFAIL\n", nil},
+		{"the fault of another test's log", "--- FAIL: TestL1 (3.00s)\n    x_test.go:9: checksum differs\n--- PASS: TestL2 (3.00s)\n" + fault + "\nFAIL\n", nil},
+		{"a timeout panic", fault + "\npanic: test timed out after 17m0s\n", nil},
+	} {
+		got := testsFailedWith(c.out, EmulatorTripleFault)
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: testsFailedWith = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
