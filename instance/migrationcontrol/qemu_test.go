@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -22,6 +23,13 @@ import (
 )
 
 const qemuBinary = "qemu-system-x86_64"
+
+// QEMUBandwidthEnv, when set, is QEMU's migration bandwidth limit in
+// bytes per second (its max-bandwidth parameter). In the emulated host
+// tern's QUIC migration of this guest moves about 2 MB/s and keeps dirty
+// logging on for a minute or more, QEMU's unlimited one about 10 s: the
+// limit gives QEMU's guest as long a time under dirty logging.
+const QEMUBandwidthEnv = "TERN_CONTROL_QEMU_BANDWIDTH"
 
 // qemuData are QEMU's firmware and option ROMs (qboot.rom, the
 // linuxboot ROM -kernel loads), carried into the emulated host.
@@ -118,11 +126,36 @@ func startQEMU(ctx context.Context, u linuxtest.UserlandFiles, disk, incoming st
 		vm.kill()
 		return nil, err
 	}
+	if bw := os.Getenv(QEMUBandwidthEnv); bw != "" {
+		n, err := strconv.ParseUint(bw, 10, 64)
+		if err != nil {
+			vm.kill()
+			return nil, fmt.Errorf("parsing %s=%q: want bytes per second", QEMUBandwidthEnv, bw)
+		}
+		if _, err := vm.qmp.exec(qctx, "migrate-set-parameters", map[string]any{"max-bandwidth": n}); err != nil {
+			vm.kill()
+			return nil, err
+		}
+	}
 	return vm, nil
 }
 
 // shell returns a Shell on vm's console.
 func (vm *qemuVM) shell() *linuxtest.Shell { return linuxtest.NewShell(vm.stdin, vm.console) }
+
+// untilExited returns a context cancelled when vm's process ends, so
+// that a wait on the console of a guest that shut down ends at once.
+func (vm *qemuVM) untilExited(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		defer cancel()
+		select {
+		case <-vm.exited:
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
 
 // kill ends the process and waits for it.
 func (vm *qemuVM) kill() {
@@ -283,7 +316,10 @@ func TestControlQEMU(t *testing.T) {
 			sh = vm.shell()
 			boot := time.Now()
 			var p *guestProblem
-			if pass, p = bootAndStart(ctx, sh); p != nil {
+			gctx, stop := vm.untilExited(ctx)
+			pass, p = bootAndStart(gctx, sh)
+			stop()
+			if p != nil {
 				bootFailures++
 				lose(0, "boot", p)
 				continue
@@ -309,7 +345,9 @@ func TestControlQEMU(t *testing.T) {
 		c.completedBy[name]++
 		vm, sh = dst, dst.shell()
 		sh.Limit = shellLimit
-		now, p := checkGuest(ctx, sh, pass)
+		gctx, stop := vm.untilExited(ctx)
+		now, p := checkGuest(gctx, sh, pass)
+		stop()
 		if p != nil {
 			lose(attempt, name, p)
 			continue
