@@ -147,10 +147,13 @@ func (w *wsConsole) NextLine(ctx context.Context) (string, error) {
 // fromStart) and returns a Shell on it.
 func shellOn(ctx context.Context, p *ternVMM, fromStart bool) (*linuxtest.Shell, *websocket.Conn, error) {
 	var from uint64
-	if !fromStart {
-		h, err := p.client.SerialHistory(ctx, 0, 1)
+	for !fromStart { // to the end of the history: the target's continues the source's
+		h, err := p.client.SerialHistory(ctx, from, apiv1.MaxSerialMaxBytes)
 		if err != nil {
 			return nil, nil, err
+		}
+		if h.Data == "" || h.NextOffset == from {
+			break
 		}
 		from = h.NextOffset
 	}
