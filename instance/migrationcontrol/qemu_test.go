@@ -132,7 +132,11 @@ func startQEMU(ctx context.Context, u linuxtest.UserlandFiles, disk, incoming st
 			vm.kill()
 			return nil, fmt.Errorf("parsing %s=%q: want bytes per second", QEMUBandwidthEnv, bw)
 		}
-		if _, err := vm.qmp.exec(qctx, "migrate-set-parameters", map[string]any{"max-bandwidth": n}); err != nil {
+		// tern stops pre-copy after ten rounds, whatever the downtime
+		// (migration.DefaultMaxRounds): at this rate QEMU's 300 ms default
+		// never converges with the disk loop dirtying its pages, so it
+		// may pause for as long as a round's worth of them takes.
+		if _, err := vm.qmp.exec(qctx, "migrate-set-parameters", map[string]any{"max-bandwidth": n, "downtime-limit": 5000}); err != nil {
 			vm.kill()
 			return nil, err
 		}
