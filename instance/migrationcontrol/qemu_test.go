@@ -229,7 +229,8 @@ func migrateQEMU(ctx context.Context, t *testing.T, src *qemuVM, u linuxtest.Use
 		dst.kill()
 		return nil, migrationResult{guestDied: true, problem: &guestProblem{what: "source gone", signature: err.Error()}}
 	}
-	mctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	t.Logf("control: qemu: migration %d to %s starts", attempt, uri)
+	mctx, cancel := context.WithTimeout(ctx, migrationLimit)
 	defer cancel()
 	var status string
 	ev, _, err := src.qmp.waitEvent(mctx, from, func(m qmpMessage) bool {

@@ -55,8 +55,9 @@ func startTern(t *testing.T, certs string) *ternVMM {
 		t.Fatalf("tern vmm serve printed nothing: %v\n%s", cmd.Wait(), p.stderr)
 	}
 	first := lines.Text()
+	go io.Copy(io.Discard, stdout)
+	cmd.WaitDelay = 10 * time.Second // a child left holding stderr does not hold Wait
 	go func() {
-		io.Copy(io.Discard, stdout)
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
@@ -282,9 +283,12 @@ func TestControlTern(t *testing.T) {
 		if h == sameHost {
 			args = append(args, "--same-host")
 		}
-		mctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+		t.Logf("control: tern: migration %d (%s) starts at disk pass %d", attempt, name, pass)
+		mctx, cancel := context.WithTimeout(ctx, migrationLimit)
 		start := time.Now()
-		out, err := exec.CommandContext(mctx, kvmtest.Tern(t), args...).CombinedOutput()
+		migrate := exec.CommandContext(mctx, kvmtest.Tern(t), args...)
+		migrate.WaitDelay = 10 * time.Second
+		out, err := migrate.CombinedOutput()
 		cancel()
 		took := time.Since(start)
 		if err != nil {
