@@ -136,7 +136,8 @@ func (c *tally) hopName(h hop) string {
 // (O_DIRECT), reads it back past the page cache and compares, then reads
 // the slot written in the pass before (on the source, across a
 // migration) and compares it with what was written there. It writes its
-// pass number to /tmp/disk.pass and stops at the first mismatch, which
+// pass number to /tmp/disk.pass (renamed into place: a reader never sees
+// it empty) and stops at the first mismatch, which
 // it names in /tmp/disk.err.
 const (
 	busyLoops = `for c in 0 1; do taskset -c $c sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done`
@@ -144,7 +145,7 @@ const (
 		`dd if=/tmp/b of=/dev/vda bs=1M count=1 seek=$s oflag=direct conv=notrunc 2>/dev/null || { echo "pass $i: writing slot $s failed" >/tmp/disk.err; break; }; ` +
 		`r=$(dd if=/dev/vda bs=1M count=1 skip=$s iflag=direct 2>/dev/null | sha256sum); [ "$r" = "$w" ] || { echo "pass $i: slot $s read back $r, written $w" >/tmp/disk.err; break; }; ` +
 		`if [ -n "$prev" ]; then p=$(dd if=/dev/vda bs=1M count=1 skip=$ps iflag=direct 2>/dev/null | sha256sum); [ "$p" = "$prev" ] || { echo "pass $i: slot $ps of the pass before read back $p, written $prev" >/tmp/disk.err; break; }; fi; ` +
-		`prev=$w; ps=$s; echo $i >/tmp/disk.pass; i=$((i+1)); done ) </dev/null >/dev/null 2>&1 &`
+		`prev=$w; ps=$s; echo $i >/tmp/disk.pass.new; mv /tmp/disk.pass.new /tmp/disk.pass; i=$((i+1)); done ) </dev/null >/dev/null 2>&1 &`
 	// kernelTrouble matches what a kernel in trouble logs (the init
 	// keeps the console at KERN_EMERG, so they are read with dmesg).
 	kernelTrouble = `BUG:|Oops|soft lockup|hard LOCKUP|rcu.*stall|general protection|Kernel panic|WARNING:|segfault|traps:|invalid opcode|double fault`
@@ -202,14 +203,21 @@ func bootAndStart(ctx context.Context, sh *linuxtest.Shell) (int, *guestProblem)
 // nothing of kernelTrouble. It returns the pass reached.
 func checkGuest(ctx context.Context, sh *linuxtest.Shell, pass int) (int, *guestProblem) {
 	cond := fmt.Sprintf("[ -s /tmp/disk.err ] || [ $(cat /tmp/disk.pass 2>/dev/null || echo -1) -gt %d ]", pass)
-	out, _, err := sh.Run(ctx, inGuestWait(cond)+"; cat /tmp/disk.err 2>/dev/null; cat /tmp/disk.pass 2>/dev/null || echo -1")
+	out, _, err := sh.Run(ctx, inGuestWait(cond)+"; cat /tmp/disk.pass 2>/dev/null || echo -1")
 	if err != nil {
 		return 0, consoleStopped(sh, err)
 	}
 	lines := strings.Split(out, "\n")
-	now, _ := strconv.Atoi(lines[len(lines)-1])
-	if len(lines) > 1 {
-		return now, &guestProblem{what: "disk readback mismatch", signature: lines[0], detail: sh.Seen()}
+	now, err := strconv.Atoi(lines[len(lines)-1])
+	if err != nil || len(lines) > 1 {
+		return now, &guestProblem{what: "disk loop's pass unreadable", signature: fmt.Sprintf("%q", out), detail: sh.Seen()}
+	}
+	mismatch, _, err := sh.Run(ctx, "cat /tmp/disk.err 2>/dev/null || true")
+	if err != nil {
+		return now, consoleStopped(sh, err)
+	}
+	if mismatch != "" {
+		return now, &guestProblem{what: "disk readback mismatch", signature: mismatch, detail: sh.Seen()}
 	}
 	if now <= pass {
 		return now, &guestProblem{what: "disk loop made no pass", signature: fmt.Sprintf("pass %d after 270 s (was %d)", now, pass), detail: sh.Seen()}
