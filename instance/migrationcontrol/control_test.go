@@ -45,7 +45,7 @@ func migrations(t *testing.T) int {
 	t.Helper()
 	s := os.Getenv(ControlEnv)
 	if s == "" {
-		t.Skipf("the control experiment runs only when asked: %s=10 go test -count=1 -v -timeout 300m ./instance/migrationcontrol (docs/reliability.md)", ControlEnv)
+		t.Skipf("the control experiment runs only when asked: %s=10 go test -count=1 -v -timeout 150m -run TestControlTern ./instance/migrationcontrol (docs/reliability.md)", ControlEnv)
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {

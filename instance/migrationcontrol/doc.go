@@ -3,8 +3,8 @@
 // Linux guests from the emulated test host's own, by running the same
 // guest under the same emulator with another VMM.
 //
-// Its one test, run only when ControlEnv names a number of migrations,
-// boots in the emulated test host (internal/kvmhost, two emulated CPUs,
+// Its two tests, TestControlQEMU and TestControlTern, run only when
+// ControlEnv names a number of migrations; each boots in the emulated test host (internal/kvmhost, two emulated CPUs,
 // whatever /dev/kvm this machine has) Debian's kernel with tern's
 // userland (vmm/linuxguest) on two vCPUs and 384 MiB, keeps both vCPUs
 // busy with a shell loop pinned to each and a third loop writing 1 MiB
@@ -27,7 +27,11 @@
 // logged, a fresh guest boots, and migrations go on until the number
 // asked for were attempted. The test fails only when the experiment
 // cannot be made (a VMM that does not start, a guest that never boots);
-// the counts are its result, printed as `control:` lines.
+// the counts are its result, printed as `control:` lines. A panic or a
+// stall of the emulated host itself ends the run (kvmhost boots it once
+// more and the test starts again, printed as a retry): count from the
+// log. QEMUBandwidthEnv gives QEMU tern's migration rate in there.
 //
-//	TERN_CONTROL_MIGRATIONS=10 go test -count=1 -v -timeout 300m ./instance/migrationcontrol
+//	TERN_CONTROL_MIGRATIONS=10 go test -count=1 -v -timeout 150m -run '^TestControlQEMU$' ./instance/migrationcontrol
+//	TERN_CONTROL_MIGRATIONS=10 go test -count=1 -v -timeout 150m -run '^TestControlTern$' ./instance/migrationcontrol
 package migrationcontrol
