@@ -1,6 +1,7 @@
 package vmm_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -99,17 +100,34 @@ func TestTwoLinuxGuestsOnABridgePingEachOther(t *testing.T) {
 		t.Fatalf("building the VMs on %v and bridge %s: %v", netTestTAPs, netTestBridge, err)
 	}
 	var shells [2]*linuxtest.UARTShell
-	var dones [2]<-chan runResult
+	var runs [2]*runWatch
 	for i, vm := range vms {
 		shells[i] = linuxtest.NewUARTShell(vm.Serial())
 		defer shells[i].Close()
-		dones[i] = startWithin(t, vm, 2*linuxBoot())
+		runs[i] = watchRun(startWithin(t, vm, 2*linuxBoot()))
 	}
 	start := time.Now()
 	for i, sh := range shells {
 		sh.Limit = linuxBoot()
-		if err := sh.WaitReady(t.Context()); err != nil {
-			t.Fatalf("guest %d: %v", i, err)
+		// The wait ends when the guest's Run does: a guest that died
+		// says how (its crash report), at once.
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() {
+			select {
+			case <-runs[i].ended:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := sh.WaitReady(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-runs[i].ended:
+				t.Fatalf("guest %d: %v; its Run ended: %d, %v", i, err, runs[i].r.status, runs[i].r.err)
+			default:
+				t.Fatalf("guest %d: %v", i, err)
+			}
 		}
 		sh.Limit = kvmtest.Sized(generous, 4*time.Minute)
 	}
@@ -152,7 +170,7 @@ func TestTwoLinuxGuestsOnABridgePingEachOther(t *testing.T) {
 		if err := sh.Type("exit 0"); err != nil {
 			t.Fatal(err)
 		}
-		if r := wait(t, dones[i]); r.err != nil || r.status != 0 {
+		if r := runs[i].wait(t); r.err != nil || r.status != 0 {
 			t.Fatalf("guest %d: Run = %d, %v; want 0; the console's last lines:\n%s", i, r.status, r.err, sh.Seen())
 		}
 		stats := vms[i].VirtioNets()[0].Stats()
