@@ -48,6 +48,17 @@ type VCPUCrash struct {
 	Exits []vcpu.Exit
 }
 
+// ResetByKVM reports whether the vCPU's state is the reset state after a
+// shutdown: KVM on AMD SVM resets a vCPU before it reports
+// KVM_EXIT_SHUTDOWN (the VMCB is undefined after one), so its registers
+// at the fault are lost, and the report says so. Its events and the last
+// exits, which tern keeps, still tell something.
+func (c VCPUCrash) ResetByKVM() bool {
+	n := len(c.Exits)
+	return n > 0 && c.Exits[n-1].Reason == kvm.ExitShutdown &&
+		c.Regs.RIP == 0xfff0 && c.Sregs.CS.Selector == 0xf000 && c.Sregs.CR0&1 == 0
+}
+
 // IOAPICPin is one IOAPIC redirection entry.
 type IOAPICPin struct {
 	Pin   int
@@ -211,6 +222,9 @@ func (c VCPUCrash) write(b *strings.Builder) {
 	fmt.Fprintf(b, "\n    cr0=%#x cr2=%#x cr3=%#x cr4=%#x cr8=%#x efer=%#x apic_base=%#x cs=%#x(l=%d dpl=%d) ss=%#x tr=%#x gdt=%#x/%#x idt=%#x/%#x",
 		s.CR0, s.CR2, s.CR3, s.CR4, s.CR8, s.EFER, s.APICBase, s.CS.Selector, s.CS.L, s.CS.DPL, s.SS.Selector, s.TR.Selector,
 		s.GDT.Base, s.GDT.Limit, s.IDT.Base, s.IDT.Limit)
+	if c.ResetByKVM() {
+		b.WriteString("\n    (reset by KVM before it reported the shutdown, as on AMD SVM: the state at the fault is lost)")
+	}
 	e := c.Events
 	fmt.Fprintf(b, "\n    events: exception(injected=%d pending=%d nr=%d error=%#x) interrupt(injected=%d nr=%d shadow=%d) nmi(injected=%d pending=%d masked=%d) sipi_vector=%#x triple_fault_pending=%d",
 		e.Exception.Injected, e.Exception.Pending, e.Exception.Nr, e.Exception.ErrorCode,

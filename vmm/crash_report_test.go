@@ -39,10 +39,16 @@ func TestTripleFaultEndsRunWithACrashReport(t *testing.T) {
 		t.Fatalf("report has %d vCPUs (want 2), missing %v", len(rep.VCPUs), rep.Missing)
 	}
 	boot, ap := rep.VCPUs[0], rep.VCPUs[1]
-	if boot.ID != 0 || boot.Sregs.IDT.Limit != 0 || boot.Sregs.IDT.Base != 0 {
+	switch {
+	case boot.ResetByKVM():
+		// AMD SVM (the emulated test host): KVM reset the vCPU before it
+		// reported the shutdown, and the report says so.
+		if !strings.Contains(r.err.Error(), "reset by KVM before it reported the shutdown") {
+			t.Errorf("boot vCPU reset by KVM, and the report does not say so:\n%v", r.err)
+		}
+	case boot.ID != 0 || boot.Sregs.IDT.Limit != 0 || boot.Sregs.IDT.Base != 0:
 		t.Errorf("boot vCPU %d: IDT %#x/%#x, want the empty one the handler loaded", boot.ID, boot.Sregs.IDT.Base, boot.Sregs.IDT.Limit)
-	}
-	if boot.Sregs.EFER&(1<<10) == 0 { // EFER.LMA: it faulted in long mode
+	case boot.Sregs.EFER&(1<<10) == 0: // EFER.LMA: it faulted in long mode
 		t.Errorf("boot vCPU EFER %#x: not in long mode", boot.Sregs.EFER)
 	}
 	if n := len(boot.Exits); n == 0 || boot.Exits[n-1].Reason != kvm.ExitShutdown {

@@ -410,7 +410,13 @@ func TestATripleFaultFailsTheInstanceWithItsCrashReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"triple-faulted (KVM_EXIT_SHUTDOWN)", "crash report:", "history:", "booted", "vCPU 0: mp=", "idt=0x0/0x0", "last exits:"} {
+	// The empty IDT the guest loaded, or, on AMD SVM (the emulated test
+	// host), the report's word that KVM reset the vCPU first.
+	idt := "idt=0x0/0x0"
+	if strings.Contains(v.Error, "reset by KVM before it reported the shutdown") {
+		idt = "cs=0xf000"
+	}
+	for _, want := range []string{"triple-faulted (KVM_EXIT_SHUTDOWN)", "crash report:", "history:", "booted", "vCPU 0: mp=", idt, "last exits:"} {
 		if !strings.Contains(v.Error, want) {
 			t.Errorf("the instance's error lacks %q:\n%s", want, v.Error)
 		}
